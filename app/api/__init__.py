@@ -1,0 +1,1 @@
+"""The FastAPI service: `create_app(settings)` in main.py, routes in routes/, shared state in state.py."""

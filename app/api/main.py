@@ -1,0 +1,250 @@
+"""The FastAPI application factory, error handling and the request-guard middleware.
+
+`create_app(settings, store=None, encoder=None)` builds one app with its own state and metrics
+registry (tests inject an already-loaded encoder and a temporary store; the server loads both from
+settings at startup). `app` (module attribute, created on first access) is what
+`uvicorn app.api.main:app` and `faq serve` run.
+
+Error contract: every error body is JSON `{"error": "...", ...}`.
+- validation problems -> 422 `{"error": "invalid request: top_k must be <= 50",
+  "detail": [{"field": "top_k", "message": "must be <= 50"}]}`; malformed JSON -> 400 (same shape);
+- body over settings.max_body_bytes -> 413 (Content-Length checked first, then streamed bytes counted);
+- a body that is not JSON (Content-Type) -> 415;
+- no index -> 503 "no index built: run `faq index build`";
+- anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
+  the traceback. Client input must never reach this handler (tests fuzz /match to check).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.metrics import MetricsMiddleware, ServiceMetrics
+from app.api.routes import admin, health, match
+from app.api.state import NO_INDEX_REASON, Overloaded, ServiceState
+from app.matcher import NoIndexError
+from app.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+# -- validation error formatting ------------------------------------------------------------------
+def _field_name(loc: tuple | list) -> str:
+    """("body", "queries", 3, "top_k") -> "queries[3].top_k"; ("query", "limit") -> "limit"."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    if not parts:
+        return "body"
+    name = ""
+    for part in parts:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += ("." if name else "") + str(part)
+    return name
+
+
+def _message(error: dict) -> str:
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "field required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "string_too_short":
+        n = ctx.get("min_length", 1)
+        return "must not be empty" if n == 1 else f"must be at least {n} characters"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length')} items"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items"
+    bounds = {"less_than_equal": ("<=", "le"), "less_than": ("<", "lt"),
+              "greater_than_equal": (">=", "ge"), "greater_than": (">", "gt")}
+    if kind in bounds:
+        op, key = bounds[kind]
+        return f"must be {op} {ctx.get(key)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        return "must be a number" if kind != "finite_number" else "must be a finite number"
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false"
+    if kind in ("string_type", "string_unicode"):
+        return "must be a string"
+    if kind == "list_type":
+        return "must be a list"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return "must be a JSON object"
+    if kind == "json_invalid":
+        return f"invalid JSON: {ctx.get('error', 'could not decode')}"
+    if kind == "value_error":
+        return str(error.get("msg", "")).removeprefix("Value error, ")
+    return str(error.get("msg", "invalid value"))
+
+
+def format_validation_errors(errors: list[dict]) -> list[dict[str, str]]:
+    out = []
+    for error in errors:
+        field = "body" if error.get("type") == "json_invalid" else _field_name(error.get("loc", ()))
+        out.append({"field": field, "message": _message(error)})
+    return out
+
+
+def _error(status_code: int, message: str, headers: dict | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse(status_code=status_code, content={"error": message, **extra}, headers=headers)
+
+
+# -- request guard middleware ---------------------------------------------------------------------
+class RequestGuardMiddleware:
+    """Rejects oversized and non-JSON bodies before any handler runs.
+
+    Content-Length is checked first (cheap, no read); the body is then read while counting bytes, so a
+    chunked upload or a lying Content-Length cannot exceed the limit either. The (small, bounded) body
+    is replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        limit = self.max_body_bytes
+        too_large = f"request body too large: the limit is {limit} bytes (FAQ_MAX_BODY_BYTES)"
+        if "content-length" in headers:
+            try:
+                declared = int(headers["content-length"])
+            except ValueError:
+                await _error(400, "invalid Content-Length header")(scope, receive, send)
+                return
+            if declared > limit:
+                await _error(413, f"{too_large}; Content-Length is {declared}")(scope, receive, send)
+                return
+
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # client went away: nothing to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _error(413, too_large)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+
+        content_type = headers.get("content-type", "")
+        if body and content_type and not _is_json(content_type):
+            await _error(415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")(
+                scope, receive, send
+            )
+            return
+
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect as usual
+
+        await self.app(scope, replay, send)
+
+
+def _is_json(content_type: str) -> bool:
+    mime = content_type.split(";")[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+# -- the app factory ----------------------------------------------------------------------------
+def create_app(settings: Settings | None = None, *, store: Any = None, encoder: Any = None) -> FastAPI:
+    settings = settings or get_settings()
+    metrics = ServiceMetrics()
+    state = ServiceState(settings, store=store, encoder=encoder, metrics=metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.close()
+
+    app = FastAPI(
+        title="FAQ match",
+        summary="Semantic FAQ retrieval: match a question to the knowledge base",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.service = state
+
+    app.include_router(match.router)
+    app.include_router(health.router)
+    if settings.admin_token:
+        app.include_router(admin.router)
+    else:
+        log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API (FAQ CRUD, index reload) is NOT mounted")
+
+    # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
+    app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        detail = format_validation_errors(errors)
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return _error(400, f"invalid JSON body: {detail[0]['message'].removeprefix('invalid JSON: ')}", detail=detail)
+        summary = "; ".join(f"{d['field']} {d['message']}" for d in detail[:3])
+        return _error(422, f"invalid request: {summary}", detail=detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(NoIndexError)
+    async def on_no_index(request: Request, exc: NoIndexError) -> JSONResponse:
+        return _error(503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
+
+    @app.exception_handler(Overloaded)
+    async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        return _error(503, str(exc), headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def on_server_bug(request: Request, exc: Exception) -> JSONResponse:
+        request_id = uuid.uuid4().hex
+        log.error("unhandled error (request_id=%s) on %s %s", request_id, request.method, request.url.path, exc_info=exc)
+        return _error(500, "internal server error", request_id=request_id)
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`app` is created on first access (by uvicorn), not at import time, so importing this module
+    (tests, `faq serve --help`) does not read settings or log the admin warning."""
+    if name == "app":
+        application = create_app()
+        globals()["app"] = application
+        return application
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

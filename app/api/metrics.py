@@ -1,0 +1,137 @@
+"""Prometheus metrics of one app instance, on a private `CollectorRegistry`.
+
+A private registry (not prometheus_client's global one) lets several apps live in one process (the
+tests create many) without "Duplicated timeseries" errors, and `/metrics` shows only this app.
+
+`MetricsMiddleware` is a small ASGI middleware counting requests by route template (not raw path, to
+keep label cardinality bounded), method and status, with a latency histogram per route.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from threading import Lock
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Latency buckets in seconds: the service targets tens of milliseconds per query on CPU.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+NO_ANSWER_WINDOW = 1000  # queries in the rolling no-answer rate
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "faq_http_requests", "HTTP requests by route template, method and status", ["route", "method", "status"], registry=r
+        )
+        self.request_latency = Histogram(
+            "faq_http_request_seconds", "HTTP request latency by route template", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.stage_latency = Histogram(
+            "faq_match_stage_seconds",
+            "Per-query matching time by stage (encode, retrieve, rerank, total)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queries = Counter("faq_match_queries", "Queries matched", registry=r)
+        self.no_answer = Counter("faq_match_no_answer", "Queries whose best score was under the threshold", registry=r)
+        self.no_answer_rate = Gauge(
+            "faq_match_no_answer_rate", f"Share of the last {NO_ANSWER_WINDOW} queries without an answer", registry=r
+        )
+        self.encode_batch = Histogram(
+            "faq_encode_batch_size",
+            "Queries per encoder call (micro-batching of concurrent requests)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+        self.index_info = Info("faq_index", "The index build being served", registry=r)
+        self.index_loaded = Gauge("faq_index_loaded", "1 when an index is loaded and /match can answer", registry=r)
+        self.index_variants = Gauge("faq_index_variants", "Question variants in the served build", registry=r)
+        self.delta_size = Gauge("faq_index_delta_size", "Variants in the retriever's delta segment (added since the build)", registry=r)
+        self.tombstones = Gauge("faq_index_tombstones", "Build variants hidden by tombstones (deleted/edited since the build)", registry=r)
+        self.kb_revision = Gauge("faq_kb_revision", "KB revision the served retriever reflects", registry=r)
+        self.swaps = Counter("faq_index_swaps", "Retriever swaps (reload, new build, KB delta refresh)", ["reason"], registry=r)
+        self.query_log_dropped = Counter("faq_query_log_errors", "Query-log rows that could not be written", registry=r)
+        self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
+        self._lock = Lock()
+
+    def observe_match(self, timings_ms: dict[str, float], answered: bool) -> None:
+        for stage, ms in timings_ms.items():
+            self.stage_latency.labels(stage=stage).observe(ms / 1000.0)
+        self.queries.inc()
+        if not answered:
+            self.no_answer.inc()
+        with self._lock:
+            self._recent_no_answer.append(not answered)
+            self.no_answer_rate.set(sum(self._recent_no_answer) / len(self._recent_no_answer))
+
+    def observe_retriever(self, retriever: Any | None, kb_revision: int | None) -> None:
+        """Index gauges for the retriever now being served (None: nothing loaded)."""
+        if retriever is None:
+            self.index_loaded.set(0)
+            return
+        manifest = getattr(retriever, "manifest", {}) or {}
+        self.index_loaded.set(1)
+        self.index_info.info(
+            {
+                "version": str(getattr(retriever, "version", "")),
+                "encoder_id": str(manifest.get("encoder_id", "")),
+                "kb_revision": str(manifest.get("kb_revision", "")),
+            }
+        )
+        self.index_variants.set(float(manifest.get("n_variants") or 0))
+        self.delta_size.set(float(getattr(retriever, "n_delta", 0) or 0))
+        self.tombstones.set(float(getattr(retriever, "n_tombstones", 0) or 0))
+        if kb_revision is not None:
+            self.kb_revision.set(kb_revision)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _route_template(scope: Scope) -> str:
+    """The matched route's path template ("/admin/faqs/{faq_id}"), never the raw path, so label
+    cardinality stays bounded. The router records the route in the shared scope; requests answered
+    before routing (413/415 from the request guard) are matched here against the app's routes."""
+    route = scope.get("route")
+    if route is None:
+        app = scope.get("app")
+        for candidate in getattr(getattr(app, "router", None), "routes", []):
+            match, _ = candidate.matches(scope)
+            if match is Match.FULL:
+                route = candidate
+                break
+    return getattr(route, "path", None) or "unmatched"
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request (including 4xx/5xx produced by other middleware and handlers)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            label = _route_template(scope)
+            self.metrics.requests.labels(route=label, method=scope.get("method", ""), status=str(status["code"])).inc()
+            self.metrics.request_latency.labels(route=label).observe(time.perf_counter() - start)

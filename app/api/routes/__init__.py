@@ -1,0 +1,1 @@
+"""HTTP routes: /match (+ /match/batch, /feedback), health and metrics, and the /admin API."""

@@ -1,0 +1,146 @@
+"""The admin API under /admin, behind `Authorization: Bearer <FAQ_ADMIN_TOKEN>`.
+
+FAQ CRUD writes go to the store and then refresh the served retriever's delta at once
+(`ServiceState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or
+gone) in the very next /match without an index rebuild. Handlers are plain `def`s: FastAPI runs them
+in its thread pool, so database work and delta encoding never block the event loop.
+
+main.py mounts this router only when an admin token is configured.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+
+from app.api.deps import get_state, require_admin
+from app.api.schemas import ErrorBody, FaqCreate, FaqOutModel, FaqPage, FaqPatch, FaqReplace, IndexInfo, ReloadResult
+from app.api.state import ServiceState
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(
+    prefix="/admin",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"}},
+)
+_NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}}
+
+
+def _faq_out(faq: Any) -> FaqOutModel:
+    data = dataclasses.asdict(faq) if dataclasses.is_dataclass(faq) else dict(vars(faq))
+    return FaqOutModel.model_validate(data)
+
+
+class InvalidFaq(HTTPException):
+    """The store's own checks (same rules as KB files) rejected the FAQ: 422 listing each problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(status.HTTP_422_UNPROCESSABLE_ENTITY, detail="invalid FAQ: " + "; ".join(problems[:5]))
+        self.problems = problems
+
+
+def _invalid_faq(exc: Exception) -> InvalidFaq:
+    return InvalidFaq(list(getattr(exc, "errors", None) or [str(exc)]))
+
+
+def _refresh(state: ServiceState) -> None:
+    """Make a KB write visible to /match now. The write itself already succeeded, so a refresh failure
+    is logged (the poller retries) rather than reported as a failed write."""
+    try:
+        state.refresh_kb(reason="admin write")
+    except Exception:
+        log.exception("could not refresh the retriever after an admin write (the KB poller will retry)")
+
+
+@router.get("/faqs", response_model=FaqPage, summary="List FAQs (optionally filtered by text)")
+def list_faqs(
+    offset: int = Query(0, ge=0),
+    limit: int = Query(50, ge=1, le=500),
+    q: str | None = Query(None, min_length=1, max_length=200, description="substring of id, answer or question"),
+    state: ServiceState = Depends(get_state),
+) -> FaqPage:
+    items = state.store.list_faqs(offset=offset, limit=limit, q=q)
+    return FaqPage(total=state.store.count_faqs(q=q), offset=offset, limit=limit, items=[_faq_out(f) for f in items])
+
+
+@router.post(
+    "/faqs", response_model=FaqOutModel, status_code=status.HTTP_201_CREATED,
+    responses={409: {"model": ErrorBody, "description": "an FAQ with that id exists"}},
+)
+def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+    from app.store import FaqExists, KbValidationError
+
+    try:
+        faq = state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags)
+    except FaqExists as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"FAQ {body.faq_id!r} already exists: use PUT or PATCH") from exc
+    except KbValidationError as exc:
+        raise _invalid_faq(exc) from exc
+    _refresh(state)
+    return _faq_out(faq)
+
+
+@router.get("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND)
+def get_faq(faq_id: str, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+    faq = state.store.get_faq(faq_id)
+    if faq is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
+    return _faq_out(faq)
+
+
+def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
+    from app.store import FaqNotFound, KbValidationError
+
+    try:
+        faq = state.store.update_faq(faq_id, **fields)
+    except FaqNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}") from exc
+    except KbValidationError as exc:
+        raise _invalid_faq(exc) from exc
+    _refresh(state)
+    return _faq_out(faq)
+
+
+@router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND, summary="Replace an FAQ")
+def replace_faq(faq_id: str, body: FaqReplace, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
+
+
+@router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND, summary="Change some fields of an FAQ")
+def patch_faq(faq_id: str, body: FaqPatch, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
+
+
+@router.delete("/faqs/{faq_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
+def delete_faq(faq_id: str, state: ServiceState = Depends(get_state)) -> Response:
+    if not state.store.delete_faq(faq_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
+    _refresh(state)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/index", response_model=IndexInfo, summary="The served index: version, manifest, delta, tombstones")
+def index_info(state: ServiceState = Depends(get_state)) -> IndexInfo:
+    return IndexInfo.model_validate(state.index_info())
+
+
+@router.post(
+    "/index/reload", response_model=ReloadResult,
+    responses={503: {"model": ErrorBody, "description": "no build to load, or it could not be loaded"}},
+    summary="Hot-swap to the current (newest verified) build",
+)
+def reload_index(state: ServiceState = Depends(get_state)) -> ReloadResult:
+    # Runs in a worker thread: loading + applying the KB delta happens off the event loop, and the
+    # swap itself is one reference assignment; in-flight requests keep the retriever they pinned.
+    try:
+        previous, version = state.load_current_build(reason="admin reload")
+    except Exception as exc:
+        log.exception("index reload failed")
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"reload failed: {exc}") from exc
+    if version is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=state.not_ready_reason or "no index built")
+    return ReloadResult(previous_version=previous, version=version, swapped=previous != version)

@@ -1,0 +1,35 @@
+"""`GET /healthz` (the process is up), `GET /readyz` (an index is loaded) and `GET /metrics`."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+
+from app.api.deps import get_state
+from app.api.schemas import Health, Readiness
+from app.api.state import NO_INDEX_REASON, ServiceState
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz", response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "no index loaded (the reason says why)"}},
+    summary="Readiness: an index is loaded and /match can answer",
+)
+async def readyz(state: ServiceState = Depends(get_state)) -> Response:
+    retriever = state.retriever
+    if retriever is None:
+        reason = state.not_ready_reason or NO_INDEX_REASON
+        return JSONResponse(status_code=503, content=Readiness(ready=False, reason=reason).model_dump())
+    return JSONResponse(content=Readiness(ready=True, index_version=str(retriever.version)).model_dump())
+
+
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response)
+async def metrics(state: ServiceState = Depends(get_state)) -> Response:
+    body, content_type = state.metrics.exposition()
+    return Response(content=body, media_type=content_type)

@@ -1,0 +1,125 @@
+"""`POST /match`, `POST /match/batch` and `POST /feedback`.
+
+The handlers only validate, pin the served retriever and hand the queries to the MatchBatcher (encode
+and search run in its bounded thread pool); the query log is written later by a background thread.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Depends, HTTPException, status
+from starlette.concurrency import run_in_threadpool
+
+from app.api.deps import get_state
+from app.api.schemas import (
+    BatchMatchRequest,
+    BatchMatchResponse,
+    ErrorBody,
+    FeedbackRequest,
+    FeedbackResponse,
+    MatchRequest,
+    MatchResponse,
+)
+from app.api.state import QueryLogDisabled, ServiceState
+from app.matcher import MatchQuery, MatchResult
+
+router = APIRouter(tags=["match"])
+
+NO_RERANKER = "no re-ranker installed: `rerank: true` is not available yet; send `rerank: false` or leave it out"
+
+_ERRORS = {
+    400: {"model": ErrorBody, "description": "invalid JSON"},
+    409: {"model": ErrorBody, "description": "rerank requested but no re-ranker is installed"},
+    413: {"model": ErrorBody, "description": "body larger than FAQ_MAX_BODY_BYTES"},
+    415: {"model": ErrorBody, "description": "Content-Type is not application/json"},
+    422: {"model": ErrorBody, "description": "a field is missing, unknown, of the wrong type or out of range"},
+    503: {"model": ErrorBody, "description": "no index built yet, or overloaded"},
+}
+
+
+@router.post("/match", response_model=MatchResponse, responses=_ERRORS, summary="Match one query to the FAQ")
+async def match(body: MatchRequest, state: ServiceState = Depends(get_state)) -> MatchResponse:
+    return (await _match(state, [body]))[0]
+
+
+@router.post(
+    "/match/batch", response_model=BatchMatchResponse, responses=_ERRORS,
+    summary="Match up to 64 queries (encoded in one encoder call)",
+)
+async def match_batch(body: BatchMatchRequest, state: ServiceState = Depends(get_state)) -> BatchMatchResponse:
+    return BatchMatchResponse(results=await _match(state, body.queries))
+
+
+async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchResponse]:
+    for item in items:
+        if item.rerank:
+            raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=NO_RERANKER)
+    retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
+    settings = state.settings
+    queries = [
+        MatchQuery(
+            query=item.query,
+            top_k=item.top_k if item.top_k is not None else settings.default_top_k,
+            threshold=item.threshold if item.threshold is not None else settings.default_threshold,
+        )
+        for item in items
+    ]
+    assert state.batcher is not None
+    results = await state.batcher.submit(queries, retriever)
+    responses = [_response(item, result) for item, result in zip(items, results)]
+    for response in responses:
+        state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None)
+    if settings.query_log:
+        state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
+    return responses
+
+
+def _response(item: MatchRequest, result: MatchResult) -> MatchResponse:
+    answer = result.answer
+    return MatchResponse.model_validate(
+        {
+            "request_id": uuid.uuid4().hex,
+            "query": result.query,
+            "arm": item.arm,
+            "index_version": result.index_version,
+            "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer, "score": answer.score},
+            "matches": [
+                {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score} for m in result.matches
+            ],
+            "timings_ms": result.timings_ms,
+        }
+    )
+
+
+def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
+    """One query_log row: `faq_id` is the FAQ served as the answer (None: no answer) and `score` the best
+    match's score either way, so near misses under the threshold stay visible in the log."""
+    best = response.matches[0] if response.matches else None
+    return {
+        "request_id": response.request_id,
+        "created_at": datetime.now(timezone.utc),
+        "arm": response.arm,
+        "session_id": item.session_id,
+        "query": response.query,
+        "faq_id": response.answer.faq_id if response.answer else None,
+        "score": best.score if best else None,
+        "latency_ms": response.timings_ms.total,
+        "index_version": response.index_version,
+    }
+
+
+@router.post(
+    "/feedback", response_model=FeedbackResponse,
+    responses={404: {"model": ErrorBody, "description": "unknown request_id"},
+               409: {"model": ErrorBody, "description": "query log disabled"}, **{k: v for k, v in _ERRORS.items() if k in (400, 413, 415, 422)}},
+    summary="Record whether a /match answer was right (and which FAQ was)",
+)
+async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse:
+    try:
+        found = await run_in_threadpool(state.record_feedback, body.request_id, body.correct, body.faq_id)
+    except QueryLogDisabled as exc:
+        raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=str(exc)) from exc
+    if not found:
+        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"unknown request_id {body.request_id!r}")
+    return FeedbackResponse(request_id=body.request_id, recorded=True)

@@ -1,0 +1,209 @@
+"""Request and response bodies of the HTTP API (pydantic v2).
+
+Request models forbid unknown fields and are strict about types (no "5" for an int, no "yes" for a
+bool) so a client mistake is reported instead of silently coerced. The limits live here as constants
+so the error messages, the OpenAPI docs and the tests agree.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_QUERY_CHARS = 1000
+MAX_TOP_K = 50
+MAX_BATCH = 64
+MAX_ID_CHARS = 200  # faq ids (same limit as the faqs table)
+MAX_SESSION_CHARS = 128  # query_log.session_id
+MAX_REQUEST_ID_CHARS = 64  # query_log.request_id
+VALID_ARMS = ("ann",)  # more arms (re-ranker, baselines) come with later issues
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or whitespace only")
+    return value
+
+
+# -- /match -------------------------------------------------------------------------------------
+class MatchRequest(_Strict):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the user's question")
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K, description="FAQs to return (default 5)")
+    threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="minimum calibrated score for an answer (default 0.5)"
+    )
+    rerank: bool = Field(default=False, description="re-rank with a cross-encoder (none installed yet)")
+    arm: str = Field(default="ann", description=f"retrieval arm, one of {', '.join(VALID_ARMS)}")
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_CHARS)
+
+    _query_not_blank = field_validator("query")(_not_blank)
+
+    @field_validator("arm")
+    @classmethod
+    def _known_arm(cls, value: str) -> str:
+        if value not in VALID_ARMS:
+            raise ValueError(f"unknown arm {value!r}; valid arms: {', '.join(VALID_ARMS)}")
+        return value
+
+
+class BatchMatchRequest(_Strict):
+    queries: list[MatchRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class AnswerOut(BaseModel):
+    faq_id: str
+    answer: str
+    score: float = Field(description="calibrated probability 0..1")
+
+
+class MatchOut(BaseModel):
+    faq_id: str
+    question: str = Field(description="the FAQ's question variant that matched best")
+    answer: str
+    score: float = Field(description="calibrated probability 0..1")
+
+
+class Timings(BaseModel):
+    encode: float
+    retrieve: float
+    rerank: float
+    total: float
+
+
+class MatchResponse(BaseModel):
+    request_id: str
+    query: str
+    arm: str
+    index_version: str
+    answer: AnswerOut | None
+    matches: list[MatchOut]
+    timings_ms: Timings
+
+
+class BatchMatchResponse(BaseModel):
+    results: list[MatchResponse]
+
+
+# -- /feedback ----------------------------------------------------------------------------------
+class FeedbackRequest(_Strict):
+    request_id: str = Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)
+    correct: bool | None = None
+    faq_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+
+    @model_validator(mode="after")
+    def _something_to_record(self) -> "FeedbackRequest":
+        if self.correct is None and self.faq_id is None:
+            raise ValueError("give `correct` and/or `faq_id`")
+        return self
+
+
+class FeedbackResponse(BaseModel):
+    request_id: str
+    recorded: bool
+
+
+# -- health -------------------------------------------------------------------------------------
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    index_version: str | None = None
+    reason: str | None = None
+
+
+# -- errors -------------------------------------------------------------------------------------
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: list[FieldError] | None = None
+    request_id: str | None = None
+
+
+# -- admin --------------------------------------------------------------------------------------
+def _clean_questions(questions: list[str] | None) -> list[str] | None:
+    if questions is None:
+        return None
+    for i, q in enumerate(questions):
+        if not q.strip():
+            raise ValueError(f"question {i} must not be empty or whitespace only")
+    return questions
+
+
+class FaqCreate(_Strict):
+    faq_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    answer: str = Field(min_length=1, max_length=20_000)
+    questions: list[str] = Field(min_length=1, max_length=500)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+    _faq_id_not_blank = field_validator("faq_id")(_not_blank)
+    _answer_not_blank = field_validator("answer")(_not_blank)
+    _questions_ok = field_validator("questions")(_clean_questions)
+
+
+class FaqReplace(_Strict):
+    """PUT: the whole FAQ except its id."""
+
+    answer: str = Field(min_length=1, max_length=20_000)
+    questions: list[str] = Field(min_length=1, max_length=500)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+    _answer_not_blank = field_validator("answer")(_not_blank)
+    _questions_ok = field_validator("questions")(_clean_questions)
+
+
+class FaqPatch(_Strict):
+    """PATCH: only the given fields change."""
+
+    answer: str | None = Field(default=None, min_length=1, max_length=20_000)
+    questions: list[str] | None = Field(default=None, min_length=1, max_length=500)
+    tags: list[str] | None = Field(default=None, max_length=50)
+
+    _questions_ok = field_validator("questions")(_clean_questions)
+
+    @field_validator("answer")
+    @classmethod
+    def _answer_not_blank(cls, value: str | None) -> str | None:
+        return None if value is None else _not_blank(value)
+
+
+class FaqOutModel(BaseModel):
+    faq_id: str
+    answer: str
+    tags: list[str]
+    questions: list[str]
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class FaqPage(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    items: list[FaqOutModel]
+
+
+class IndexInfo(BaseModel):
+    version: str | None
+    manifest: dict[str, Any] | None
+    delta_size: int | None
+    tombstones: int | None
+    kb_revision: int | None
+    loaded_at: datetime | None
+    reason: str | None = None
+
+
+class ReloadResult(BaseModel):
+    previous_version: str | None
+    version: str | None
+    swapped: bool

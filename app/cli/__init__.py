@@ -1,0 +1,1 @@
+"""The `faq` command line: one module per command group, each exposing `register(subparsers)`."""

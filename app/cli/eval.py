@@ -1,0 +1,49 @@
+"""`faq eval ...`: offline evaluation (`faq eval match`), through the same store/index/matcher as serving."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ev = subparsers.add_parser("eval", help="evaluate matching quality")
+    ev_sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
+    p = ev_sub.add_parser(
+        "match",
+        help="import a KB into a fresh store, build the index, match labelled queries, report metrics",
+        description="Runs the product's own path (FaqStore -> build_index -> Matcher) on a scratch SQLite "
+        "store. The answer threshold is tuned on --dev (max answer F1), else the default threshold is used.",
+    )
+    p.add_argument("--kb", required=True, help="KB file (JSONL/CSV)")
+    p.add_argument("--queries", required=True, help="test queries JSONL {query, faq_id|null}")
+    p.add_argument("--dev", help="dev queries for threshold tuning")
+    p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder (default: settings.encoder)")
+    p.add_argument("--json", required=True, dest="json_out", help="write the full report as JSON here")
+    p.add_argument("--md", dest="md_out", help="also write a Markdown summary here")
+    p.add_argument("--workdir", help="keep the scratch store and index here (default: a temp folder, removed)")
+    p.add_argument("--top-k", type=int, default=10, help="FAQs per query (MRR depth), default 10")
+    p.add_argument("--batch-size", type=int, default=256, help="queries per matcher call, default 256")
+    p.set_defaults(func=cmd_match)
+    ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
+
+
+def cmd_match(args: argparse.Namespace) -> int:
+    from app.evaluate import format_table, run_eval_match, write_report
+    from app.kb_io import KbValidationError
+
+    if args.top_k < 5:
+        print("error: --top-k must be >= 5 (recall@5 is reported)", file=sys.stderr)
+        return 2
+    if args.batch_size < 1:
+        print("error: --batch-size must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        report = run_eval_match(args.kb, args.queries, args.dev, args.model, args.workdir,
+                                top_k=args.top_k, batch_size=args.batch_size)
+    except (KbValidationError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    write_report(report, args.json_out, args.md_out)
+    print(format_table(report))
+    print(f"report written to {args.json_out}" + (f" and {args.md_out}" if args.md_out else ""))
+    return 0

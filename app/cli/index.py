@@ -1,0 +1,139 @@
+"""`faq index ...`: build, list, activate (rollback) and verify index versions.
+
+    faq index build [--encoder SPEC] [--n-trees N] [--search-k K] [--batch-size B]
+    faq index list
+    faq index activate VERSION
+    faq index verify [VERSION]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("index", help="build and manage vector index versions")
+    sub = group.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser(
+        "build", help="encode the KB, build + verify a new Annoy index version and make it current",
+        description="Reads every question variant from the store, encodes them, builds an Annoy (angular) "
+        "index in a staging folder, verifies it (checksum, self-recall@10 vs exact search) and switches "
+        "`current` atomically. A failed or interrupted build leaves `current` unchanged.",
+    )
+    p.add_argument("--encoder", default=None, help="'minilm', 'msem' or an MSEM model folder (default: settings.encoder)")
+    p.add_argument("--n-trees", type=int, default=None, help="Annoy trees (default: settings.ann_n_trees)")
+    p.add_argument("--search-k", type=int, default=None,
+                   help="nodes inspected per query, -1 = Annoy default n_trees*k (default: settings.ann_search_k)")
+    p.add_argument("--batch-size", type=int, default=64, help="encoder batch size (default 64)")
+    p.add_argument("--recall-floor", type=float, default=0.9, help="minimum self-recall@10 for the build to pass")
+    p.add_argument("--no-activate", action="store_true", help="build and verify but leave `current` as it is")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("list", help="list index versions (current marked)")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("activate", help="make VERSION current (rollback); verifies its checksum first")
+    p.add_argument("version")
+    p.set_defaults(func=cmd_activate)
+
+    p = sub.add_parser("verify", help="verify a version: files, checksum, counts, self-recall@10")
+    p.add_argument("version", nargs="?", default=None, help="default: the current version")
+    p.add_argument("--recall-floor", type=float, default=None, help="fail when self-recall@10 is below this")
+    p.set_defaults(func=cmd_verify)
+
+    group.set_defaults(func=lambda args: (group.print_help(), 2)[1])
+
+
+def _registry(settings) -> BuildRegistry:
+    return BuildRegistry(settings.index_dir)
+
+
+def _error(msg: str, code: int = 1) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return code
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+    from app.store import FaqStore
+    from index.build import BuildError, build_index
+    from models.encoder import load_encoder
+
+    settings = get_settings()
+    n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
+    search_k = args.search_k if args.search_k is not None else settings.ann_search_k
+
+    import torch
+
+    torch.set_num_threads(max(1, int(settings.torch_threads)))
+    store = FaqStore.from_settings(settings)
+    encoder = load_encoder(args.encoder or settings.encoder)
+    print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}; "
+          f"n_trees={n_trees} search_k={search_k}")
+    try:
+        manifest = build_index(
+            store, encoder, _registry(settings), n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
+            progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
+            recall_floor=args.recall_floor, activate=not args.no_activate, report=print,
+        )
+    except (BuildError, IndexVerificationError) as exc:
+        return _error(f"{exc} (current index unchanged)")
+    t = manifest["timings"]
+    print(f"built {manifest['version']}: {manifest['n_variants']} variants of {manifest['n_faqs']} FAQs, "
+          f"{manifest['annoy_bytes'] / 1e6:.1f} MB; encode {t['encode_s']:.1f}s "
+          f"({t['encode_sentences_per_s']:.0f} sentences/s), annoy {t['annoy_build_s']:.2f}s, "
+          f"verify {t['verify_s']:.2f}s, total {t['total_s']:.1f}s"
+          + ("" if args.no_activate else "; now current"))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+
+    manifests = _registry(get_settings()).list()
+    if not manifests:
+        print("no index versions yet: run `faq index build`")
+        return 0
+    header = f"  {'VERSION':<24} {'FAQS':>7} {'VARIANTS':>9} {'TREES':>5} {'SEARCH_K':>8} {'RECALL@10':>9}  {'ENCODER':<24} CREATED"
+    print(header)
+    for m in manifests:
+        recall = (m.get("verify") or {}).get("self_recall_at_10")
+        print(f"{'*' if m['current'] else ' '} {m['version']:<24} {m['n_faqs']:>7} {m['n_variants']:>9} "
+              f"{m['n_trees']:>5} {m['search_k']:>8} {'' if recall is None else f'{recall:.4f}':>9}  "
+              f"{m['encoder_id']:<24} {m['created_at']}")
+    return 0
+
+
+def cmd_activate(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+
+    registry = _registry(get_settings())
+    try:
+        registry.activate(args.version)
+    except (UnknownVersion, IndexVerificationError) as exc:
+        return _error(str(exc))
+    print(f"current -> {args.version}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+
+    registry = _registry(get_settings())
+    version = args.version or registry.current()
+    if version is None:
+        return _error("no current index version: run `faq index build` or name a VERSION")
+    try:
+        report = registry.verify(version, recall=True, recall_floor=args.recall_floor)
+    except UnknownVersion as exc:
+        return _error(str(exc))
+    recall = "" if report.self_recall_at_10 is None else f", self-recall@10 {report.self_recall_at_10:.4f}"
+    if report.ok:
+        print(f"{version}: OK ({report.n_items} items, checksum ok{recall})")
+        return 0
+    print(f"{version}: FAILED: " + "; ".join(report.errors), file=sys.stderr)
+    return 1

@@ -1,0 +1,50 @@
+"""Entry point of the `faq` console script.
+
+Each command group lives in its own module with `register(subparsers)`; a command's handler is
+stored as `func` on its parser and receives the parsed args. Handlers return an exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# command group modules, in the order they appear in --help
+GROUPS = ["app.cli.kb", "app.cli.index", "app.cli.serve", "app.cli.db", "app.cli.data", "app.cli.train", "app.cli.eval", "app.cli.demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="faq", description="Semantic FAQ retrieval service")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in GROUPS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a group not written yet must not break the others
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""`faq serve [--host 127.0.0.1] [--port 8000] [--workers 1]`: run the HTTP API with uvicorn.
+
+Settings come from the environment (FAQ_ prefix, see app/settings.py). Each worker process loads its
+own encoder and memory-maps the same Annoy file, so the OS page cache holds one copy of the index.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+APP_PATH = "app.api.main:app"
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--port must be an integer, got {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port must be in 1..65535, got {port}")
+    return port
+
+
+def _workers(value: str) -> int:
+    try:
+        workers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers must be an integer, got {value!r}") from None
+    if not 1 <= workers <= 64:
+        raise argparse.ArgumentTypeError(f"--workers must be in 1..64, got {workers}")
+    return workers
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the HTTP API (POST /match, /admin, /metrics, docs at /docs)",
+        description="Run the FastAPI service with uvicorn. Configure it with FAQ_* environment variables "
+        "(FAQ_DATA_DIR, FAQ_DATABASE_URL, FAQ_ENCODER, FAQ_ADMIN_TOKEN, FAQ_ENCODE_WORKERS, FAQ_TORCH_THREADS, ...). "
+        "Without FAQ_ADMIN_TOKEN the /admin API is not mounted.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--workers", type=_workers, default=1, help="server processes (default 1)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.settings import get_settings
+
+    settings = get_settings()
+    print(
+        f"serving {APP_PATH} on http://{args.host}:{args.port} (workers={args.workers}, encoder={settings.encoder}, "
+        f"data_dir={settings.data_dir}, admin API {'on' if settings.admin_token else 'off: set FAQ_ADMIN_TOKEN'})",
+        file=sys.stderr,
+    )
+    uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level)
+    return 0

@@ -1,0 +1,9 @@
+"""Database layer: SQLAlchemy models (`models`) and engine creation (`session`).
+
+The schema is owned by the Alembic migrations in `migrations/`; `app.store.FaqStore` is the only
+code that should query these tables.
+"""
+from app.db.models import Base, Faq, IndexBuild, KbMeta, QueryLog, QuestionVariant
+from app.db.session import is_sqlite, make_engine
+
+__all__ = ["Base", "Faq", "IndexBuild", "KbMeta", "QueryLog", "QuestionVariant", "is_sqlite", "make_engine"]

@@ -1,0 +1,448 @@
+"""KB and query files, and the one validation used for every way FAQs enter the store.
+
+KB files have one line per question variant:
+  JSONL  {"faq_id": str, "question": str, "answer": str, "tags": [str]}
+  CSV    columns faq_id, question, answer, tags (tags `;`-separated); header row required
+`answer`/`tags` may be given on every line of an FAQ or only once; lines that repeat them must agree.
+Each FAQ mentioned in a file needs an answer somewhere in the file; tags default to [].
+
+Query files (for evaluation): JSONL `{"query": str, "faq_id": str | null}` or CSV with those columns.
+
+Everything that validates a field lives here (`check_record`, `check_faq`, `group_records`) so the
+file importer, `FaqStore.import_records` and the admin CRUD methods accept exactly the same data.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.db.models import MAX_ANSWER_CHARS, MAX_FAQ_ID_CHARS, MAX_QUESTION_CHARS
+
+MAX_TAG_CHARS = 100
+MAX_TAGS = 50
+CSV_TAG_SEPARATOR = ";"
+# KbValidationError's message lists at most this many problems (all are kept in `.errors`).
+MAX_ERRORS_SHOWN = 50
+
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+CSV_SUFFIXES = {".csv"}
+KB_COLUMNS = ["faq_id", "question", "answer", "tags"]
+STDIO = "-"
+
+
+@dataclass(frozen=True)
+class KbRecord:
+    """One question variant of an FAQ; answer/tags are None when not given on this row."""
+
+    faq_id: str
+    question: str
+    answer: str | None = None
+    tags: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """One labelled query: faq_id is the expected FAQ, None when the query should get no answer."""
+
+    query: str
+    faq_id: str | None
+
+
+@dataclass
+class FaqSpec:
+    """Everything an import says about one FAQ (validated, questions de-duplicated in file order)."""
+
+    faq_id: str
+    answer: str
+    tags: list[str]
+    questions: list[str]
+
+
+class KbValidationError(ValueError):
+    """Invalid KB data; `.errors` lists every problem (as `location: reason` for files)."""
+
+    def __init__(self, errors: Sequence[str], source: str | None = None):
+        self.errors = list(errors)
+        self.source = source
+        shown = self.errors[:MAX_ERRORS_SHOWN]
+        lines = [f"{len(self.errors)} invalid {'entry' if len(self.errors) == 1 else 'entries'}"
+                 + (f" in {source}" if source else "") + ":"]
+        lines += [f"  {e}" for e in shown]
+        if len(self.errors) > len(shown):
+            lines.append(f"  ... and {len(self.errors) - len(shown)} more")
+        super().__init__("\n".join(lines))
+
+
+class KbFormatError(KbValidationError):
+    """A KB or query file could not be read; errors are `file:line: reason`."""
+
+
+# ---------------------------------------------------------------- field validation
+
+def normalize_question(question: str) -> str:
+    """Collapse runs of whitespace (incl. newlines) and trim: the form stored and de-duplicated on."""
+    return " ".join(question.split())
+
+
+def _type_name(value: Any) -> str:
+    return {list: "a list", dict: "an object", bool: "a boolean", int: "a number", float: "a number",
+            str: "a string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _check_text(name: str, value: Any, max_chars: int, errors: list[str], required: bool = True) -> str | None:
+    """Validate a string field; appends problems to `errors` and returns the value when valid."""
+    if value is None:
+        if required:
+            errors.append(f"missing {name}")
+        return None
+    if not isinstance(value, str):
+        errors.append(f"{name} must be a string, got {_type_name(value)}")
+        return None
+    if not value.strip():
+        errors.append(f"{name} is empty")
+        return None
+    if len(value) > max_chars:
+        errors.append(f"{name} is longer than {max_chars} characters ({len(value)})")
+        return None
+    return value
+
+
+def check_faq_id(value: Any, errors: list[str]) -> str | None:
+    faq_id = _check_text("faq_id", value, MAX_FAQ_ID_CHARS, errors)
+    return faq_id.strip() if faq_id is not None else None
+
+
+def check_question(value: Any, errors: list[str], name: str = "question") -> str | None:
+    if isinstance(value, str):
+        value = normalize_question(value)
+    return _check_text(name, value, MAX_QUESTION_CHARS, errors)
+
+
+def check_answer(value: Any, errors: list[str], required: bool = True) -> str | None:
+    return _check_text("answer", value, MAX_ANSWER_CHARS, errors, required=required)
+
+
+def check_tags(value: Any, errors: list[str]) -> list[str] | None:
+    """Tags: a list of non-empty strings without `;`; trimmed and de-duplicated in order."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        errors.append(f"tags must be a list of strings, got {_type_name(value)}")
+        return None
+    tags: list[str] = []
+    ok = True
+    for i, tag in enumerate(value):
+        if not isinstance(tag, str):
+            errors.append(f"tags[{i}] must be a string, got {_type_name(tag)}")
+            ok = False
+            continue
+        tag = tag.strip()
+        if not tag:
+            errors.append(f"tags[{i}] is empty")
+            ok = False
+        elif len(tag) > MAX_TAG_CHARS:
+            errors.append(f"tags[{i}] is longer than {MAX_TAG_CHARS} characters ({len(tag)})")
+            ok = False
+        elif CSV_TAG_SEPARATOR in tag:
+            errors.append(f"tags[{i}] must not contain {CSV_TAG_SEPARATOR!r} (the CSV tag separator)")
+            ok = False
+        elif tag not in tags:
+            tags.append(tag)
+    if len(tags) > MAX_TAGS:
+        errors.append(f"too many tags ({len(tags)} > {MAX_TAGS})")
+        ok = False
+    return tags if ok else None
+
+
+def check_record(faq_id: Any, question: Any, answer: Any, tags: Any) -> tuple[KbRecord | None, list[str]]:
+    """Validate one variant row; returns (normalised record, []) or (None, problems)."""
+    # Fast path for the common valid row without tags (imports of 100k rows): the same rules as
+    # the check_* functions below, without their per-field call overhead.
+    if type(faq_id) is str and type(question) is str and tags is None and (answer is None or type(answer) is str):
+        stripped_id = faq_id.strip()
+        normalized = " ".join(question.split())
+        if (stripped_id and normalized and len(faq_id) <= MAX_FAQ_ID_CHARS and len(normalized) <= MAX_QUESTION_CHARS
+                and (answer is None or (len(answer) <= MAX_ANSWER_CHARS and not answer.isspace() and answer))):
+            return KbRecord(stripped_id, normalized, answer, None), []
+    errors: list[str] = []
+    faq_id = check_faq_id(faq_id, errors)
+    question = check_question(question, errors)
+    answer = check_answer(answer, errors, required=False)
+    tags = check_tags(tags, errors)
+    if errors:
+        return None, errors
+    return KbRecord(faq_id=faq_id, question=question, answer=answer, tags=tags), []
+
+
+def check_faq(
+    faq_id: Any, answer: Any, questions: Any, tags: Any, *, partial: bool = False
+) -> tuple[str, str | None, list[str] | None, list[str] | None]:
+    """Validate a whole FAQ as given to the CRUD API; raises KbValidationError listing every problem.
+
+    With `partial=True` (updates) answer/questions/tags may be None, meaning "leave unchanged".
+    Returns (faq_id, answer, questions de-duplicated after normalisation, tags).
+    """
+    errors: list[str] = []
+    faq_id = check_faq_id(faq_id, errors)
+    answer = check_answer(answer, errors, required=not partial)
+    normalized: list[str] | None = None
+    if questions is None:
+        if not partial:
+            errors.append("missing questions")
+    elif isinstance(questions, (str, bytes)) or not isinstance(questions, Iterable):
+        errors.append(f"questions must be a list of strings, got {_type_name(questions)}")
+    else:
+        normalized = []
+        for i, q in enumerate(questions):
+            q = check_question(q, errors, name=f"questions[{i}]")
+            if q is not None and q not in normalized:
+                normalized.append(q)
+        if not normalized and not errors:
+            errors.append("questions must contain at least one question")
+    tags = check_tags(list(tags) if isinstance(tags, tuple) else tags, errors)
+    if errors:
+        raise KbValidationError(errors)
+    return faq_id, answer, normalized, tags
+
+
+def group_records(
+    located: Iterable[tuple[str, KbRecord]], skip_missing_answer: set[str] | frozenset[str] = frozenset()
+) -> tuple[dict[str, FaqSpec], list[tuple[str, str]]]:
+    """Merge validated variant rows into one FaqSpec per faq_id (in order of first appearance).
+
+    `located` pairs each record with its location ("file:line"). Returns the specs and a list of
+    (location, reason) for FAQs without an answer or with conflicting answers/tags. FAQs in
+    `skip_missing_answer` (those with a malformed row, which may have held the answer) are not
+    reported as missing one.
+    """
+    specs: dict[str, dict[str, Any]] = {}
+    problems: list[tuple[str, str]] = []
+    for loc, rec in located:
+        spec = specs.get(rec.faq_id)
+        if spec is None:
+            spec = specs[rec.faq_id] = {"loc": loc, "answer": None, "answer_loc": None,
+                                        "tags": None, "tags_loc": None, "questions": {}}
+        if rec.answer is not None:
+            if spec["answer"] is None:
+                spec["answer"], spec["answer_loc"] = rec.answer, loc
+            elif rec.answer != spec["answer"]:
+                problems.append((loc, f"conflicting answer for faq_id {rec.faq_id!r} "
+                                      f"(differs from the one at {spec['answer_loc']})"))
+        if rec.tags is not None:
+            if spec["tags"] is None:
+                spec["tags"], spec["tags_loc"] = rec.tags, loc
+            elif rec.tags != spec["tags"]:
+                problems.append((loc, f"conflicting tags for faq_id {rec.faq_id!r} "
+                                      f"(differ from the ones at {spec['tags_loc']})"))
+        spec["questions"].setdefault(rec.question, None)
+    result: dict[str, FaqSpec] = {}
+    for faq_id, spec in specs.items():
+        if spec["answer"] is None:
+            if faq_id not in skip_missing_answer:
+                problems.append((spec["loc"], f"faq_id {faq_id!r} has no answer on any row "
+                                              "(give it on at least one of its rows)"))
+            continue
+        result[faq_id] = FaqSpec(faq_id, spec["answer"], spec["tags"] or [], list(spec["questions"]))
+    return result, problems
+
+
+# ---------------------------------------------------------------- reading files
+
+def _kind(path: str | Path) -> str:
+    if str(path) == STDIO:
+        return "jsonl"
+    suffix = Path(path).suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    if suffix in CSV_SUFFIXES:
+        return "csv"
+    raise KbFormatError([f"{path}: unknown file type {suffix or '(no extension)'!r}; use .jsonl or .csv"])
+
+
+def _iter_jsonl(path: str | Path, name: str) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Yields (line number, object, problem) for each non-blank line."""
+    stream = sys.stdin.buffer if str(path) == STDIO else open(path, "rb")
+    try:
+        for line_no, raw in enumerate(stream, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                yield line_no, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                continue
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text.rstrip("\r\n"))  # without the newline, colno points into the line
+            except json.JSONDecodeError as exc:
+                yield line_no, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+                continue
+            if not isinstance(obj, dict):
+                yield line_no, None, f"expected a JSON object, got {_type_name(obj)}"
+                continue
+            yield line_no, obj, None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def _iter_csv(path: str | Path, name: str, required: Sequence[str]) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Yields (line number, row with empty cells as None, problem); line 1 is the header."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        yield 1, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        return
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        yield 1, None, "empty file (a header row is required)"
+        return
+    header = [h.strip() for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        yield 1, None, f"header lacks column(s) {', '.join(missing)} (has: {', '.join(header)})"
+        return
+    end = reader.line_num
+    while True:
+        start = end + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield start, None, f"invalid CSV: {exc}"
+            return
+        end = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) > len(header):
+            yield start, None, f"{len(cells)} fields but the header has {len(header)}"
+            continue
+        row = {h: (c if c.strip() else None) for h, c in zip(header, cells)}
+        yield start, row, None
+
+
+def _iter_rows(path: str | Path, required: Sequence[str]) -> Iterator[tuple[int, dict | None, str | None]]:
+    name = "<stdin>" if str(path) == STDIO else str(path)
+    if _kind(path) == "jsonl":
+        return _iter_jsonl(path, name)
+    return _iter_csv(path, name, required)
+
+
+def _source_name(path: str | Path) -> str:
+    return "<stdin>" if str(path) == STDIO else str(path)
+
+
+def read_kb(path: str | Path) -> list[KbRecord]:
+    """Read and validate a KB file (one record per variant, normalised).
+
+    Raises KbFormatError listing every problem as `file:line: reason`; FileNotFoundError/OSError as is.
+    """
+    name = _source_name(path)
+    is_csv = _kind(path) == "csv"
+    problems: list[tuple[int, str]] = []
+    located: list[tuple[str, KbRecord]] = []
+    line_of: dict[str, int] = {}
+    bad_faq_ids: set[str] = set()
+    for line_no, row, problem in _iter_rows(path, required=["faq_id", "question"]):
+        if problem is not None:
+            problems.append((line_no, problem))
+            continue
+        tags = row.get("tags")
+        if is_csv and tags is not None:
+            tags = [t for t in tags.split(CSV_TAG_SEPARATOR) if t.strip()]
+        record, errors = check_record(row.get("faq_id"), row.get("question"), row.get("answer"), tags)
+        if record is None:
+            problems.extend((line_no, e) for e in errors)
+            if isinstance(row.get("faq_id"), str):
+                bad_faq_ids.add(row["faq_id"].strip())
+            continue
+        loc = f"{name}:{line_no}"
+        line_of[loc] = line_no
+        located.append((loc, record))
+    _, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
+    problems.extend((line_of[loc], reason) for loc, reason in group_problems)
+    if problems:
+        problems.sort(key=lambda p: p[0])
+        raise KbFormatError([f"{name}:{line}: {reason}" for line, reason in problems], source=name)
+    return [rec for _, rec in located]
+
+
+def read_queries(path: str | Path) -> list[QueryRecord]:
+    """Read a query file (JSONL or CSV); raises KbFormatError listing every bad row."""
+    name = _source_name(path)
+    problems: list[str] = []
+    queries: list[QueryRecord] = []
+    for line_no, row, problem in _iter_rows(path, required=["query"]):
+        if problem is not None:
+            problems.append(f"{name}:{line_no}: {problem}")
+            continue
+        errors: list[str] = []
+        query = _check_text("query", row.get("query"), MAX_QUESTION_CHARS, errors)
+        faq_id = check_faq_id(row["faq_id"], errors) if row.get("faq_id") is not None else None
+        if errors:
+            problems.extend(f"{name}:{line_no}: {e}" for e in errors)
+        else:
+            queries.append(QueryRecord(query=query, faq_id=faq_id))
+    if problems:
+        raise KbFormatError(problems, source=name)
+    return queries
+
+
+# ---------------------------------------------------------------- writing files
+
+def write_kb(path: str | Path, records: Iterable[KbRecord]) -> tuple[int, int]:
+    """Write records as JSONL or CSV (by extension; `-` is JSONL on stdout).
+
+    Answer and tags are written on the first line of each FAQ only. The file is written to a
+    temporary name and renamed, so a failed export never leaves a truncated file behind.
+    Returns (number of FAQs, number of variants) written.
+    """
+    kind = _kind(path)
+    if str(path) == STDIO:
+        return _write_records(sys.stdout, kind, records)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            counts = _write_records(fh, kind, records)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return counts
+
+
+def _write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int, int]:
+    seen: set[str] = set()
+    n_variants = 0
+    writer = csv.writer(fh, lineterminator="\n") if kind == "csv" else None
+    if writer is not None:
+        writer.writerow(KB_COLUMNS)
+    for rec in records:
+        first = rec.faq_id not in seen
+        seen.add(rec.faq_id)
+        n_variants += 1
+        if writer is not None:
+            tags = CSV_TAG_SEPARATOR.join(rec.tags or []) if first else ""
+            writer.writerow([rec.faq_id, rec.question, (rec.answer or "") if first else "", tags])
+        else:
+            obj: dict[str, Any] = {"faq_id": rec.faq_id, "question": rec.question}
+            if first:
+                obj["answer"] = rec.answer
+                obj["tags"] = list(rec.tags or [])
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    return len(seen), n_variants

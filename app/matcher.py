@@ -1,0 +1,221 @@
+"""The Matcher: query text -> ranked FAQs with calibrated scores and an answer decision.
+
+This is the one place where retrieval results become what the service answers, so the API
+(`/match`) and the offline evaluation (`faq eval match`) use the same code and measure the same thing.
+
+Steps for a batch of queries:
+1. encode all queries in ONE encoder call (the expensive, CPU-bound part);
+2. retrieve `max(4*top_k, 20)` variants per query from a single Retriever (variants, not FAQs: several
+   variants of one FAQ often crowd the top, so we over-fetch before grouping);
+3. group by faq_id keeping each FAQ's best variant;
+4. turn cosine into a calibrated probability with the build's calibration:
+   p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
+5. answer = the best FAQ when its probability >= threshold, otherwise None.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+#: retrieval depth in variants for a requested number of FAQs
+MIN_RETRIEVE_VARIANTS = 20
+RETRIEVE_FACTOR = 4
+
+
+def retrieve_depth(top_k: int) -> int:
+    """How many variants to fetch so that grouping still leaves `top_k` distinct FAQs."""
+    return max(RETRIEVE_FACTOR * top_k, MIN_RETRIEVE_VARIANTS)
+
+
+class RetrieverLike(Protocol):
+    """The part of `index.retriever.Retriever` the matcher uses."""
+
+    version: str
+    manifest: dict
+    answers: dict[str, tuple[str, list[str]]]
+
+    def search(self, vecs: np.ndarray, k: int) -> list[list[Any]]: ...
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """p(match) = sigmoid(a * cos + b)."""
+
+    a: float
+    b: float
+
+    def probability(self, cosine: float) -> float:
+        z = self.a * cosine + self.b
+        # numerically stable sigmoid (z can be large with a steep calibration)
+        if z >= 0:
+            return float(1.0 / (1.0 + math.exp(-z)))
+        ez = math.exp(z)
+        return float(ez / (1.0 + ez))
+
+
+def calibration_for(manifest: dict | None, encoder: Any = None) -> Calibration:
+    """The build's calibration from its manifest (every build writes one, see index/calibration.py);
+    for a manifest without it, the same prior a build would fall back to (the encoder's matching
+    layer, else the MiniLM-like default)."""
+    cal = (manifest or {}).get("calibration")
+    if isinstance(cal, dict) and cal.get("a") is not None and cal.get("b") is not None:
+        return Calibration(float(cal["a"]), float(cal["b"]))
+    from index.calibration import prior_calibration
+
+    prior = prior_calibration(encoder)
+    return Calibration(prior.a, prior.b)
+
+
+@dataclass(frozen=True)
+class FaqMatch:
+    """One FAQ in a result list: its best-matching variant and the calibrated score."""
+
+    faq_id: str
+    question: str  # the variant that matched best
+    answer: str
+    score: float  # calibrated probability 0..1
+    cosine: float
+
+
+@dataclass(frozen=True)
+class MatchQuery:
+    """One query with its own options (the micro-batcher mixes requests with different options)."""
+
+    query: str
+    top_k: int = 5
+    threshold: float = 0.5
+
+
+@dataclass
+class MatchResult:
+    query: str
+    matches: list[FaqMatch]
+    answer: FaqMatch | None  # best match when its score >= threshold
+    index_version: str
+    timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, total
+
+
+class Matcher:
+    """Encoder + (current) Retriever -> `MatchResult`s.
+
+    `retriever_provider` is either a Retriever or a zero-argument callable returning the current one
+    (the API passes its state's getter so a hot swap is seen by the next call). The retriever is read
+    ONCE per `match` call, so every query of a call is answered by the same index version even if a
+    swap happens meanwhile; callers can also pin one with `retriever=`.
+    """
+
+    def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike):
+        self.encoder = encoder
+        if callable(retriever_provider) and not hasattr(retriever_provider, "search"):
+            self._provider = retriever_provider
+        else:
+            self._provider = lambda: retriever_provider  # a fixed retriever
+
+    def current_retriever(self) -> RetrieverLike | None:
+        return self._provider()
+
+    # -- public API ------------------------------------------------------------------------------
+    def match(
+        self,
+        queries: Sequence[str],
+        top_k: int = 5,
+        threshold: float = 0.5,
+        *,
+        retriever: RetrieverLike | None = None,
+    ) -> list[MatchResult]:
+        """Match `queries` with the same options. See `match_many` for per-query options."""
+        return self.match_many([MatchQuery(q, top_k, threshold) for q in queries], retriever=retriever)
+
+    def match_many(
+        self, requests: Sequence[MatchQuery], *, retriever: RetrieverLike | None = None
+    ) -> list[MatchResult]:
+        """Encode every query in one call and rank each against one retriever."""
+        if not requests:
+            return []
+        retriever = retriever if retriever is not None else self.current_retriever()
+        if retriever is None:
+            raise NoIndexError("no index built: run `faq index build`")
+        t0 = time.perf_counter()
+        vecs = self.encode([r.query for r in requests])
+        encode_ms = (time.perf_counter() - t0) * 1000.0
+        return self.rank(requests, vecs, retriever, encode_ms=encode_ms, started=t0)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def rank(
+        self,
+        requests: Sequence[MatchQuery],
+        vecs: np.ndarray,
+        retriever: RetrieverLike,
+        *,
+        encode_ms: float = 0.0,
+        started: float | None = None,
+    ) -> list[MatchResult]:
+        """Retrieve, group and score already-encoded queries (one search call for all of them)."""
+        started = started if started is not None else time.perf_counter()
+        t1 = time.perf_counter()
+        k = max(retrieve_depth(r.top_k) for r in requests)
+        hits_per_query = retriever.search(vecs, k)
+        retrieve_ms = (time.perf_counter() - t1) * 1000.0
+
+        calibration = calibration_for(retriever.manifest, self.encoder)
+        answers = retriever.answers
+        total_ms = (time.perf_counter() - started) * 1000.0
+        results: list[MatchResult] = []
+        for request, hits in zip(requests, hits_per_query):
+            matches = group_hits(hits, answers, calibration, request.top_k)
+            best = matches[0] if matches else None
+            answer = best if best is not None and best.score >= request.threshold else None
+            results.append(
+                MatchResult(
+                    query=request.query,
+                    matches=matches,
+                    answer=answer,
+                    index_version=str(retriever.version),
+                    timings_ms={
+                        "encode": round(encode_ms, 3),
+                        "retrieve": round(retrieve_ms, 3),
+                        "rerank": 0.0,  # no re-ranker yet
+                        "total": round(total_ms, 3),
+                    },
+                )
+            )
+        return results
+
+
+class NoIndexError(RuntimeError):
+    """No retriever is loaded (no build yet, or the current build could not be loaded)."""
+
+
+def group_hits(
+    hits: Sequence[Any], answers: dict[str, tuple[str, list[str]]], calibration: Calibration, top_k: int
+) -> list[FaqMatch]:
+    """Variant hits (best first) -> at most `top_k` FAQs, one per faq_id with its best variant.
+
+    Hits of FAQs missing from `answers` are skipped: the FAQ was deleted after the retriever's
+    snapshot and must not be served (the tombstones normally hide them already).
+    """
+    best: dict[str, Any] = {}
+    for hit in hits:
+        if hit.faq_id not in answers:
+            continue
+        kept = best.get(hit.faq_id)
+        if kept is None or hit.cosine > kept.cosine:
+            best[hit.faq_id] = hit
+    ranked = sorted(best.values(), key=lambda h: (-h.cosine, h.faq_id))[:top_k]
+    return [
+        FaqMatch(
+            faq_id=h.faq_id,
+            question=h.question,
+            answer=answers[h.faq_id][0],
+            score=calibration.probability(float(h.cosine)),
+            cosine=float(h.cosine),
+        )
+        for h in ranked
+    ]

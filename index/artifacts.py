@@ -1,0 +1,306 @@
+"""`BuildRegistry`: the versioned index folders under `index_dir` and the atomic `current` pointer.
+
+Layout (contract in docs/architecture.md):
+
+    index_dir/
+      20261122T010203Z-a1b2c3/      one finished build ("version"), never modified after it is renamed in
+        annoy.ann                   Annoy angular forest (memory-mapped by servers)
+        ids.npy                     annoy item -> variant_id (int64)
+        vectors.npy                 fp16 copy of the vectors (exact rerank / verification)
+        idmap.jsonl                 {"variant_id", "faq_id", "question"} per annoy item, same order
+        manifest.json               what was built, with which encoder, how it verified, calibration
+      .staging-<version>/           a build in progress; renamed into place only when complete
+      current -> 20261122T010203Z-a1b2c3    symlink, switched with os.replace (atomic on POSIX)
+
+Version names sort by creation time (UTC timestamp) and carry 6 hex digits (random; counting up
+from the latest when two builds start within the same second) so names never collide and the
+newest build always sorts last. A folder only counts as a version when its name has
+that shape and it holds a manifest.json, so an interrupted build can never be mistaken for one.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from index.ann import AnnIndex, self_recall_at_k
+
+ANNOY_FILE = "annoy.ann"
+IDS_FILE = "ids.npy"
+VECTORS_FILE = "vectors.npy"
+IDMAP_FILE = "idmap.jsonl"
+MANIFEST_FILE = "manifest.json"
+CURRENT_LINK = "current"
+STAGING_PREFIX = ".staging-"
+VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+#: staging folders older than this are leftovers of killed builds and are removed by prune()
+STALE_STAGING_SECONDS = 24 * 3600
+
+
+class IndexVerificationError(Exception):
+    """A build folder is incomplete, corrupted or does not meet the recall floor."""
+
+
+class UnknownVersion(LookupError):
+    """No finished build with that version name exists."""
+
+
+def new_version(now: datetime | None = None) -> str:
+    """A sortable, unique version name such as `20261122T010203Z-a1b2c3`."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class VerifyReport:
+    version: str
+    ok: bool
+    checksum_ok: bool
+    n_items: int
+    self_recall_at_10: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class BuildRegistry:
+    """The versions stored under one index directory."""
+
+    def __init__(self, index_dir: str | Path):
+        self.index_dir = Path(index_dir)
+
+    # --- naming and paths -------------------------------------------------------------------------
+    def path(self, version: str) -> Path:
+        if not VERSION_RE.match(version):
+            raise UnknownVersion(f"not a version name: {version!r} (expected e.g. 20261122T010203Z-a1b2c3)")
+        return self.index_dir / version
+
+    def new_version(self, now: datetime | None = None) -> str:
+        """A new version name that sorts after every existing (or staging) version, even when two
+        builds start within the same second: then the hex part counts up from the latest one."""
+        version = new_version(now)
+        stamp = version.split("-")[0]
+        same_second = sorted(
+            name for name in (p.name.removeprefix(STAGING_PREFIX) for p in self.index_dir.glob(f"*{stamp}-*"))
+            if VERSION_RE.match(name)
+        ) if self.index_dir.is_dir() else []
+        if same_second:
+            latest_hex = int(same_second[-1].split("-")[1], 16)
+            if latest_hex >= 0xFFFFFF:
+                raise RuntimeError(f"too many builds within {stamp}")
+            version = f"{stamp}-{latest_hex + 1:06x}"
+        return version
+
+    def staging_path(self, version: str) -> Path:
+        return self.index_dir / f"{STAGING_PREFIX}{version}"
+
+    def create_staging(self, version: str) -> Path:
+        """An empty folder to write a build into; `commit` renames it into place."""
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        staging = self.staging_path(version)
+        staging.mkdir()
+        return staging
+
+    def commit(self, staging: Path, version: str) -> Path:
+        """Atomically turn a complete staging folder into a version (rename within one filesystem)."""
+        if not (staging / MANIFEST_FILE).is_file():
+            raise IndexVerificationError(f"{staging}: no {MANIFEST_FILE}, refusing to commit an incomplete build")
+        final = self.path(version)
+        os.rename(staging, final)
+        _fsync_dir(self.index_dir)
+        return final
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise pointer switches and pruning between concurrent processes (advisory flock)."""
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.index_dir / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # --- reading ---------------------------------------------------------------------------------
+    def versions(self) -> list[str]:
+        """Finished versions, oldest first."""
+        if not self.index_dir.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.index_dir.iterdir()
+            if VERSION_RE.match(p.name) and p.is_dir() and (p / MANIFEST_FILE).is_file()
+        )
+
+    def read_manifest(self, version: str) -> dict:
+        path = self.path(version) / MANIFEST_FILE
+        if not path.is_file():
+            raise UnknownVersion(f"no finished build {version!r} in {self.index_dir}")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def list(self) -> list[dict]:
+        """Manifests of all versions, oldest first, each with `current: bool` added."""
+        current = self.current()
+        out = []
+        for version in self.versions():
+            manifest = self.read_manifest(version)
+            manifest["current"] = version == current
+            out.append(manifest)
+        return out
+
+    def current(self) -> str | None:
+        """The version `current` points at, or None before the first build."""
+        link = self.index_dir / CURRENT_LINK
+        if not link.is_symlink():
+            return None
+        version = Path(os.readlink(link)).name
+        return version if (self.index_dir / version / MANIFEST_FILE).is_file() else None
+
+    def current_dir(self) -> Path | None:
+        version = self.current()
+        return self.path(version) if version else None
+
+    # --- switching ---------------------------------------------------------------------------------
+    def activate(self, version: str, verify: bool = True) -> dict:
+        """Point `current` at `version` (rollback or roll forward). The checksum is verified first so a
+        corrupted folder is never made current. Returns its manifest."""
+        manifest = self.read_manifest(version)
+        if verify:
+            report = self.verify(version, recall=False)
+            if not report.ok:
+                raise IndexVerificationError(f"{version}: " + "; ".join(report.errors))
+        with self.lock():
+            self._switch_current(version)
+        return manifest
+
+    def _switch_current(self, version: str) -> None:
+        # A relative target keeps the folder relocatable. Creating a temp link and renaming it over
+        # `current` is atomic: readers see either the old or the new version, never a missing link.
+        tmp = self.index_dir / f".{CURRENT_LINK}.tmp-{secrets.token_hex(4)}"
+        os.symlink(version, tmp)
+        try:
+            os.replace(tmp, self.index_dir / CURRENT_LINK)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.index_dir)
+
+    def prune(self, keep: int) -> list[str]:
+        """Delete all but the newest `keep` versions; the current version is always kept (on top of
+        `keep` if it is older). Also removes staging folders of builds killed long ago.
+        Returns the deleted version names."""
+        if keep < 1:
+            raise ValueError(f"keep_versions must be >= 1, got {keep}")
+        deleted = []
+        with self.lock():
+            current = self.current()
+            versions = self.versions()
+            for version in versions[: max(0, len(versions) - keep)]:
+                if version == current:
+                    continue
+                shutil.rmtree(self.path(version), ignore_errors=True)
+                deleted.append(version)
+            now = time.time()
+            for p in self.index_dir.glob(f"{STAGING_PREFIX}*"):
+                if now - p.stat().st_mtime > STALE_STAGING_SECONDS:
+                    shutil.rmtree(p, ignore_errors=True)
+        return deleted
+
+    # --- verification -------------------------------------------------------------------------
+    def verify(self, version: str, recall: bool = True, sample: int = 1000, recall_floor: float | None = None) -> VerifyReport:
+        """Check a finished version: files present, checksum, the index loads, counts match and
+        (if `recall`) self-recall@10 against exact search over the stored vectors."""
+        if not (self.path(version) / MANIFEST_FILE).is_file():
+            raise UnknownVersion(f"no finished build {version!r} in {self.index_dir}")
+        return verify_build_dir(self.path(version), recall=recall, sample=sample, recall_floor=recall_floor)
+
+
+def verify_build_dir(
+    build_dir: Path, recall: bool = True, sample: int = 1000, recall_floor: float | None = None
+) -> VerifyReport:
+    """Verification shared by the build job (on the staging folder) and `faq index verify`."""
+    build_dir = Path(build_dir)
+    version = build_dir.name.removeprefix(STAGING_PREFIX)
+    report = VerifyReport(version=version, ok=False, checksum_ok=False, n_items=0)
+    manifest_path = build_dir / MANIFEST_FILE
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        report.errors.append(f"{MANIFEST_FILE}: {exc}")
+        return report
+    for name in (ANNOY_FILE, IDS_FILE, VECTORS_FILE, IDMAP_FILE):
+        if not (build_dir / name).is_file():
+            report.errors.append(f"missing {name}")
+    if report.errors:
+        return report
+    report.checksum_ok = sha256_file(build_dir / ANNOY_FILE) == manifest.get("checksum")
+    if not report.checksum_ok:
+        report.errors.append(f"{ANNOY_FILE}: sha256 does not match the manifest checksum")
+        return report
+    dim = int(manifest["dim"])
+    index = AnnIndex.load(build_dir / ANNOY_FILE, dim)
+    try:
+        report.n_items = index.n_items
+        ids = np.load(build_dir / IDS_FILE)
+        vectors = np.load(build_dir / VECTORS_FILE, mmap_mode="r")
+        expected = int(manifest["n_variants"])
+        for what, n in (("annoy items", index.n_items), (IDS_FILE, len(ids)), (VECTORS_FILE, len(vectors))):
+            if n != expected:
+                report.errors.append(f"{what}: {n} entries, manifest says n_variants={expected}")
+        if vectors.ndim != 2 or vectors.shape[1] != dim:
+            report.errors.append(f"{VECTORS_FILE}: shape {vectors.shape}, manifest says dim={dim}")
+        if recall and not report.errors:
+            report.self_recall_at_10 = self_recall_at_k(
+                index, np.asarray(vectors, dtype=np.float32), k=10, search_k=int(manifest.get("search_k", -1)),
+                sample=sample,
+            )
+            if recall_floor is not None and report.self_recall_at_10 < recall_floor:
+                report.errors.append(
+                    f"self-recall@10 {report.self_recall_at_10:.4f} is below the floor {recall_floor} "
+                    f"(n_trees={manifest.get('n_trees')}, search_k={manifest.get('search_k')}): raise them"
+                )
+    finally:
+        index.unload()
+    report.ok = not report.errors
+    return report
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename/symlink durable across a crash (best effort: not every filesystem allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

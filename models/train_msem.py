@@ -1,0 +1,765 @@
+"""MSEM multi-task training (`faq train msem`).
+
+Loss per batch of pairs (q1, q2, y), u = MSEM(q1), v = MSEM(q2):
+
+    L = λ · BCE(σ(γ (cos(u, v) - α)), y) + (1 - λ) · (CE(W u + b, c(q1)) + CE(W v + b, c(q2))) / 2
+
+with the shared intent head W, b over the paraphrase-graph classes (models/pairs.py); with
+`use_multitask=False` (or no intent head) only the matching term is used.
+
+Data per epoch (resampled every epoch, models/pairs.py `KbPairSampler`): for every KB question one
+positive (another variant of its FAQ), one random negative, one hard negative (a near question of
+another FAQ: BM25 neighbours before the model has learned anything, the current model's cosine
+neighbours afterwards, refreshed every `hard_refresh_every` epochs), plus the labelled pairs of
+`--pairs` (minus a held-out slice when that slice is the dev set).
+
+Schedule (paper): Adam lr 4e-4, batch 200; when the dev metric stops improving (`patience_switch`
+epochs), switch once to SGD lr 1e-3 and continue from the current weights; after the switch stop
+when it has not improved for `patience` epochs. Dev metric:
+- `--dev QUERIES.jsonl`: top-1 accuracy of exact nearest-KB-question retrieval by cosine over the
+  in-scope queries (what the service does, minus Annoy's approximation);
+- else pair accuracy (ŷ >= 0.5 <=> y = 1) on held-out pairs: a seeded slice of `--pairs`, or, with
+  a KB only, pairs anchored on a seeded 10% of the KB questions held out from training.
+
+Output folder: the best model as an MsemEncoder folder (config.json, model.safetensors, vocab),
+`training.json` (command, data, configs, per-epoch metrics), `README.md`, and `checkpoint.pt` +
+`checkpoint_text/` after every epoch (model, optimiser, scaler, epoch, RNG states, best metric,
+schedule state) so `--resume` continues where it stopped. Ctrl-C saves a checkpoint first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import shlex
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from models.msem import MSEM, MsemConfig
+from models.msem_encoder import MsemEncoder
+from models.pairs import (
+    IntentClasses,
+    KbPairSampler,
+    LexicalIndex,
+    Pair,
+    build_intent_classes,
+    encoder_neighbours,
+    kb_groups,
+    lexical_neighbours,
+    split_pairs,
+)
+from models.text import PAD_ID, TextEncoder, split_compound, tokenize
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_TEXT_DIR = "checkpoint_text"
+TRAINING_FILE = "training.json"
+#: fields of MsemConfig that shape the weights; `--init` keeps the loaded model's values for them
+ARCHITECTURE_FIELDS = {
+    "word_dim", "char_dim", "char_filters", "char_kernel", "max_word_len", "hidden", "heads", "max_len",
+    "ffn_dim", "pool_heads_r", "pool_da", "highway_layers", "out_dim", "use_aru", "aru_as_mha", "pooling",
+    "use_highway", "use_char",
+}
+
+
+class TrainError(ValueError):
+    """Bad training input (empty data, unknown config field, incompatible checkpoint)."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 20
+    batch_size: int = 200  # paper
+    lr: float = 4e-4  # paper: Adam
+    sgd_lr: float = 1e-3  # paper: SGD after the dev metric stalls
+    patience_switch: int = 1  # ours: stalled epochs before Adam -> SGD
+    patience: int = 2  # ours: stalled epochs after the switch before stopping early
+    seed: int = 0
+    max_minutes: float | None = None  # wall-clock budget; the epoch in progress ends early
+    positives: int = 1  # per KB question per epoch
+    random_negatives: int = 1
+    hard_negatives: int = 1
+    hard_pool: int = 5  # hard negative drawn from this many nearest other-FAQ questions
+    hard_k: int = 20  # neighbours kept per question when mining
+    hard_refresh_every: int = 1  # epochs between re-mining hard negatives with the current model
+    holdout: float = 0.1  # share held out for the pair-accuracy dev metric (when no --dev)
+    grad_clip: float = 5.0  # ours: global norm clip, keeps the GRU stable under SGD
+    eval_batch_size: int = 512
+    min_delta: float = 1e-4  # an improvement smaller than this counts as no improvement
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "patience_switch", "patience", "hard_pool", "hard_k",
+                     "hard_refresh_every", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "sgd_lr"):
+            if not getattr(self, name) > 0:
+                raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise TrainError(f"max_minutes must be > 0, got {self.max_minutes}")
+        if not 0.0 <= self.holdout < 1.0:
+            raise TrainError(f"holdout must be in [0, 1), got {self.holdout}")
+
+
+@dataclass
+class TrainData:
+    """Everything the loop trains and evaluates on (built once, deterministic for a seed)."""
+
+    groups: dict[str, list[str]]  # faq_id -> training questions (KB minus held-out anchors)
+    file_pairs: list[Pair]  # labelled training pairs from --pairs
+    dev_queries: list[tuple[str, str | None]] | None  # (query, faq_id) when --dev
+    dev_pairs: list[Pair] | None  # held-out pairs when no --dev
+    classes: IntentClasses
+    describe: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def prepare_data(
+    records: Sequence[Any],
+    pairs: Sequence[Pair],
+    dev_queries: Sequence[Any] | None,
+    cfg: TrainConfig,
+) -> TrainData:
+    """KB records (faq_id, question), labelled pairs and optional dev queries -> TrainData."""
+    groups = kb_groups(records)
+    if not groups and not pairs:
+        raise TrainError("nothing to train on: the KB is empty and no --pairs were given")
+    if groups and len(groups) < 2:
+        raise TrainError("the KB needs at least 2 FAQs (negatives come from other FAQs)")
+    dev_pairs: list[Pair] | None = None
+    file_pairs = list(pairs)
+    held_out_questions = 0
+    if dev_queries is None and cfg.holdout > 0:
+        if file_pairs:
+            file_pairs, dev_pairs = split_pairs(file_pairs, cfg.holdout, cfg.seed)
+        else:
+            groups, dev_pairs, held_out_questions = _hold_out_kb_pairs(groups, cfg.holdout, cfg.seed)
+    classes = build_intent_classes(groups, file_pairs)
+    dq = [(q.query, q.faq_id) for q in dev_queries] if dev_queries is not None else None
+    if dq is not None and not any(f is not None for _, f in dq):
+        raise TrainError("--dev has no in-scope queries (every faq_id is null): nothing to measure")
+    describe = {
+        "faqs": len(groups),
+        "kb_questions": sum(len(q) for q in groups.values()),
+        "file_pairs": len(file_pairs),
+        "file_pairs_positive": sum(p.label for p in file_pairs),
+        "dev_queries": len(dq) if dq is not None else 0,
+        "dev_in_scope": sum(f is not None for _, f in dq) if dq is not None else 0,
+        "dev_pairs": len(dev_pairs) if dev_pairs is not None else 0,
+        "kb_questions_held_out": held_out_questions,
+        "intent_classes": classes.n_classes,
+        "intent_other_questions": classes.sizes()[0] if classes.n_classes else 0,
+    }
+    return TrainData(groups, file_pairs, dq, dev_pairs, classes, describe)
+
+
+def _hold_out_kb_pairs(
+    groups: dict[str, list[str]], share: float, seed: int
+) -> tuple[dict[str, list[str]], list[Pair], int]:
+    """Hold out a seeded `share` of questions of FAQs with >= 3 variants (each keeps >= 2) and build
+    dev pairs anchored on them: one positive, one random and one lexically hard negative each."""
+    rng = random.Random(seed + 7919)
+    kept: dict[str, list[str]] = {}
+    held: list[tuple[str, str]] = []  # (question, faq_id)
+    for faq_id, qs in groups.items():
+        qs = list(qs)
+        n_hold = min(len(qs) - 2, round(len(qs) * share)) if len(qs) >= 3 else 0
+        picked = set(rng.sample(range(len(qs)), n_hold)) if n_hold > 0 else set()
+        held += [(qs[i], faq_id) for i in sorted(picked)]
+        kept[faq_id] = [q for i, q in enumerate(qs) if i not in picked]
+    if not held:
+        return kept, [], 0
+    all_questions = [q for qs in kept.values() for q in qs]
+    faq_of = [f for f, qs in kept.items() for _ in qs]
+    # lexical neighbours of each held-out question among the kept ones
+    index = LexicalIndex(all_questions + [q for q, _ in held])
+    nearest = index.nearest(10)
+    pairs: list[Pair] = []
+    for h, (question, faq_id) in enumerate(held):
+        pairs.append(Pair(question, rng.choice(kept[faq_id]), 1))
+        other = _random_other(faq_of, faq_id, rng)
+        pairs.append(Pair(question, all_questions[other], 0))
+        hard = [int(j) for j in nearest[len(all_questions) + h] if j < len(all_questions) and faq_of[j] != faq_id]
+        pairs.append(Pair(question, all_questions[hard[0] if hard else _random_other(faq_of, faq_id, rng)], 0))
+    return kept, pairs, len(held)
+
+
+def _random_other(faq_of: Sequence[str], faq_id: str, rng: random.Random) -> int:
+    """A random index whose FAQ differs from `faq_id` (the KB has >= 2 FAQs)."""
+    while True:
+        i = rng.randrange(len(faq_of))
+        if faq_of[i] != faq_id:
+            return i
+
+
+# ---------------------------------------------------------------------------------------------
+# model setup
+
+
+def parse_config_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """--config: a JSON object literal or a path to a JSON file -> dict of MsemConfig fields."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        overrides = dict(value)
+    else:
+        text = value
+        if not value.lstrip().startswith("{"):
+            path = Path(value)
+            if not path.is_file():
+                raise TrainError(f"--config {value!r}: neither a JSON object nor an existing file")
+            text = path.read_text(encoding="utf-8")
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TrainError(f"--config: invalid JSON ({exc})") from exc
+        if not isinstance(overrides, dict):
+            raise TrainError("--config must be a JSON object of MsemConfig fields")
+    unknown = sorted(set(overrides) - MsemConfig.field_names())
+    if unknown:
+        raise TrainError(f"--config: unknown MsemConfig fields {unknown}")
+    return overrides
+
+
+def extend_vocabulary(
+    encoder: MsemEncoder,
+    texts: Sequence[str],
+    config_updates: Mapping[str, Any],
+    glove: Any = None,
+    min_count: int = 2,
+) -> tuple[MsemEncoder, dict[str, int]]:
+    """A copy of `encoder` whose vocabularies also hold the new words/characters of `texts` (GloVe
+    words get their GloVe vector, other words seen `min_count` times a random learned one) and
+    whose config has `config_updates` applied (n_intents: the intent head is re-created).
+
+    Word ids are rearranged ([<pad>, <unk>, old learned, new learned, old GloVe, new GloVe]) because
+    learned ids must precede GloVe ids; the embedding rows move with them, so old words keep their
+    vectors. All other weights are copied unchanged.
+    """
+    from models.glove import load_glove
+
+    glove = glove if glove is not None else load_glove()
+    old_text, old_model = encoder.text, encoder.model
+    old_cfg = old_model.config
+    known = old_text.word_to_id
+    glove_index = glove.index
+    counts: Counter[str] = Counter()
+    char_counts: Counter[str] = Counter()
+    for text in texts:
+        for token in tokenize(text):
+            pieces = [token] if (token in known or token in glove_index) else split_compound(token)
+            counts.update(pieces)
+            for piece in pieces:
+                char_counts.update(piece[: old_text.max_word_len])
+    new_words = [w for w, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if w not in known]
+    new_learned = [w for w in new_words if w not in glove_index and counts[w] >= min_count]
+    new_glove = [w for w in new_words if w in glove_index]
+    new_chars = sorted((c for c in char_counts if c not in old_text.char_to_id), key=lambda c: (-char_counts[c], c))
+
+    n_old_learned = old_text.n_learned_words
+    old_learned_words = old_text.word_vocab[:n_old_learned]
+    old_glove_words = old_text.word_vocab[n_old_learned:]
+    word_vocab = [*old_learned_words, *new_learned, *old_glove_words, *new_glove]
+    char_vocab = [*old_text.char_vocab, *new_chars]
+    text = TextEncoder(word_vocab, char_vocab, n_learned_words=n_old_learned + len(new_learned),
+                       max_word_len=old_text.max_word_len)
+
+    with torch.no_grad():
+        old_vectors = torch.cat([old_model.embed.word_learned.detach().cpu(),
+                                 old_model.embed.word_pretrained.detach().cpu()])
+        std = float(old_vectors[n_old_learned:].std()) if len(old_glove_words) > 1 else 0.1
+        learned_init = torch.randn(len(new_learned), old_cfg.word_dim) * std
+        glove_rows, _ = glove.lookup(new_glove) if new_glove else (np.zeros((0, old_cfg.word_dim), np.float32), None)
+        vectors = torch.cat([
+            old_vectors[:n_old_learned], learned_init, old_vectors[n_old_learned:],
+            torch.from_numpy(np.asarray(glove_rows, dtype=np.float32)),
+        ])
+    bad_arch = sorted(k for k, v in config_updates.items() if k in ARCHITECTURE_FIELDS and getattr(old_cfg, k) != v)
+    if bad_arch:
+        raise TrainError(f"--config cannot change architecture fields of an --init model: {bad_arch}")
+    cfg = dataclasses.replace(
+        old_cfg,
+        word_vocab_size=len(word_vocab),
+        char_vocab_size=len(char_vocab),
+        n_learned_words=text.n_learned_words,
+        **dict(config_updates),
+    )
+    model = MSEM(cfg, vectors)
+    state = {k: v for k, v in old_model.state_dict().items()
+             if not k.startswith(("embed.word_", "intent_head."))}
+    old_chars = state.pop("embed.chars.embed.weight", None)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed_missing = {"embed.word_learned", "embed.word_pretrained", "embed.chars.embed.weight",
+                       "intent_head.weight", "intent_head.bias"}
+    if unexpected or set(missing) - allowed_missing:
+        raise TrainError(f"--init weights do not fit: missing {sorted(set(missing) - allowed_missing)}, "
+                         f"unexpected {unexpected}")
+    if old_chars is not None and model.embed.chars is not None:
+        with torch.no_grad():
+            model.embed.chars.embed.weight[: old_chars.shape[0]] = old_chars
+    stats = {"new_learned_words": len(new_learned), "new_glove_words": len(new_glove), "new_chars": len(new_chars)}
+    return MsemEncoder(model, text, device=encoder.device, name=encoder.name), stats
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _make_optimizer(kind: str, params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
+    return torch.optim.SGD(params, lr=cfg.sgd_lr)
+
+
+class Trainer:
+    """One training run. `run()` returns the summary written to training.json."""
+
+    def __init__(
+        self,
+        data: TrainData,
+        out_dir: str | Path,
+        cfg: TrainConfig,
+        config_overrides: Mapping[str, Any] | None = None,
+        init_dir: str | Path | None = None,
+        resume: bool = False,
+        device: str | None = None,
+        command: str | None = None,
+        sources: Mapping[str, Any] | None = None,
+        glove: Any = None,
+    ):
+        cfg.validate()
+        self.data, self.cfg = data, cfg
+        self.out = Path(out_dir)
+        self.overrides = dict(config_overrides or {})
+        self.init_dir = str(init_dir) if init_dir else None
+        self.command = command or " ".join(shlex.quote(a) for a in sys.argv)
+        self.sources = dict(sources or {})
+        self.history: list[dict] = []
+        self.epoch = 0  # completed epochs
+        self.best_metric = -math.inf
+        self.best_epoch = 0
+        self.bad_epochs = 0
+        self.optimizer_kind = "adam"
+        self.stop_reason: str | None = None
+        self.vocab_stats: dict[str, int] = {}
+        self.out.mkdir(parents=True, exist_ok=True)
+        _seed_everything(cfg.seed)
+
+        intents = {"n_intents": data.classes.n_classes if data.classes.n_classes > 1 else 0}
+        checkpoint = None
+        if resume:
+            path = self.out / CHECKPOINT_FILE
+            if not path.is_file():
+                raise TrainError(f"--resume: no checkpoint at {path}")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+            text = TextEncoder.load(self.out / CHECKPOINT_TEXT_DIR)
+            model = MSEM(MsemConfig(**checkpoint["model_config"]))
+            model.load_state_dict(checkpoint["model"])
+            if model.config.n_intents != intents["n_intents"]:
+                raise TrainError(
+                    f"--resume: the checkpoint has {model.config.n_intents} intent classes but the data gives "
+                    f"{intents['n_intents']}: resume with the same data and seed"
+                )
+            self.encoder = MsemEncoder(model, text, device=device, name=self.out.resolve().name)
+        elif init_dir:
+            base = MsemEncoder.load(init_dir, device=device)
+            self.encoder, self.vocab_stats = extend_vocabulary(
+                base, self._all_texts(), {**self.overrides, **intents}, glove=glove
+            )
+        else:
+            self.encoder = MsemEncoder.create(
+                {**self.overrides, **intents}, self._all_texts(), device=device, glove=glove, seed=cfg.seed
+            )
+        self.model: MSEM = self.encoder.model
+        self.device = self.encoder.device
+        self.use_amp = str(self.device).startswith("cuda")
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = _make_optimizer("adam", self.params, cfg)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+
+        self.sampler = KbPairSampler(
+            data.groups, positives=cfg.positives, random_negatives=cfg.random_negatives,
+            hard_negatives=cfg.hard_negatives, hard_pool=cfg.hard_pool,
+        ) if data.groups else None
+        self._tokens: dict[str, list[str]] = {}
+        self.kb_questions = [q for qs in data.groups.values() for q in qs]
+        self.kb_faq_ids = [f for f, qs in data.groups.items() for _ in qs]
+
+    # ---- helpers ----------------------------------------------------------------------------------
+    def _all_texts(self) -> list[str]:
+        texts = [q for qs in self.data.groups.values() for q in qs]
+        for p in self.data.file_pairs:
+            texts += [p.q1, p.q2]
+        return texts
+
+    def _batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        max_len = self.model.config.max_len
+        token_lists = []
+        for t in texts:
+            toks = self._tokens.get(t)
+            if toks is None:
+                toks = self._tokens[t] = self.encoder.text.tokens(t)[:max_len]
+            token_lists.append(toks)
+        w, c, m = self.encoder.text.batch_tokens(token_lists)
+        nb = self.device != "cpu"
+        return w.to(self.device, non_blocking=nb), c.to(self.device, non_blocking=nb), m.to(self.device, non_blocking=nb)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encoder.encode(list(texts), batch_size=self.cfg.eval_batch_size)
+
+    def _restore(self, ck: dict) -> None:
+        self.optimizer_kind = ck["optimizer_kind"]
+        self.optimizer = _make_optimizer(self.optimizer_kind, self.params, self.cfg)
+        self.optimizer.load_state_dict(ck["optimizer"])
+        if ck.get("scaler") and self.use_amp:
+            self.scaler.load_state_dict(ck["scaler"])
+        self.epoch = ck["epoch"]
+        self.best_metric = ck["best_metric"]
+        self.best_epoch = ck["best_epoch"]
+        self.bad_epochs = ck["bad_epochs"]
+        self.history = ck["history"]
+        self.vocab_stats = ck.get("vocab_stats", {})
+        _set_rng_state(ck["rng"])
+
+    def save_checkpoint(self) -> None:
+        """checkpoint.pt (+ checkpoint_text/ vocabulary), written atomically."""
+        self.encoder.text.save(self.out / CHECKPOINT_TEXT_DIR)
+        ck = {
+            "model": self.model.state_dict(),
+            "model_config": dataclasses.asdict(self.model.config),
+            "optimizer": self.optimizer.state_dict(),
+            "optimizer_kind": self.optimizer_kind,
+            "scaler": self.scaler.state_dict() if self.use_amp else None,
+            "epoch": self.epoch,
+            "best_metric": self.best_metric,
+            "best_epoch": self.best_epoch,
+            "bad_epochs": self.bad_epochs,
+            "history": self.history,
+            "vocab_stats": self.vocab_stats,
+            "rng": _rng_state(),
+            "train_config": dataclasses.asdict(self.cfg),
+        }
+        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
+        torch.save(ck, tmp)
+        os.replace(tmp, self.out / CHECKPOINT_FILE)
+
+    # ---- pairs ------------------------------------------------------------------------------------
+    def epoch_pairs(self, epoch: int) -> tuple[list[Pair], str]:
+        """This epoch's pairs (KB sample + file pairs, shuffled) and where hard negatives came from."""
+        rng = random.Random(self.cfg.seed * 1_000_003 + epoch)
+        source = "none"
+        pairs: list[Pair] = []
+        if self.sampler is not None:
+            if self.cfg.hard_negatives > 0:
+                if epoch == 0 and self.init_dir is None:
+                    # an untrained encoder's neighbours are noise: start from lexical (BM25) neighbours
+                    self.sampler.set_neighbours(lexical_neighbours(self.cfg.hard_k))
+                    source = "bm25"
+                elif epoch % self.cfg.hard_refresh_every == 0 or self.sampler.neighbours is None:
+                    self.sampler.set_neighbours(encoder_neighbours(self._encode, self.cfg.hard_k))
+                    source = "model"
+                else:
+                    source = "model (previous)"
+            pairs = self.sampler.sample(rng)
+        pairs = pairs + self.data.file_pairs
+        rng.shuffle(pairs)
+        return pairs, source
+
+    # ---- metrics ----------------------------------------------------------------------------------
+    def dev_metric(self) -> tuple[str, float]:
+        if self.data.dev_queries is not None:
+            scoped = [(q, f) for q, f in self.data.dev_queries if f is not None]
+            kb = self._encode(self.kb_questions)
+            queries = self._encode([q for q, _ in scoped])
+            nearest = np.empty(len(queries), dtype=np.int64)
+            for start in range(0, len(queries), 2048):  # chunked exact search
+                nearest[start : start + 2048] = np.argmax(queries[start : start + 2048] @ kb.T, axis=1)
+            hits = sum(self.kb_faq_ids[j] == f for j, (_, f) in zip(nearest.tolist(), scoped))
+            return "dev_top1", hits / len(scoped)
+        if self.data.dev_pairs:
+            return "dev_pair_accuracy", self.pair_accuracy(self.data.dev_pairs)
+        return "train_loss", float("nan")
+
+    def pair_accuracy(self, pairs: Sequence[Pair]) -> float:
+        u = self._encode([p.q1 for p in pairs])
+        v = self._encode([p.q2 for p in pairs])
+        cos = np.sum(u * v, axis=1)
+        cfg = self.model.config
+        prob = 1.0 / (1.0 + np.exp(-cfg.gamma * (cos - cfg.alpha)))
+        labels = np.array([p.label for p in pairs])
+        return float(np.mean((prob >= 0.5) == (labels == 1)))
+
+    # ---- training -----------------------------------------------------------------------------------
+    def train_epoch(self, pairs: list[Pair], deadline: float | None) -> dict:
+        from tqdm import tqdm
+
+        cfg, model = self.cfg, self.model
+        mc = model.config
+        multitask = model.intent_head is not None and mc.use_multitask and mc.lambda_ < 1.0
+        lam = mc.lambda_ if multitask else 1.0
+        classes = self.data.classes
+        model.train()
+        sums = Counter()
+        n_done, n_batches, partial = 0, 0, False
+        t0 = time.perf_counter()
+        bar = tqdm(total=len(pairs), unit="pair", desc=f"epoch {self.epoch + 1}", file=sys.stderr,
+                   leave=False, mininterval=1.0)
+        try:
+            for start in range(0, len(pairs), cfg.batch_size):
+                if deadline is not None and time.monotonic() > deadline:
+                    partial = True
+                    break
+                batch = pairs[start : start + cfg.batch_size]
+                n = len(batch)
+                w, c, m = self._batch([p.q1 for p in batch] + [p.q2 for p in batch])
+                y = torch.tensor([float(p.label) for p in batch], device=self.device)
+                with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=self.use_amp):
+                    sent = model(w, c, m)
+                sent = sent.float()  # losses in fp32: the cosine and BCE are sensitive at gamma ~ 10
+                u, v = sent[:n], sent[n:]
+                cos = F.cosine_similarity(u, v, dim=-1, eps=1e-8)
+                match_loss = F.binary_cross_entropy_with_logits(mc.gamma * (cos - mc.alpha), y)
+                loss = lam * match_loss
+                if multitask:
+                    labels = torch.tensor([classes.class_of(p.q1) for p in batch]
+                                          + [classes.class_of(p.q2) for p in batch], device=self.device)
+                    logits = model.intent_head(sent)
+                    intent_loss = (F.cross_entropy(logits[:n], labels[:n]) + F.cross_entropy(logits[n:], labels[n:])) / 2
+                    loss = loss + (1.0 - lam) * intent_loss
+                    sums["intent_loss"] += float(intent_loss.detach()) * n
+                    sums["intent_acc"] += float((logits.argmax(-1) == labels).float().mean()) * n
+                self.optimizer.zero_grad(set_to_none=True)
+                self.scaler.scale(loss).backward()
+                if cfg.grad_clip:
+                    self.scaler.unscale_(self.optimizer)
+                    torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                sums["loss"] += float(loss.detach()) * n
+                sums["match_loss"] += float(match_loss.detach()) * n
+                sums["match_acc"] += float(((cos > mc.alpha).float() == y).float().mean()) * n
+                n_done += n
+                n_batches += 1
+                bar.update(n)
+                bar.set_postfix(loss=f"{sums['loss'] / n_done:.4f}", refresh=False)
+        finally:
+            bar.close()
+        seconds = time.perf_counter() - t0
+        stats = {k: v / max(n_done, 1) for k, v in sums.items()}
+        stats.update({"pairs": n_done, "batches": n_batches, "train_s": seconds,
+                      "pairs_per_s": n_done / max(seconds, 1e-9), "partial": partial})
+        return stats
+
+    def save_best(self) -> None:
+        self.encoder.save(self.out, readme=None)
+        # training goes on changing the weights: let the encoder id follow them again, not the saved file
+        self.encoder._weights_sha = None
+
+    def summary(self) -> dict:
+        return {
+            "command": self.command,
+            "sources": self.sources,
+            "data": self.data.describe,
+            "init": self.init_dir,
+            "vocab_extension": self.vocab_stats,
+            "model_config": dataclasses.asdict(self.model.config),
+            "train_config": dataclasses.asdict(self.cfg),
+            "device": str(self.device),
+            "mixed_precision": self.use_amp,
+            "epochs_done": self.epoch,
+            "best_epoch": self.best_epoch,
+            "best_metric": None if self.best_metric == -math.inf else self.best_metric,
+            "metric": self.history[-1]["metric_name"] if self.history else None,
+            "optimizer": self.optimizer_kind,
+            "stop_reason": self.stop_reason,
+            "history": self.history,
+        }
+
+    def write_reports(self) -> None:
+        summary = self.summary()
+        tmp = self.out / (TRAINING_FILE + ".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.out / TRAINING_FILE)
+        (self.out / "README.md").write_text(model_readme(summary), encoding="utf-8")
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
+        if self.epoch >= cfg.epochs:
+            self.stop_reason = f"already trained {self.epoch} epochs (--epochs {cfg.epochs})"
+        log.info("training %s on %s (mixed precision %s): %s", self.encoder.id, self.device, self.use_amp,
+                 json.dumps(self.data.describe))
+        try:
+            while self.stop_reason is None and self.epoch < cfg.epochs:
+                t_epoch = time.perf_counter()
+                t = time.perf_counter()
+                pairs, hard_source = self.epoch_pairs(self.epoch)
+                sample_s = time.perf_counter() - t
+                stats = self.train_epoch(pairs, deadline)
+                t = time.perf_counter()
+                metric_name, metric = self.dev_metric()
+                if metric_name == "train_loss":  # nothing held out: fall back to -loss
+                    metric = -stats["loss"]
+                eval_s = time.perf_counter() - t
+                self.epoch += 1
+                improved = metric > self.best_metric + cfg.min_delta
+                if improved:
+                    self.best_metric, self.best_epoch, self.bad_epochs = metric, self.epoch, 0
+                    self.save_best()
+                else:
+                    self.bad_epochs += 1
+                row = {
+                    "epoch": self.epoch, "optimizer": self.optimizer_kind,
+                    "lr": self.optimizer.param_groups[0]["lr"], "hard_negatives": hard_source,
+                    "metric_name": metric_name, "metric": metric, "best": improved,
+                    "sample_s": round(sample_s, 3), "eval_s": round(eval_s, 3),
+                    "epoch_s": round(time.perf_counter() - t_epoch, 3),
+                    **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in stats.items()},
+                }
+                self.history.append(row)
+                log.info(
+                    "epoch %d [%s lr %.0e] loss %.4f (match %.4f, intent %s) %s %.4f%s | %d pairs, %.0f pairs/s%s",
+                    self.epoch, self.optimizer_kind, row["lr"], stats["loss"], stats["match_loss"],
+                    f"{stats['intent_loss']:.4f}" if "intent_loss" in stats else "-", metric_name, metric,
+                    " *best*" if improved else "", stats["pairs"], stats["pairs_per_s"],
+                    " (partial: time budget)" if stats["partial"] else "",
+                )
+                if not improved:
+                    if self.optimizer_kind == "adam" and self.bad_epochs >= cfg.patience_switch:
+                        self.optimizer_kind = "sgd"
+                        self.optimizer = _make_optimizer("sgd", self.params, cfg)
+                        self.bad_epochs = 0
+                        log.info("dev metric stalled: switching Adam -> SGD lr %g", cfg.sgd_lr)
+                    elif self.optimizer_kind == "sgd" and self.bad_epochs >= cfg.patience:
+                        self.stop_reason = f"early stop: no improvement for {cfg.patience} epochs after the SGD switch"
+                if stats["partial"] or (deadline is not None and time.monotonic() > deadline):
+                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
+                self.save_checkpoint()
+                self.write_reports()
+            if self.stop_reason is None:
+                self.stop_reason = f"reached --epochs {cfg.epochs}"
+        except KeyboardInterrupt:
+            # keep what was learned: the checkpoint holds the current weights with the last completed
+            # epoch count, so --resume redoes the interrupted epoch from these weights
+            self.stop_reason = "interrupted"
+            log.warning("interrupted: saving a checkpoint to %s", self.out / CHECKPOINT_FILE)
+            self.save_checkpoint()
+            self.write_reports()
+            raise
+        if self.best_epoch == 0:  # e.g. --resume of a finished run with nothing new: still leave a model
+            self.save_best()
+        self.write_reports()
+        log.info("done (%s): best %s %.4f at epoch %d -> %s", self.stop_reason,
+                 self.history[-1]["metric_name"] if self.history else "metric", self.best_metric,
+                 self.best_epoch, self.out)
+        return self.summary()
+
+
+def model_readme(summary: dict) -> str:
+    data, mc, tc = summary["data"], summary["model_config"], summary["train_config"]
+    lines = [
+        "# MSEM model",
+        "",
+        "Multi-task Sentence Encoding Model (Baidu, IJCNN 2019) trained with `faq train msem`.",
+        "",
+        "```",
+        summary["command"],
+        "```",
+        "",
+        f"- data: {json.dumps(summary['sources'])}",
+        f"- {data['faqs']} FAQs / {data['kb_questions']} KB questions, {data['file_pairs']} labelled pairs, "
+        f"{data['intent_classes']} intent classes (incl. 'other')",
+        f"- init: {summary['init'] or 'fresh (GloVe 6B-50d + random)'}",
+        f"- encoder: hidden {mc['hidden']}, heads {mc['heads']}, max_len {mc['max_len']}, "
+        f"sentence_dim {mc['out_dim'] or mc['pool_heads_r'] * 2 * mc['hidden']}; gamma {mc['gamma']}, alpha "
+        f"{mc['alpha']}, lambda {mc['lambda_']}, multitask {mc['use_multitask']}",
+        f"- training: batch {tc['batch_size']}, Adam lr {tc['lr']} then SGD lr {tc['sgd_lr']}, seed {tc['seed']}, "
+        f"device {summary['device']} (mixed precision {summary['mixed_precision']})",
+        f"- result: best {summary['metric']} = {summary['best_metric']} at epoch {summary['best_epoch']} "
+        f"of {summary['epochs_done']} ({summary['stop_reason']})",
+        "",
+        "| epoch | optimizer | loss | match | intent | metric | pairs/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["history"]:
+        lines.append(
+            f"| {row['epoch']} | {row['optimizer']} | {row['loss']:.4f} | {row['match_loss']:.4f} | "
+            f"{row.get('intent_loss', float('nan')):.4f} | {row['metric']:.4f}{' *' if row['best'] else ''} | "
+            f"{row['pairs_per_s']:.0f} |"
+        )
+    lines += ["", "Per-epoch details: training.json. p(match) = sigmoid(gamma * (cos - alpha))."]
+    return "\n".join(lines) + "\n"
+
+
+def train_msem(
+    kb_path: str | Path | None,
+    out_dir: str | Path,
+    pairs_path: str | Path | None = None,
+    dev_path: str | Path | None = None,
+    init_dir: str | Path | None = None,
+    config_overrides: str | Mapping[str, Any] | None = None,
+    train_config: TrainConfig | None = None,
+    resume: bool = False,
+    device: str | None = None,
+    command: str | None = None,
+    glove: Any = None,
+) -> dict:
+    """Read the files, build the data, train; returns the training summary."""
+    from app.kb_io import read_kb, read_queries
+    from models.pairs import read_pair_file
+
+    cfg = train_config or TrainConfig()
+    records = read_kb(kb_path) if kb_path else []
+    pairs = read_pair_file(pairs_path) if pairs_path else []
+    dev = read_queries(dev_path) if dev_path else None
+    if dev is not None:
+        faq_ids = {r.faq_id for r in records}
+        unknown = sorted({q.faq_id for q in dev if q.faq_id is not None and q.faq_id not in faq_ids})
+        if unknown:
+            raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in the KB, e.g. {unknown[:5]}")
+    overrides = parse_config_overrides(config_overrides)
+    data = prepare_data(records, pairs, dev, cfg)
+    sources = {"kb": str(kb_path) if kb_path else None, "pairs": str(pairs_path) if pairs_path else None,
+               "dev": str(dev_path) if dev_path else None}
+    trainer = Trainer(data, out_dir, cfg, overrides, init_dir=init_dir, resume=resume, device=device,
+                      command=command, sources=sources, glove=glove)
+    return trainer.run()

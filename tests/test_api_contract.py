@@ -1,0 +1,277 @@
+"""The /match contract with real components: a temporary SQLite store, MiniLM and a real Annoy build.
+
+Covers the response fields, grouping by FAQ, calibrated scores (checked against the manifest's
+calibration recomputed from the encoder), threshold behaviour, batch matching, the query log and
+feedback, health/readiness, OpenAPI docs and the Prometheus exposition.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from app.api.main import create_app
+from app.matcher import Matcher, group_hits, retrieve_depth
+from app.settings import Settings
+from app.store import FaqStore, KbRecord
+from index.artifacts import BuildRegistry
+from index.build import build_index
+from index.retriever import Retriever
+
+# A small KB: 8 FAQs x 3 paraphrases (variants of one FAQ crowd the top, which grouping must handle).
+KB = {
+    "reset_password": ("Use the 'Forgot password' link on the sign-in page.",
+                       ["How do I reset my password?", "I forgot my password", "I can't log in, I need a new password"]),
+    "cancel_order": ("Open Orders and press Cancel before the order ships.",
+                     ["How can I cancel my order?", "I want to cancel a purchase", "Stop my order from being shipped"]),
+    "shipping_time": ("Standard shipping takes 3 to 5 business days.",
+                      ["How long does shipping take?", "When will my package arrive?", "What is the delivery time?"]),
+    "refund": ("Refunds are paid to the original payment method within 10 days.",
+               ["How do I get a refund?", "I want my money back", "What is your refund policy?"]),
+    "change_email": ("Go to Settings > Account and edit the email field.",
+                     ["How do I change my email address?", "Update the email on my account", "I have a new email address"]),
+    "opening_hours": ("We are open 9:00-18:00, Monday to Saturday.",
+                      ["What are your opening hours?", "When is the store open?", "Are you open on Sunday?"]),
+    "payment_methods": ("We accept cards, PayPal and bank transfer.",
+                        ["Which payment methods do you accept?", "Can I pay with PayPal?", "Do you take credit cards?"]),
+    "delete_account": ("Settings > Privacy > Delete account removes all your data.",
+                       ["How do I delete my account?", "Close my account permanently", "Remove all my personal data"]),
+}
+
+
+def kb_records(kb: dict = KB) -> list[KbRecord]:
+    return [KbRecord(faq_id, q, answer if i == 0 else None, [] if i == 0 else None)
+            for faq_id, (answer, questions) in kb.items() for i, q in enumerate(questions)]
+
+
+@pytest.fixture(scope="session")
+def encoder(request: pytest.FixtureRequest):
+    """MiniLM, loaded once per test session (shared through the pytest config across test modules)."""
+    enc = getattr(request.config, "_faq_minilm_encoder", None)
+    if enc is None:
+        import torch
+
+        from models.minilm import MiniLMEncoder
+
+        torch.set_num_threads(1)
+        enc = MiniLMEncoder(device="cpu")
+        request.config._faq_minilm_encoder = enc
+    return enc
+
+
+def make_settings(data_dir: Path, **overrides) -> Settings:
+    values = dict(data_dir=data_dir, encoder="minilm", torch_threads=1, encode_workers=1, kb_poll_seconds=0,
+                  admin_token=None, query_log=True)
+    values.update(overrides)
+    return Settings(**values)
+
+
+def make_store(settings: Settings, records: list[KbRecord] | None = None) -> FaqStore:
+    store = FaqStore.from_settings(settings)
+    store.import_records(records if records is not None else kb_records())
+    return store
+
+
+def build(store: FaqStore, encoder, settings: Settings) -> dict:
+    return build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, encoder):
+    """One served app over the built KB, shared by the read-only tests of this module."""
+    settings = make_settings(tmp_path_factory.mktemp("contract"))
+    store = make_store(settings)
+    manifest = build(store, encoder, settings)
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        yield client, store, manifest, settings
+
+
+def sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def test_match_fields_grouping_and_calibrated_scores(service, encoder):
+    client, _, manifest, _ = service
+    r = client.post("/match", json={"query": "I forgot my password, how can I reset it?", "top_k": 8})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms"}
+    assert body["query"] == "I forgot my password, how can I reset it?"
+    assert body["arm"] == "ann" and body["index_version"] == manifest["version"]
+    assert set(body["timings_ms"]) == {"encode", "retrieve", "rerank", "total"}
+    assert body["timings_ms"]["total"] >= body["timings_ms"]["encode"] > 0
+
+    matches = body["matches"]
+    faq_ids = [m["faq_id"] for m in matches]
+    assert len(faq_ids) == len(set(faq_ids)) == 8, "one entry per FAQ"
+    assert faq_ids[0] == "reset_password"
+    assert all(set(m) == {"faq_id", "question", "answer", "score"} for m in matches)
+    scores = [m["score"] for m in matches]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    top = matches[0]
+    assert top["question"] in KB["reset_password"][1] and top["answer"] == KB["reset_password"][0]
+
+    # Each score is sigmoid(a*cos+b) of the FAQ's BEST variant, with the build's calibration.
+    cal = manifest["calibration"]
+    qvec = encoder.encode([body["query"]])[0]
+    for m in matches:
+        variants = KB[m["faq_id"]][1]
+        cosines = encoder.encode(variants) @ qvec
+        assert m["question"] == variants[int(np.argmax(cosines))]
+        assert m["score"] == pytest.approx(sigmoid(cal["a"] * float(cosines.max()) + cal["b"]), abs=2e-3)
+
+
+def test_defaults_and_top_k(service):
+    client, _, _, settings = service
+    body = client.post("/match", json={"query": "when does my parcel arrive"}).json()
+    assert len(body["matches"]) == settings.default_top_k == 5
+    body = client.post("/match", json={"query": "when does my parcel arrive", "top_k": 1}).json()
+    assert [m["faq_id"] for m in body["matches"]] == ["shipping_time"]
+    body = client.post("/match", json={"query": "when does my parcel arrive", "top_k": 50}).json()
+    assert len(body["matches"]) == len(KB), "at most one entry per FAQ even when top_k exceeds the KB"
+
+
+def test_threshold_decides_the_answer(service):
+    client, _, _, settings = service
+    query = "can I pay by PayPal"
+    best = client.post("/match", json={"query": query, "threshold": 0.0}).json()
+    assert best["answer"] == {k: best["matches"][0][k] for k in ("faq_id", "answer", "score")}
+    score = best["matches"][0]["score"]
+    assert 0.0 < score < 1.0
+    just_above = client.post("/match", json={"query": query, "threshold": min(1.0, score + 1e-6)}).json()
+    assert just_above["answer"] is None and just_above["matches"], "matches are still returned without an answer"
+    at = client.post("/match", json={"query": query, "threshold": score}).json()
+    assert at["answer"] is not None and at["answer"]["faq_id"] == "payment_methods"
+    # default threshold (0.5): an unrelated query gets no answer
+    unrelated = client.post("/match", json={"query": "quantum chromodynamics of gluon plasma"}).json()
+    assert unrelated["matches"][0]["score"] < settings.default_threshold
+    assert unrelated["answer"] is None
+
+
+def test_batch_encodes_all_and_matches_single_results(service):
+    client, _, _, _ = service
+    queries = ["I want my money back", "what time do you open", "how to close my account"]
+    r = client.post("/match/batch", json={"queries": [{"query": q, "top_k": 3} for q in queries]})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [res["query"] for res in results] == queries
+    assert [res["matches"][0]["faq_id"] for res in results] == ["refund", "opening_hours", "delete_account"]
+    assert len({res["request_id"] for res in results}) == 3, "each query is its own logged request"
+    for q, res in zip(queries, results):
+        single = client.post("/match", json={"query": q, "top_k": 3}).json()
+        assert [m["faq_id"] for m in single["matches"]] == [m["faq_id"] for m in res["matches"]]
+        for a, b in zip(single["matches"], res["matches"]):
+            assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+    # per-item options are honoured inside one batch
+    mixed = client.post("/match/batch", json={"queries": [{"query": queries[0], "top_k": 1},
+                                                          {"query": queries[1], "top_k": 4, "threshold": 1.0}]}).json()
+    assert len(mixed["results"][0]["matches"]) == 1 and len(mixed["results"][1]["matches"]) == 4
+    assert mixed["results"][1]["answer"] is None
+
+
+def test_matcher_is_what_the_api_serves(service, encoder):
+    """`faq eval match` uses Matcher directly: it must rank exactly like /match."""
+    client, _, manifest, settings = service
+    retriever = client.app.state.service.retriever
+    matcher = Matcher(encoder, lambda: retriever)
+    result = matcher.match(["how long is delivery"], top_k=3, threshold=0.5)[0]
+    api = client.post("/match", json={"query": "how long is delivery", "top_k": 3}).json()
+    assert [m.faq_id for m in result.matches] == [m["faq_id"] for m in api["matches"]]
+    assert result.index_version == manifest["version"]
+    assert retrieve_depth(3) == 20 and retrieve_depth(10) == 40
+    # a fixed retriever works too (no provider callable)
+    loaded = Retriever.load(BuildRegistry(settings.index_dir).current_dir())
+    assert Matcher(encoder, loaded.with_kb(client.app.state.service.store.snapshot(), encoder)).match(
+        ["how long is delivery"], top_k=3)[0].matches[0].faq_id == result.matches[0].faq_id
+
+
+def test_group_hits_keeps_best_variant_and_skips_deleted_faqs():
+    from app.matcher import Calibration
+    from index.retriever import Hit
+
+    hits = [Hit(1, "a", "a1", 0.9), Hit(2, "a", "a2", 0.8), Hit(3, "gone", "g", 0.85), Hit(4, "b", "b1", 0.7)]
+    out = group_hits(hits, {"a": ("A", []), "b": ("B", [])}, Calibration(10.0, -5.0), top_k=5)
+    assert [(m.faq_id, m.question) for m in out] == [("a", "a1"), ("b", "b1")]
+    assert out[0].score == pytest.approx(sigmoid(10 * 0.9 - 5))
+
+
+def test_query_log_and_feedback(service):
+    client, store, _, _ = service
+    from app.db.models import QueryLog
+
+    body = client.post("/match", json={"query": "refund policy", "session_id": "s-1"}).json()
+    r = client.post("/feedback", json={"request_id": body["request_id"], "correct": True, "faq_id": "refund"})
+    assert r.status_code == 200 and r.json() == {"request_id": body["request_id"], "recorded": True}
+    with store.engine.connect() as conn:
+        row = conn.execute(select(QueryLog).where(QueryLog.request_id == body["request_id"])).one()
+    assert row.query == "refund policy" and row.session_id == "s-1" and row.arm == "ann"
+    assert row.faq_id == body["answer"]["faq_id"] and row.feedback_correct is True and row.feedback_faq_id == "refund"
+    assert row.index_version == body["index_version"] and row.latency_ms > 0
+
+    r = client.post("/feedback", json={"request_id": "no-such-request", "correct": False})
+    assert r.status_code == 404 and "no-such-request" in r.json()["error"]
+
+
+def test_query_log_disabled(tmp_path, encoder):
+    settings = make_settings(tmp_path, query_log=False)
+    store = make_store(settings)
+    build(store, encoder, settings)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        body = client.post("/match", json={"query": "refund policy"}).json()
+        r = client.post("/feedback", json={"request_id": body["request_id"], "correct": True})
+        assert r.status_code == 409 and "FAQ_QUERY_LOG" in r.json()["error"]
+    from app.db.models import QueryLog
+
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(QueryLog)).scalar() == 0
+
+
+def test_health_readiness_docs(service):
+    client, _, manifest, _ = service
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert ready.json()["index_version"] == manifest["version"]
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/match", "/match/batch", "/feedback", "/healthz", "/readyz", "/metrics"} <= set(paths)
+    assert not any(p.startswith("/admin") for p in paths), "no admin token configured: admin API not mounted"
+
+
+def test_metrics_exposition(service):
+    client, _, manifest, _ = service
+    client.post("/match", json={"query": "opening hours"})
+    client.post("/match", json={"query": "xylophone tectonics", "threshold": 0.99})
+    client.post("/match", json={"query": ""})
+    text = client.get("/metrics").text
+    assert client.get("/metrics").headers["content-type"].startswith("text/plain")
+    assert 'faq_http_requests_total{method="POST",route="/match",status="200"}' in text
+    assert 'faq_http_requests_total{method="POST",route="/match",status="422"}' in text
+    for stage in ("encode", "retrieve", "rerank", "total"):
+        assert f'faq_match_stage_seconds_bucket{{le="0.01",stage="{stage}"}}' in text
+    assert "faq_match_no_answer_total" in text and "faq_match_no_answer_rate" in text
+    assert f'version="{manifest["version"]}"' in text and "faq_index_info" in text
+    assert "faq_index_delta_size 0.0" in text and "faq_index_loaded 1.0" in text
+    assert "faq_encode_batch_size_bucket" in text
+    no_answer = _metric(text, "faq_match_no_answer_total")
+    assert no_answer >= 1 and _metric(text, "faq_match_queries_total") > no_answer
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in exposition")
+
+
+def test_apps_have_private_registries(tmp_path, encoder):
+    """Two apps in one process must not share (or collide on) metrics."""
+    a = create_app(make_settings(tmp_path / "a"), store=None, encoder=encoder)
+    b = create_app(make_settings(tmp_path / "b"), store=None, encoder=encoder)
+    assert a.state.service.metrics.registry is not b.state.service.metrics.registry

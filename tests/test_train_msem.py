@@ -1,0 +1,165 @@
+"""MSEM training: a toy KB overfits in seconds, resume continues the epoch counter, --init extends
+the vocabulary, Ctrl-C leaves a checkpoint. A tiny model and a tiny fake GloVe keep it fast."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models.glove import GloVe
+from models.msem_encoder import MsemEncoder
+from models.train_msem import (
+    CHECKPOINT_FILE,
+    TrainConfig,
+    TrainError,
+    Trainer,
+    extend_vocabulary,
+    parse_config_overrides,
+    train_msem,
+)
+
+torch.set_num_threads(1)
+
+TINY = {"hidden": 16, "heads": 2, "ffn_dim": 32, "pool_da": 16, "pool_heads_r": 2, "char_dim": 8,
+        "char_filters": 8, "max_len": 12, "dropout": 0.0}
+
+FAQS = {
+    "password": ["how do i reset my password", "i forgot my password", "password reset please", "change my password"],
+    "hours": ["when are you open", "what are your opening hours", "opening times today", "are you open on sunday"],
+    "shipping": ["how much is shipping", "shipping cost to france", "what does delivery cost", "is shipping free"],
+    "refund": ["i want a refund", "how do i get my money back", "refund my order", "can i return this for a refund"],
+    "delete": ["delete my account", "how can i close my account", "remove my account forever", "account deletion"],
+    "address": ["change my address", "i moved to a new address", "update delivery address", "new home address"],
+}
+
+
+@pytest.fixture
+def fake_glove():
+    words = sorted({w for qs in FAQS.values() for q in qs for w in q.split()})[::2]  # half the words "pretrained"
+    rng = np.random.default_rng(0)
+    return GloVe(words, rng.normal(0, 0.5, size=(len(words), 8)).astype(np.float32))
+
+
+@pytest.fixture
+def kb_file(tmp_path):
+    path = tmp_path / "kb.jsonl"
+    with path.open("w") as fh:
+        for faq_id, qs in FAQS.items():
+            for q in qs:
+                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
+    return path
+
+
+def tiny_cfg(**kw) -> TrainConfig:
+    base = dict(epochs=25, batch_size=24, lr=3e-3, seed=0, holdout=0.0, patience_switch=50, patience=50)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_overfits_toy_kb(tmp_path, kb_file, fake_glove):
+    out = tmp_path / "model"
+    summary = train_msem(kb_file, out, config_overrides={**TINY, "word_dim": 8}, train_config=tiny_cfg(epochs=10),
+                         device="cpu", glove=fake_glove, command="test")
+    assert summary["epochs_done"] == 10
+    assert summary["data"]["intent_classes"] == 7  # 6 FAQs of 4 questions (> 3) + "other"
+    assert summary["history"][-1]["loss"] < summary["history"][0]["loss"]
+    encoder = MsemEncoder.load(out)
+    questions = [q for qs in FAQS.values() for q in qs]
+    faq_of = [f for f, qs in FAQS.items() for _ in qs]
+    vecs = encoder.encode(questions)
+    sims = vecs @ vecs.T
+    np.fill_diagonal(sims, -np.inf)
+    nearest = sims.argmax(axis=1)
+    assert [faq_of[j] for j in nearest] == faq_of
+    meta = json.loads((out / "training.json").read_text())
+    assert meta["command"] == "test" and len(meta["history"]) == 10
+    assert (out / "README.md").read_text().startswith("# MSEM model")
+    assert (out / CHECKPOINT_FILE).is_file()
+
+
+def test_resume_continues_epoch_counter(tmp_path, kb_file, fake_glove):
+    out = tmp_path / "model"
+    overrides = {**TINY, "word_dim": 8}
+    first = train_msem(kb_file, out, config_overrides=overrides, train_config=tiny_cfg(epochs=1),
+                       device="cpu", glove=fake_glove)
+    assert first["epochs_done"] == 1
+    ck = torch.load(out / CHECKPOINT_FILE, weights_only=False)
+    assert ck["epoch"] == 1 and ck["optimizer_kind"] == "adam"
+    second = train_msem(kb_file, out, config_overrides=overrides, train_config=tiny_cfg(epochs=3),
+                        resume=True, device="cpu", glove=fake_glove)
+    assert [row["epoch"] for row in second["history"]] == [1, 2, 3]
+    assert torch.load(out / CHECKPOINT_FILE, weights_only=False)["epoch"] == 3
+    # resuming with a different class structure is refused with a clear message
+    with pytest.raises(TrainError, match="--resume: no checkpoint"):
+        train_msem(kb_file, tmp_path / "elsewhere", train_config=tiny_cfg(), resume=True, glove=fake_glove)
+
+
+def test_dev_queries_select_by_top1_and_sgd_switch(tmp_path, kb_file, fake_glove):
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(json.dumps(r) for r in [
+        {"query": "reset password", "faq_id": "password"},
+        {"query": "refund please", "faq_id": "refund"},
+        {"query": "what is the meaning of life", "faq_id": None},
+    ]) + "\n")
+    summary = train_msem(kb_file, tmp_path / "m", dev_path=dev, config_overrides={**TINY, "word_dim": 8},
+                         train_config=tiny_cfg(epochs=6, patience_switch=1, patience=1), device="cpu",
+                         glove=fake_glove)
+    assert summary["metric"] == "dev_top1"
+    assert all(0.0 <= row["metric"] <= 1.0 for row in summary["history"])
+    optimizers = [row["optimizer"] for row in summary["history"]]
+    # once switched, never back to Adam
+    assert optimizers == sorted(optimizers)
+    if "sgd" in optimizers:
+        assert summary["history"][optimizers.index("sgd")]["lr"] == pytest.approx(1e-3)
+
+
+def test_init_extends_vocabulary_and_recreates_intent_head(tmp_path, kb_file, fake_glove):
+    base_dir = tmp_path / "base"
+    train_msem(kb_file, base_dir, config_overrides={**TINY, "word_dim": 8}, train_config=tiny_cfg(epochs=1),
+               device="cpu", glove=fake_glove)
+    base = MsemEncoder.load(base_dir)
+    old_vec = base.encode(["how do i reset my password"])
+    glove = GloVe(fake_glove.words + ["zebra"], np.vstack([fake_glove.vectors, np.ones((1, 8), np.float32)]))
+    extended, stats = extend_vocabulary(base, ["zebra zebra quokka quokka ü"], {"n_intents": 3}, glove=glove)
+    # "ü" is normalised to "u"
+    assert stats == {"new_learned_words": 1, "new_glove_words": 1,
+                     "new_chars": len({c for c in "zebraquokka" if c not in base.text.char_to_id})}
+    assert "zebra" in extended.text.word_to_id and "quokka" in extended.text.word_to_id
+    assert extended.model.intent_head.out_features == 3
+    # old words keep their vectors: a sentence of old words encodes the same
+    np.testing.assert_allclose(extended.encode(["how do i reset my password"]), old_vec, atol=1e-5)
+    row = extended.text.word_to_id["zebra"] - extended.text.n_learned_words
+    assert torch.allclose(extended.model.embed.word_pretrained[row], torch.ones(8))
+    with pytest.raises(TrainError, match="architecture"):
+        extend_vocabulary(base, ["x"], {"hidden": 32}, glove=glove)
+
+
+def test_keyboard_interrupt_saves_checkpoint(tmp_path, kb_file, fake_glove, monkeypatch):
+    out = tmp_path / "m"
+    calls = {"n": 0}
+    original = Trainer.train_epoch
+
+    def interrupted(self, pairs, deadline):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(self, pairs, deadline)
+
+    monkeypatch.setattr(Trainer, "train_epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_msem(kb_file, out, config_overrides={**TINY, "word_dim": 8}, train_config=tiny_cfg(epochs=5),
+                   device="cpu", glove=fake_glove)
+    ck = torch.load(out / CHECKPOINT_FILE, weights_only=False)
+    assert ck["epoch"] == 1
+    assert json.loads((out / "training.json").read_text())["stop_reason"] == "interrupted"
+
+
+def test_config_overrides_errors(tmp_path):
+    assert parse_config_overrides('{"hidden": 8}') == {"hidden": 8}
+    with pytest.raises(TrainError, match="unknown MsemConfig fields"):
+        parse_config_overrides('{"hiden": 8}')
+    with pytest.raises(TrainError, match="neither a JSON object nor an existing file"):
+        parse_config_overrides("nope.json")
+    with pytest.raises(TrainError, match="epochs must be >= 1"):
+        TrainConfig(epochs=0).validate()
