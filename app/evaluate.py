@@ -207,6 +207,8 @@ def run_eval_match(
     batch_size: int = 256,
     progress: bool = True,
     settings: Any = None,
+    n_trees: int | None = None,
+    search_k: int | None = None,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report."""
     from app.kb_io import read_kb, read_queries
@@ -238,7 +240,12 @@ def run_eval_match(
     # a fresh store every run: remove only what a previous run of this command created here
     db_file.unlink(missing_ok=True)
     shutil.rmtree(index_dir, ignore_errors=True)
-    settings_eval = base.model_copy(update={"data_dir": work, "database_url": f"sqlite:///{db_file.as_posix()}"})
+    update: dict[str, Any] = {"data_dir": work, "database_url": f"sqlite:///{db_file.as_posix()}"}
+    if n_trees is not None:
+        update["ann_n_trees"] = n_trees
+    if search_k is not None:
+        update["ann_search_k"] = search_k
+    settings_eval = base.model_copy(update=update)
     try:
         t = time.perf_counter()
         store = FaqStore.from_settings(settings_eval)

@@ -147,9 +147,13 @@ def recall_at_k(
 
 
 def self_recall_at_k(
-    index: AnnIndex, vectors: np.ndarray, k: int = 10, search_k: int = -1, sample: int = 1000, seed: int = 0
+    index: AnnIndex, vectors: np.ndarray, k: int = 10, search_k: int = -1, sample: int = 1000, seed: int = 0,
+    tie_eps: float = 1e-5,
 ) -> float:
-    """Recall@k of the Annoy index against exact search, querying with a sample of its own vectors."""
+    """Recall@k of the Annoy index against exact search, querying with a sample of its own vectors.
+
+    Pass a larger `tie_eps` (~2e-3) when `vectors` is a lower-precision copy (fp16) of what Annoy
+    indexed, so rounding-level reorderings at the k-th place are not counted as misses."""
     vectors = np.asarray(vectors, dtype=np.float32)
     n = len(vectors)
     if n == 0:
@@ -164,4 +168,4 @@ def self_recall_at_k(
     safe = np.where(approx_ids >= 0, approx_ids, 0)
     item_cos = np.einsum("qd,qkd->qk", queries, vectors[safe])
     item_cos[approx_ids < 0] = -np.inf
-    return recall_at_k(approx_ids, exact_ids, exact_cos, item_cos)
+    return recall_at_k(approx_ids, exact_ids, exact_cos, item_cos, tie_eps=tie_eps)

@@ -132,17 +132,22 @@ class CharCNN(nn.Module):
         self.embed = nn.Embedding(config.char_vocab_size, config.char_dim, padding_idx=0)
         self.conv = nn.Conv1d(config.char_dim, config.char_filters, config.char_kernel, padding=config.char_kernel // 2)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) char ids, (B, T) word mask -> (B, T, char_filters); zeros at padding words."""
         B, T, C = char_ids.shape
-        chars = char_ids.reshape(B * T, C)
+        out = char_ids.new_zeros((B * T, self.conv.out_channels), dtype=self.conv.weight.dtype)
+        # convolve only the real words: padding words are most of a long batch's B*T rows
+        rows = mask.reshape(-1).nonzero().squeeze(1)
+        chars = char_ids.reshape(B * T, C).index_select(0, rows)
         char_mask = chars != 0
         # zeroed pad characters look exactly like the conv's own zero padding, so a word's features do
         # not depend on how many pad characters the batch adds after it
         x = self.embed(chars) * char_mask.unsqueeze(-1)
-        x = self.conv(x.transpose(1, 2))  # (B*T, filters, C)
+        x = self.conv(x.transpose(1, 2))  # (words, filters, C)
         x = x.masked_fill(~char_mask.unsqueeze(1), float("-inf")).amax(dim=2)
-        x = torch.relu(x)  # -inf (a word without characters, i.e. padding) -> 0
-        return x.reshape(B, T, -1)
+        x = torch.relu(x)  # -inf (a word without characters) -> 0
+        out = out.index_copy(0, rows, x.to(out.dtype))
+        return out.reshape(B, T, -1)
 
 
 class WordRepresentation(nn.Module):
@@ -181,7 +186,7 @@ class WordRepresentation(nn.Module):
             words = learned
         parts = [words]
         if self.chars is not None:
-            parts.append(self.chars(char_ids))
+            parts.append(self.chars(char_ids, mask))
         x = torch.cat(parts, dim=-1) * mask.unsqueeze(-1)
         return self.dropout(x)
 
@@ -300,7 +305,8 @@ class AttentivePooling(nn.Module):
         scores = self.w_s2(torch.tanh(self.w_s1(o)))  # (B, T, r)
         scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
         attention = torch.softmax(scores, dim=1).transpose(1, 2)  # (B, r, T), rows sum to 1 over real tokens
-        self.last_attention = attention
+        if self.training:  # kept only for a training-time penalty; serving threads never write it
+            self.last_attention = attention
         return (attention @ o).flatten(1)  # (B, r*u)
 
 
@@ -396,8 +402,13 @@ class MSEM(nn.Module):
             raise ValueError(f"char_ids must be (B, T, C) with (B, T)=({B}, {T}), got {tuple(char_ids.shape)}")
         if B == 0:
             raise ValueError("empty batch")
+        cfg = self.config
+        if word_ids.numel() and (int(word_ids.min()) < 0 or int(word_ids.max()) >= cfg.word_vocab_size):
+            raise ValueError(f"word_ids must be in [0, word_vocab_size={cfg.word_vocab_size})")
+        if char_ids.numel() and (int(char_ids.min()) < 0 or int(char_ids.max()) >= cfg.char_vocab_size):
+            raise ValueError(f"char_ids must be in [0, char_vocab_size={cfg.char_vocab_size})")
         # M_pos has max_len positions: keep the first max_len tokens, as the text encoder does
-        L = self.config.max_len
+        L = cfg.max_len
         if T > L:
             word_ids, char_ids, mask = word_ids[:, :L], char_ids[:, :L], mask[:, :L]
             T = L

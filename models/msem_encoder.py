@@ -101,8 +101,11 @@ class MsemEncoder:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="msem encode", unit="batch")
+        # Only a model in training mode is switched (and switched back): a loaded model is already in
+        # eval mode, so concurrent encode calls from serving threads never touch shared module state.
         was_training = self.model.training
-        self.model.eval()
+        if was_training:
+            self.model.eval()
         try:
             with torch.inference_mode():
                 for start in starts:
@@ -111,7 +114,8 @@ class MsemEncoder:
                     u = self.model(word_ids.to(self.device), char_ids.to(self.device), mask.to(self.device))
                     out[idx] = F.normalize(u.float(), dim=-1, eps=1e-12).cpu().numpy()
         finally:
-            self.model.train(was_training)
+            if was_training:
+                self.model.train()
         return out
 
     # ---- persistence ----------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class MsemEncoder:
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None) -> "MsemEncoder":
-        """Load a model folder; fp16 weights come back as fp32 (on CPU first, then moved to `device`)."""
+        """Load a model folder in eval mode; fp16 weights come back as fp32 (on CPU, then moved to `device`)."""
         from safetensors.torch import load_file
 
         directory = Path(directory)
@@ -168,6 +172,7 @@ class MsemEncoder:
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{weights_path}: weights do not fit the config: missing {missing}, unexpected {unexpected}")
+        model.eval()  # a loaded model serves; a trainer calls .train() itself
         encoder = cls(model, text, device=device, name=directory.resolve().name)
         encoder._weights_sha = _file_sha256(weights_path)
         return encoder
@@ -188,7 +193,7 @@ class MsemEncoder:
         """A fresh MSEM for a training corpus: vocabulary from `texts` (see `TextEncoder.build`), GloVe
         rows for the words GloVe knows, random vectors (GloVe's scale) for <unk> and the other words.
 
-        `glove` defaults to the packaged GloVe 6B-50d; `glove_top_n` adds GloVe's most frequent words
+        The model is in training mode. `glove` defaults to the packaged GloVe 6B-50d; `glove_top_n` adds GloVe's most frequent words
         (within `max_words`) so queries with words unseen in training still get pretrained vectors.
         """
         overrides = dict(config_overrides or {})

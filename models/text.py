@@ -223,18 +223,18 @@ class TextEncoder:
         n = len(token_lists)
         T = max([len(t) for t in token_lists] + [1])
         C = min(max([len(w) for t in token_lists for w in t] + [1]), self.max_word_len)
-        word_ids = torch.zeros((n, T), dtype=torch.long)
-        char_ids = torch.zeros((n, T, C), dtype=torch.long)
-        mask = torch.zeros((n, T), dtype=torch.bool)
-        for i, toks in enumerate(token_lists):
-            if not toks:
-                continue
-            word_ids[i, : len(toks)] = torch.tensor(self.word_ids(toks), dtype=torch.long)
-            mask[i, : len(toks)] = True
-            for j, tok in enumerate(toks):
-                ids = self.char_ids(tok)
-                if ids:
-                    char_ids[i, j, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        # build padded Python lists and convert once: per-row tensor writes dominate otherwise
+        word_rows, char_rows, lengths = [], [], []
+        pad_word_chars = [PAD_ID] * C
+        for toks in token_lists:
+            ids = self.word_ids(toks)
+            word_rows.append(ids + [PAD_ID] * (T - len(ids)))
+            chars = [(self.char_ids(tok) + pad_word_chars)[:C] for tok in toks]
+            char_rows.append(chars + [pad_word_chars] * (T - len(chars)))
+            lengths.append(len(toks))
+        word_ids = torch.tensor(word_rows, dtype=torch.long).reshape(n, T)
+        char_ids = torch.tensor(char_rows, dtype=torch.long).reshape(n, T, C)
+        mask = torch.arange(T).unsqueeze(0) < torch.tensor(lengths, dtype=torch.long).unsqueeze(1)
         return word_ids, char_ids, mask
 
     # ---- persistence ----------------------------------------------------------------------------

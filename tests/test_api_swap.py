@@ -13,7 +13,6 @@ import time
 from collections import Counter
 
 import httpx
-import pytest
 import uvicorn
 
 from app.api.main import create_app

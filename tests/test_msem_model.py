@@ -176,6 +176,8 @@ def test_bad_inputs_and_config_errors(tiny_glove):
         enc.model(w, c, m.flip(1))
     with pytest.raises(ValueError, match="mask"):
         enc.model(w, c, m.long())
+    with pytest.raises(ValueError, match="word_vocab_size"):
+        enc.model(w + 10_000, c, m)
     with pytest.raises(ValueError, match="heads"):
         MsemConfig(word_vocab_size=10, char_vocab_size=5, hidden=5, heads=4)
     with pytest.raises(ValueError, match="pooling"):
@@ -241,6 +243,7 @@ def test_save_load_roundtrip(tmp_path, tiny_glove):
     before = enc.encode(texts)
     enc.save(tmp_path / "m32", readme="# tiny\n")
     loaded = MsemEncoder.load(tmp_path / "m32", device="cpu")
+    assert not loaded.model.training  # serving mode; encode then never toggles shared module state
     np.testing.assert_array_equal(loaded.encode(texts), before)
     assert loaded.id == enc.id and loaded.id.startswith("msem:m32:") and len(loaded.id.split(":")[2]) == 12
     assert loaded.model.intent_head is not None and (tmp_path / "m32" / "README.md").exists()

@@ -1,7 +1,6 @@
 """FaqStore: KB import/export, snapshot, CRUD, builds, query log; SQLite and PostgreSQL."""
 from __future__ import annotations
 
-import time
 from datetime import timezone
 
 import pytest
@@ -261,27 +260,19 @@ def test_from_settings_creates_data_dir_and_migrates(tmp_path):
     with FaqStore.from_settings(settings) as first:
         assert (tmp_path / "deep" / "var" / "faq.db").exists()
         first.create_faq("a", "b", ["c"])
-    start = time.perf_counter()
     with FaqStore.from_settings(settings) as second:  # already at head: just a version check
         assert second.revision() == 1
-    assert time.perf_counter() - start < 2
 
 
-def test_bulk_import_and_snapshot_are_fast(store):
-    n_faqs, per_faq = 5_000, 4  # 20k variants; `python -m bench...`-style 100k numbers are in the report
+def test_bulk_import_snapshot_and_idempotent_reimport(store):
+    # correctness at a size where per-row code paths would show; speed is measured in bench/store_import.py
+    n_faqs, per_faq = 5_000, 4
     records = [
         KbRecord(f"faq{i}", f"question {j} about topic {i}", f"answer {i}" if j == 0 else None)
         for i in range(n_faqs) for j in range(per_faq)
     ]
-    start = time.perf_counter()
     report = store.import_records(records)
-    import_s = time.perf_counter() - start
     assert report.variants_added == n_faqs * per_faq
-    start = time.perf_counter()
     snap = store.snapshot()
-    snapshot_s = time.perf_counter() - start
     assert len(snap.variants) == n_faqs * per_faq
-    start = time.perf_counter()
     assert store.import_records(records).changes == 0
-    reimport_s = time.perf_counter() - start
-    assert import_s < 10 and reimport_s < 10 and snapshot_s < 1.0, (import_s, reimport_s, snapshot_s)

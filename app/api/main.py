@@ -109,11 +109,13 @@ def _error(status_code: int, message: str, headers: dict | None = None, **extra:
 
 # -- request guard middleware ---------------------------------------------------------------------
 class RequestGuardMiddleware:
-    """Rejects oversized and non-JSON bodies before any handler runs.
+    """Rejects oversized and non-JSON bodies.
 
-    Content-Length is checked first (cheap, no read); the body is then read while counting bytes, so a
-    chunked upload or a lying Content-Length cannot exceed the limit either. The (small, bounded) body
-    is replayed to the app.
+    Content-Length is checked first (cheap, no read); otherwise the body is read while counting
+    bytes, so a chunked upload or a lying Content-Length cannot exceed the limit either (reading
+    stops at the limit). The small body is then replayed to the app. A rejected request is still
+    routed, and the error is raised when the endpoint reads its body: it is then answered by the app's
+    error handlers like any other error and counted under its route template in the metrics.
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
@@ -127,43 +129,40 @@ class RequestGuardMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         limit = self.max_body_bytes
         too_large = f"request body too large: the limit is {limit} bytes (FAQ_MAX_BODY_BYTES)"
-        if "content-length" in headers:
-            try:
-                declared = int(headers["content-length"])
-            except ValueError:
-                await _error(400, "invalid Content-Length header")(scope, receive, send)
-                return
-            if declared > limit:
-                await _error(413, f"{too_large}; Content-Length is {declared}")(scope, receive, send)
-                return
-
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # client went away: nothing to answer
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _error(413, too_large)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-
-        content_type = headers.get("content-type", "")
-        if body and content_type and not _is_json(content_type):
-            await _error(415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")(
-                scope, receive, send
-            )
-            return
+        problem: StarletteHTTPException | None = None
+        body = b""
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.strip().isdigit()):
+            problem = StarletteHTTPException(400, f"invalid Content-Length header {declared!r}")
+        elif declared is not None and int(declared) > limit:
+            problem = StarletteHTTPException(413, f"{too_large}; Content-Length is {int(declared)}")
+        else:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return  # client went away: nothing to answer
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    problem = StarletteHTTPException(413, too_large)
+                    break
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            content_type = headers.get("content-type", "")
+            if problem is None and body and content_type and not _is_json(content_type):
+                problem = StarletteHTTPException(
+                    415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")
 
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
+            if problem is not None:
+                raise problem
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}

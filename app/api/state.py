@@ -353,9 +353,6 @@ class ServiceState:
         return retriever
 
     # -- swapping ----------------------------------------------------------------------------
-    def _current_build_dir(self) -> Path | None:
-        return self.registry.current_dir() if self.registry is not None else None
-
     def load_current_build(self, reason: str = "reload") -> tuple[str | None, str | None]:
         """Load the registry's `current` build (if it is not the one served) with the KB delta applied,
         then swap. Returns (previous_version, served_version)."""
@@ -364,14 +361,14 @@ class ServiceState:
         with self._swap_lock:
             previous = self.retriever
             prev_version = getattr(previous, "version", None)
-            build_dir = self._current_build_dir()
-            if build_dir is None:
+            version = self.registry.current() if self.registry is not None else None
+            if version is None:
                 if previous is None:
                     self.not_ready_reason = NO_INDEX_REASON
                 return prev_version, prev_version
-            fresh = Retriever.load(build_dir)
-            if previous is not None and fresh.version == prev_version:
-                return prev_version, prev_version
+            if previous is not None and version == prev_version:
+                return prev_version, prev_version  # already served: nothing to load
+            fresh = Retriever.load(self.registry.path(version))
             encoder_id = (fresh.manifest or {}).get("encoder_id")
             if encoder_id and encoder_id != self.encoder.id:
                 msg = (f"index {fresh.version} was built with encoder {encoder_id!r} but the service runs "

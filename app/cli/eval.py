@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="keep the scratch store and index here (default: a temp folder, removed)")
     p.add_argument("--top-k", type=int, default=10, help="FAQs per query (MRR depth), default 10")
     p.add_argument("--batch-size", type=int, default=256, help="queries per matcher call, default 256")
+    p.add_argument("--n-trees", type=int, help="Annoy trees (default: settings.ann_n_trees)")
+    p.add_argument("--search-k", type=int, help="Annoy search_k (default: settings.ann_search_k)")
     p.set_defaults(func=cmd_match)
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
@@ -30,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_match(args: argparse.Namespace) -> int:
     from app.evaluate import format_table, run_eval_match, write_report
     from app.kb_io import KbValidationError
+    from index.artifacts import IndexVerificationError
+    from index.build import BuildError
 
     if args.top_k < 5:
         print("error: --top-k must be >= 5 (recall@5 is reported)", file=sys.stderr)
@@ -39,8 +43,13 @@ def cmd_match(args: argparse.Namespace) -> int:
         return 2
     try:
         report = run_eval_match(args.kb, args.queries, args.dev, args.model, args.workdir,
-                                top_k=args.top_k, batch_size=args.batch_size)
-    except (KbValidationError, ValueError, FileNotFoundError) as exc:
+                                top_k=args.top_k, batch_size=args.batch_size,
+                                n_trees=args.n_trees, search_k=args.search_k)
+    except IndexVerificationError as exc:
+        # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
+        print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)
+        return 2
+    except (KbValidationError, BuildError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_report(report, args.json_out, args.md_out)
