@@ -18,7 +18,7 @@ class Settings(BaseSettings):
     encoder: str = "msem"
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
     ann_n_trees: int = 50
-    ann_search_k: int = -1  # -1: Annoy's default n_trees * n
+    ann_search_k: int = 30000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99
     keep_versions: int = 3
     # Serving.
     admin_token: str | None = None

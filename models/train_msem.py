@@ -60,7 +60,7 @@ from models.pairs import (
     lexical_neighbours,
     split_pairs,
 )
-from models.text import PAD_ID, TextEncoder, split_compound, tokenize
+from models.text import TextEncoder, split_compound, tokenize
 
 log = logging.getLogger(__name__)
 

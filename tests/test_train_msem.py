@@ -163,3 +163,18 @@ def test_config_overrides_errors(tmp_path):
         parse_config_overrides("nope.json")
     with pytest.raises(TrainError, match="epochs must be >= 1"):
         TrainConfig(epochs=0).validate()
+
+
+def test_pairs_only_training_uses_held_out_pair_accuracy(tmp_path, fake_glove):
+    pairs = tmp_path / "pairs.tsv"
+    lines = []
+    faqs = list(FAQS.values())
+    for i, qs in enumerate(faqs):
+        lines += [f"1\t{qs[0]}\t{qs[1]}", f"1\t{qs[2]}\t{qs[3]}", f"0\t{qs[0]}\t{faqs[(i + 1) % 6][0]}"]
+    pairs.write_text("\n".join(lines) + "\n")
+    summary = train_msem(None, tmp_path / "m", pairs_path=pairs, config_overrides={**TINY, "word_dim": 8},
+                         train_config=tiny_cfg(epochs=2, holdout=0.2), device="cpu", glove=fake_glove)
+    assert summary["metric"] == "dev_pair_accuracy"
+    assert summary["data"]["dev_pairs"] == 4 and summary["data"]["file_pairs"] == 14
+    # positives are 2-question components: no class has more than 3 questions -> all "other", no intent head
+    assert summary["data"]["intent_classes"] == 1 and summary["model_config"]["n_intents"] == 0
