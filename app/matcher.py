@@ -6,7 +6,8 @@ This is the one place where retrieval results become what the service answers, s
 Steps for a batch of queries:
 1. encode all queries in ONE encoder call (the expensive, CPU-bound part);
 2. retrieve `max(4*top_k, 20)` variants per query from a single Retriever (variants, not FAQs: several
-   variants of one FAQ often crowd the top, so we over-fetch before grouping);
+   variants of one FAQ often crowd the top, so we over-fetch before grouping), and search deeper for
+   the queries whose hits still cover fewer than top_k FAQs;
 3. group by faq_id keeping each FAQ's best variant;
 4. turn cosine into a calibrated probability with the build's calibration:
    p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
@@ -24,6 +25,8 @@ import numpy as np
 #: retrieval depth in variants for a requested number of FAQs
 MIN_RETRIEVE_VARIANTS = 20
 RETRIEVE_FACTOR = 4
+#: deepest re-search when the first depth held fewer than top_k distinct FAQs
+MAX_RETRIEVE_VARIANTS = 4096
 
 
 def retrieve_depth(top_k: int) -> int:
@@ -161,7 +164,7 @@ class Matcher:
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
         k = max(retrieve_depth(r.top_k) for r in requests)
-        hits_per_query = retriever.search(vecs, k)
+        hits_per_query = deepen(retriever, vecs, requests, retriever.search(vecs, k), k)
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
         calibration = calibration_for(retriever.manifest, self.encoder)
@@ -187,6 +190,29 @@ class Matcher:
                 )
             )
         return results
+
+
+def deepen(
+    retriever: RetrieverLike, vecs: np.ndarray, requests: Sequence[MatchQuery], hits: list, k: int
+) -> list:
+    """Re-search, deeper, the queries whose `k` variants cover fewer than `top_k` FAQs.
+
+    A FAQ with many phrasings (CLINC150 has 100 per intent) can fill the whole first depth on its
+    own; without this a `top_k=5` request could come back with a single FAQ.
+    """
+    hits = list(hits)
+
+    def short(i: int, depth: int) -> bool:
+        return len(hits[i]) >= depth and len({h.faq_id for h in hits[i]}) < requests[i].top_k
+
+    depth = k
+    pending = [i for i in range(len(requests)) if short(i, depth)]
+    while pending and depth < MAX_RETRIEVE_VARIANTS:
+        depth = min(depth * 4, MAX_RETRIEVE_VARIANTS)
+        for i, deeper in zip(pending, retriever.search(vecs[pending], depth)):
+            hits[i] = deeper
+        pending = [i for i in pending if short(i, depth)]
+    return hits
 
 
 class NoIndexError(RuntimeError):

