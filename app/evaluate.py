@@ -221,7 +221,7 @@ def run_eval_match(
     from models.encoder import load_encoder
 
     base = settings or get_settings()
-    spec = model or base.encoder
+    spec = model or base.encoder_spec()
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
 

@@ -16,8 +16,13 @@ class Settings(BaseSettings):
     database_url: str | None = None
     # Encoder spec: "minilm" (packaged all-MiniLM-L6-v2), "msem" (a general MSEM shipped in models/default,
     # not trained yet: see README "Results") or an MSEM model folder from `faq train msem`.
-    # MiniLM stays the default until a shipped MSEM beats it on a KB it was not trained on.
-    encoder: str = "minilm"
+    # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
+    # and builds use MiniLM until a shipped MSEM beats it on KBs it was not trained on.
+    encoder: str | None = None
+
+    def encoder_spec(self, manifest: dict | None = None) -> str:
+        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else MiniLM."""
+        return self.encoder or (manifest or {}).get("encoder_spec") or "minilm"
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
     ann_n_trees: int = 50
     ann_search_k: int = 30000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99

@@ -79,6 +79,8 @@ def load_vectors(args: argparse.Namespace) -> tuple[np.ndarray, str]:
     questions = read_questions([Path(d) for d in args.data])
     rng = np.random.default_rng(args.seed)
     questions = [questions[i] for i in rng.permutation(len(questions))[:total]]
+    if args.max_words:  # question-length cap: long answer sentences (WikiQA) would dominate encoding time
+        questions = [" ".join(q.split()[: args.max_words]) for q in questions]
     key = hashlib.sha1(("\n".join(questions) + args.encoder).encode()).hexdigest()[:12]
     cache = Path(args.cache_dir) / f"{args.encoder}-{len(questions)}-{key}.npy"
     source = f"{len(questions)} distinct questions from {args.data}, encoder {args.encoder}"
@@ -176,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="files or folders of sentences: pair TSVs (label q1 q2), WikiQA TSVs, KB/query JSONL")
     p.add_argument("--questions", type=int, default=100_000, help="index size (at most; limited by the data)")
     p.add_argument("--queries", type=int, default=1000, help="held-out query questions")
+    p.add_argument("--max-words", type=int, default=0, help="truncate each sentence to this many words (0: keep)")
     p.add_argument("--random", action="store_true", help="random unit vectors instead of encoded questions")
     p.add_argument("--dim", type=int, default=384, help="dimension of --random vectors")
     p.add_argument("--encoder", default="minilm")

@@ -74,11 +74,14 @@ def build_index(
     recall_floor: float = DEFAULT_RECALL_FLOOR,
     activate: bool = True,
     report: Callable[[str], None] | None = None,
+    encoder_spec: str | None = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
     `keep_versions`: prune to that many versions afterwards (None: keep all).
     `report`: called with one-line human messages (the CLI prints them).
+    `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the
+    manifest so the service serves this build with the encoder that built it.
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:
@@ -138,6 +141,7 @@ def build_index(
         manifest: dict[str, Any] = {
             "version": version,
             "encoder_id": encoder.id,
+            "encoder_spec": encoder_spec,
             "dim": int(encoder.dim),
             "metric": "angular",
             "n_faqs": len(snapshot.faqs),

@@ -307,7 +307,10 @@ class ServiceState:
         if self.encoder is None:
             from models.encoder import load_encoder
 
-            self.encoder = serialized(load_encoder(self.settings.encoder))
+            self.registry = BuildRegistry(Path(self.settings.index_dir))
+            current = self.registry.current()
+            manifest = self.registry.read_manifest(current) if current else None
+            self.encoder = serialized(load_encoder(self.settings.encoder_spec(manifest)))
         self.registry = BuildRegistry(Path(self.settings.index_dir))
         self.matcher = Matcher(self.encoder, lambda: self.retriever)
         try:

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kb", required=True, help="KB file (JSONL/CSV)")
     p.add_argument("--queries", required=True, help="test queries JSONL {query, faq_id|null}")
     p.add_argument("--dev", help="dev queries for threshold tuning")
-    p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder (default: settings.encoder)")
+    p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else minilm)")
     p.add_argument("--json", required=True, dest="json_out", help="write the full report as JSON here")
     p.add_argument("--md", dest="md_out", help="also write a Markdown summary here")
     p.add_argument("--workdir", help="keep the scratch store and index here (default: a temp folder, removed)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
 
@@ -23,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "index in a staging folder, verifies it (checksum, self-recall@10 vs exact search) and switches "
         "`current` atomically. A failed or interrupted build leaves `current` unchanged.",
     )
-    p.add_argument("--encoder", default=None, help="'minilm', 'msem' or an MSEM model folder (default: settings.encoder)")
+    p.add_argument("--encoder", default=None, help="'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else minilm)")
     p.add_argument("--n-trees", type=int, default=None, help="Annoy trees (default: settings.ann_n_trees)")
     p.add_argument("--search-k", type=int, default=None,
                    help="nodes inspected per query, -1 = Annoy default n_trees*k (default: settings.ann_search_k)")
@@ -71,14 +72,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, int(settings.torch_threads)))
     store = FaqStore.from_settings(settings)
-    encoder = load_encoder(args.encoder or settings.encoder)
+    spec = args.encoder or settings.encoder_spec()
+    if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
+        spec = str(Path(spec).resolve())
+    encoder = load_encoder(spec)
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}; "
           f"n_trees={n_trees} search_k={search_k}")
     try:
         manifest = build_index(
             store, encoder, _registry(settings), n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
-            recall_floor=args.recall_floor, activate=not args.no_activate, report=print,
+            recall_floor=args.recall_floor, activate=not args.no_activate, report=print, encoder_spec=spec,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")

@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     print(
-        f"serving {APP_PATH} on http://{args.host}:{args.port} (workers={args.workers}, encoder={settings.encoder}, "
+        f"serving {APP_PATH} on http://{args.host}:{args.port} (workers={args.workers}, encoder={settings.encoder or 'from the current build'}, "
         f"data_dir={settings.data_dir}, admin API {'on' if settings.admin_token else 'off: set FAQ_ADMIN_TOKEN'})",
         file=sys.stderr,
     )

@@ -1,0 +1,38 @@
+"""Which encoder builds and serves: FAQ_ENCODER, else the one recorded in the current build."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api.main import create_app
+from app.settings import Settings
+from index.artifacts import BuildRegistry
+from index.build import build_index
+from models.encoder import default_msem_dir, load_encoder
+from tests.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (fixture)
+
+
+def test_encoder_spec_precedence(tmp_path):
+    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"
+    assert Settings(data_dir=tmp_path).encoder_spec({"encoder_spec": "/models/x"}) == "/models/x"
+    assert Settings(data_dir=tmp_path, encoder="/models/y").encoder_spec({"encoder_spec": "/models/x"}) == "/models/y"
+
+
+def test_unknown_or_unshipped_encoder_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="model folder"):
+        load_encoder(str(tmp_path / "nothing-here"))
+    if not (default_msem_dir() / "config.json").exists():
+        with pytest.raises(ValueError, match="no shipped MSEM"):
+            load_encoder("msem")
+
+
+def test_service_serves_with_the_encoder_that_built_the_index(tmp_path, encoder):  # noqa: F811
+    settings = make_settings(tmp_path, encoder=None)
+    store = make_store(settings)
+    manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
+    assert manifest["encoder_spec"] == "minilm"
+    with TestClient(create_app(settings, store=store)) as client:  # no encoder given: taken from the manifest
+        service = client.app.state.service
+        assert service.encoder.id == manifest["encoder_id"]
+        body = client.post("/match", json={"query": "I want my money back"}).json()
+    assert body["index_version"] == manifest["version"] and body["matches"][0]["faq_id"] == "refund"
