@@ -14,7 +14,6 @@ encoded online with the same network. Reading order = data flow:
     FeedForward          LayerNorm(o + FFN(o)), FFN(o) = max(0, oW1 + b1)W2 + b2            (18)
     AttentivePooling     A = softmax(Ws2 tanh(Ws1 o^T)), M = A o, concat the r rows         (19), (20)
     dropout, Highway (2 layers)                                     -> sentence vector u
-      [++ s * MiniLM mean-pooled sentence vector when `minilm_skip`; ours]
     intent_head          softmax(W u + b), shared by both sentences of a pair               (1), (2)
     match_prob           σ(γ (cos(u, v) - α))                                               (3)
 
@@ -48,8 +47,6 @@ class MsemConfig:
     # ours: "glove_char" = the paper's GloVe ++ char-CNN; "minilm" = the frozen packaged all-MiniLM-L6-v2's
     # last-layer wordpiece states ([CLS] and [SEP] kept), computed outside the module (models/text.py)
     word_repr: str = "glove_char"
-    # ours, minilm only: sentence vector = u ++ s * L2-normalised mean of the MiniLM states (s learned)
-    minilm_skip: bool = False
     word_dim: int = 50  # GloVe 6B-50d here (paper: GloVe 840B-300d); minilm: 384 = states as they are, else a Linear(384, word_dim)
     char_dim: int = 150  # paper
     char_filters: int = 100  # ours: width of the char-CNN output
@@ -116,8 +113,6 @@ class MsemConfig:
             raise ValueError(f"MsemConfig.pooling must be 'attentive' or 'max', got {self.pooling!r}")
         if self.word_repr not in WORD_REPRESENTATIONS:
             raise ValueError(f"MsemConfig.word_repr must be one of {WORD_REPRESENTATIONS}, got {self.word_repr!r}")
-        if self.minilm_skip and self.word_repr != "minilm":
-            raise ValueError("MsemConfig.minilm_skip needs word_repr='minilm'")
         if self.word_repr == "minilm" and self.max_len > MINILM_MAX_POSITIONS:
             raise ValueError(
                 f"MsemConfig.max_len={self.max_len}: word_repr='minilm' reads at most {MINILM_MAX_POSITIONS} wordpieces"
@@ -133,14 +128,8 @@ class MsemConfig:
         return self.pool_heads_r * self.d_model if self.pooling == "attentive" else self.d_model
 
     @property
-    def encoder_dim(self) -> int:
-        """Width of u after the (optional) projection and the highway."""
-        return self.out_dim if self.out_dim is not None else self.pooled_dim
-
-    @property
     def sentence_dim(self) -> int:
-        """Width of the sentence vector: u, plus the MiniLM sentence vector when `minilm_skip`."""
-        return self.encoder_dim + (MINILM_DIM if self.minilm_skip else 0)
+        return self.out_dim if self.out_dim is not None else self.pooled_dim
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -242,14 +231,6 @@ class MiniLMTokenStates(nn.Module):
         if self.project is not None:
             x = self.project(x) * keep  # the bias would otherwise make padding non-zero
         return self.dropout(x)
-
-
-def minilm_sentence_vector(token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """all-MiniLM-L6-v2's own sentence vector: mean of the token states over the mask ([CLS] and [SEP]
-    included, as sentence-transformers pools), L2-normalised. (B, T, 384) -> (B, 384)."""
-    keep = mask.unsqueeze(-1).to(token_states.dtype)
-    mean = (token_states * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
-    return F.normalize(mean, dim=-1, eps=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -436,13 +417,7 @@ class MSEM(nn.Module):
         self.pool = AttentivePooling(config) if config.pooling == "attentive" else None
         self.pool_dropout = nn.Dropout(config.dropout)
         self.project = nn.Linear(config.pooled_dim, config.out_dim) if config.out_dim is not None else None
-        self.highway = Highway(config.encoder_dim, config.highway_layers) if config.use_highway else None
-        # minilm_skip: learned weight of the MiniLM sentence vector (norm 1) next to u (ours). Initialised
-        # so both halves start with comparable norms: u's norm at initialisation was measured at
-        # ~0.28 sqrt(encoder_dim) (compact config, CLINC150 questions).
-        self.skip_scale = (
-            nn.Parameter(torch.tensor(0.25 * math.sqrt(config.encoder_dim))) if config.minilm_skip else None
-        )
+        self.highway = Highway(config.sentence_dim, config.highway_layers) if config.use_highway else None
         self.intent_head: nn.Linear | None = (
             nn.Linear(config.sentence_dim, config.n_intents) if config.use_multitask and config.n_intents > 0 else None
         )
@@ -487,8 +462,6 @@ class MSEM(nn.Module):
             u = self.project(u)
         if self.highway is not None:
             u = self.highway(u)
-        if self.skip_scale is not None:
-            u = torch.cat([u, self.skip_scale * minilm_sentence_vector(token_states, mask)], dim=-1)
         return u
 
     def intent_logits(self, u: torch.Tensor) -> torch.Tensor:

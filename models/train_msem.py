@@ -71,7 +71,7 @@ TRAINING_FILE = "training.json"
 ARCHITECTURE_FIELDS = {
     "word_dim", "char_dim", "char_filters", "char_kernel", "max_word_len", "hidden", "heads", "max_len",
     "ffn_dim", "pool_heads_r", "pool_da", "highway_layers", "out_dim", "use_aru", "aru_as_mha", "pooling",
-    "use_highway", "use_char", "word_repr", "minilm_skip",
+    "use_highway", "use_char", "word_repr",
 }
 
 
@@ -684,7 +684,7 @@ class Trainer:
                 if improved:
                     self.best_metric, self.best_epoch, self.bad_epochs = metric, self.epoch, 0
                     self.save_best()
-                else:
+                elif not stats["partial"]:  # an epoch cut short by the time budget is not a stall
                     self.bad_epochs += 1
                 row = {
                     "epoch": self.epoch, "optimizer": self.optimizer_kind,
@@ -702,7 +702,7 @@ class Trainer:
                     " *best*" if improved else "", stats["pairs"], stats["pairs_per_s"],
                     " (partial: time budget)" if stats["partial"] else "",
                 )
-                if not improved:
+                if not improved and not stats["partial"]:
                     if self.optimizer_kind == "adam" and self.bad_epochs >= cfg.patience_switch:
                         self.optimizer_kind = "sgd"
                         self.optimizer = _make_optimizer("sgd", self.params, cfg)
@@ -749,8 +749,7 @@ def model_readme(summary: dict) -> str:
         f"{data['intent_classes']} intent classes (incl. 'other')",
         f"- word representation: {mc.get('word_repr', 'glove_char')}"
         + (" (frozen packaged all-MiniLM-L6-v2 token states, not stored here)" if mc.get("word_repr") == "minilm"
-           else " (GloVe 6B-50d ++ char-CNN)")
-        + (f", MiniLM sentence-vector skip {mc.get('minilm_skip')}" if mc.get("word_repr") == "minilm" else ""),
+           else " (GloVe 6B-50d ++ char-CNN)"),
         f"- init: {summary['init'] or 'fresh'}",
         f"- encoder: hidden {mc['hidden']}, heads {mc['heads']}, max_len {mc['max_len']}, "
         f"sentence_dim {MsemConfig(**mc).sentence_dim}; gamma {mc['gamma']}, alpha "
