@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterable
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -105,15 +106,18 @@ class BuildRegistry:
             raise UnknownVersion(f"not a version name: {version!r} (expected e.g. 20261122T010203Z-a1b2c3)")
         return self.index_dir / version
 
-    def new_version(self, now: datetime | None = None) -> str:
+    def new_version(self, now: datetime | None = None, taken: Iterable[str] = ()) -> str:
         """A new version name that sorts after every existing (or staging) version, even when two
-        builds start within the same second: then the hex part counts up from the latest one."""
+        builds start within the same second: then the hex part counts up from the latest one.
+        `taken`: names used elsewhere too (e.g. failed builds recorded in the store, whose folders
+        are gone)."""
         version = new_version(now)
         stamp = version.split("-")[0]
+        on_disk = (p.name.removeprefix(STAGING_PREFIX) for p in self.index_dir.glob(f"*{stamp}-*")) \
+            if self.index_dir.is_dir() else ()
         same_second = sorted(
-            name for name in (p.name.removeprefix(STAGING_PREFIX) for p in self.index_dir.glob(f"*{stamp}-*"))
-            if VERSION_RE.match(name)
-        ) if self.index_dir.is_dir() else []
+            name for name in (*on_disk, *taken) if name.startswith(stamp + "-") and VERSION_RE.match(name)
+        )
         if same_second:
             latest_hex = int(same_second[-1].split("-")[1], 16)
             if latest_hex >= 0xFFFFFF:

@@ -103,7 +103,7 @@ def build_index(
     if not variants:
         raise BuildError("the KB has no question variants: import one first (faq kb import PATH)")
 
-    version = registry.new_version()
+    version = registry.new_version(taken=(b["version"] for b in store.list_builds()))
     started_at = _utcnow()
     store.record_build(
         version=version, encoder_id=encoder.id, n_faqs=len(snapshot.faqs), n_variants=len(variants),
