@@ -24,8 +24,8 @@ class Settings(BaseSettings):
         """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else MiniLM."""
         return self.encoder or (manifest or {}).get("encoder_spec") or "minilm"
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
-    ann_n_trees: int = 50
-    ann_search_k: int = 30000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99
+    ann_n_trees: int = 100
+    ann_search_k: int = 50000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99
     keep_versions: int = 3
     # Serving.
     admin_token: str | None = None
