@@ -9,6 +9,7 @@ Databases:
 """
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -133,3 +134,12 @@ def index_kb_records():
     from app.store import KbRecord
 
     return [KbRecord(faq_id=f, question=q, answer=a, tags=["test"]) for f, a, qs in INDEX_TEST_FAQS for q in qs]
+
+
+def write_kb_jsonl(path, faqs: dict[str, list[str]]):
+    """A KB file in the exchange format: one line per phrasing, answer "about <faq_id>"."""
+    with open(path, "w") as fh:
+        for faq_id, questions in faqs.items():
+            for q in questions:
+                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
+    return path

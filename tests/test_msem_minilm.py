@@ -14,6 +14,7 @@ from models.msem import MINILM_DIM, MSEM, MsemConfig, MiniLMTokenStates, WordRep
 from models.msem_encoder import MsemEncoder
 from models.text import MiniLMText, TextEncoder, load_text
 from models.train_msem import CHECKPOINT_FILE, TrainConfig, train_msem
+from tests.conftest import write_kb_jsonl
 
 torch.set_num_threads(1)
 
@@ -169,12 +170,7 @@ def test_glove_folders_still_load_their_text_encoder(tmp_path):
 
 @pytest.fixture
 def kb_file(tmp_path):
-    path = tmp_path / "kb.jsonl"
-    with path.open("w") as fh:
-        for faq_id, qs in FAQS.items():
-            for q in qs:
-                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
-    return path
+    return write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
 
 
 def test_one_epoch_training_smoke_resume_and_init(tmp_path, kb_file):

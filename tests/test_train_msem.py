@@ -19,6 +19,7 @@ from models.train_msem import (
     parse_config_overrides,
     train_msem,
 )
+from tests.conftest import write_kb_jsonl
 
 torch.set_num_threads(1)
 
@@ -44,12 +45,7 @@ def fake_glove():
 
 @pytest.fixture
 def kb_file(tmp_path):
-    path = tmp_path / "kb.jsonl"
-    with path.open("w") as fh:
-        for faq_id, qs in FAQS.items():
-            for q in qs:
-                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
-    return path
+    return write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
 
 
 def tiny_cfg(**kw) -> TrainConfig:
