@@ -99,7 +99,7 @@ def answer_metrics(outcomes: Sequence[QueryOutcome]) -> dict[str, float | int]:
         "answer_precision": precision,
         "answer_recall": recall,
         "answer_f1": _f1(precision, recall),
-        "oos_recall": oos_unanswered / len(oos) if oos else 0.0,
+        "oos_recall": oos_unanswered / len(oos) if oos else None,  # None: no out-of-scope queries
         "n_answered": len(answered),
         "n_correct": correct,
         "n_answerable": answerable,
@@ -363,11 +363,11 @@ def format_table(report: dict) -> str:
         "",
         f"{'metric':<28}{'test':>10}{'dev':>10}" if dev else f"{'metric':<28}{'test':>10}",
     ]
+    def pct(value: float | None) -> str:
+        return f"{value * 100:>9.2f}%" if value is not None else f"{'n/a':>10}"
+
     for label, key in _ROWS:
-        row = f"{label:<28}{m[key] * 100:>9.2f}%"
-        if dev:
-            row += f"{dev[key] * 100:>9.2f}%"
-        lines.append(row)
+        lines.append(f"{label:<28}{pct(m[key])}" + (pct(dev[key]) if dev else ""))
     lines.append(f"{'answered / correct':<28}{m['n_answered']:>5} / {m['n_correct']}")
     t = report["timings"]
     lines.append(
@@ -392,7 +392,8 @@ def format_markdown(report: dict) -> str:
         "|---|---|" + ("---|" if dev else ""),
     ]
     for label, key in _ROWS:
-        lines.append(f"| {label} | {m[key] * 100:.2f} |" + (f" {dev[key] * 100:.2f} |" if dev else ""))
+        cells = [m[key]] + ([dev[key]] if dev else [])
+        lines.append(f"| {label} |" + "".join(f" {v * 100:.2f} |" if v is not None else " n/a |" for v in cells))
     lines.append("")
     lines.append("Timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()))
     return "\n".join(lines) + "\n"
