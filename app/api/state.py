@@ -293,6 +293,16 @@ class ServiceState:
         self._failed_version: str | None = None  # a build that could not be loaded: not retried every poll
 
     # -- lifecycle ---------------------------------------------------------------------------
+    def _current_manifest(self) -> dict | None:
+        """The current build's manifest, or None when there is none or it cannot be read (then
+        /readyz reports the broken build; the encoder falls back to the configured default)."""
+        try:
+            current = self.registry.current()
+            return self.registry.read_manifest(current) if current else None
+        except Exception:  # noqa: BLE001 - a broken build must not stop start-up
+            log.exception("could not read the current build's manifest")
+            return None
+
     def open(self) -> None:
         """Blocking start-up work (run in a thread by the lifespan): threads, store, encoder, index."""
         import torch
@@ -304,14 +314,11 @@ class ServiceState:
             from app.store import FaqStore
 
             self.store = FaqStore.from_settings(self.settings)
+        self.registry = BuildRegistry(Path(self.settings.index_dir))
         if self.encoder is None:
             from models.encoder import load_encoder
 
-            self.registry = BuildRegistry(Path(self.settings.index_dir))
-            current = self.registry.current()
-            manifest = self.registry.read_manifest(current) if current else None
-            self.encoder = serialized(load_encoder(self.settings.encoder_spec(manifest)))
-        self.registry = BuildRegistry(Path(self.settings.index_dir))
+            self.encoder = serialized(load_encoder(self.settings.encoder_spec(self._current_manifest())))
         self.matcher = Matcher(self.encoder, lambda: self.retriever)
         try:
             self.load_current_build(reason="startup")
