@@ -143,3 +143,81 @@ def write_kb_jsonl(path, faqs: dict[str, list[str]]):
             for q in questions:
                 fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
     return path
+
+
+# --- lexical engines (tests/test_lexical.py, test_arms.py, test_ab.py) -----------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def es_emulator_url(tmp_path_factory) -> Iterator[str]:
+    """URL of the noida-db Elasticsearch-API EMULATOR (not a real Elasticsearch), started for this test
+    session on a free loopback port from its binary, and stopped by its PID afterwards."""
+    import subprocess
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    import noida_db
+
+    binary = Path(noida_db.__file__).parent / "noida-db"
+    data_dir = tmp_path_factory.mktemp("noida")
+    log_path = data_dir / "noida.log"
+    for _attempt in range(3):  # the free port can be taken between probing and binding
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+                 "--only", "elasticsearch", "--elasticsearch-port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        ready = False
+        deadline = time.monotonic() + 20
+        while not ready and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    ready = response.status == 200
+            except OSError:
+                time.sleep(0.1)
+        if ready:
+            break
+        if proc.poll() is None:  # alive but not answering: stop it (by its PID) and try another port
+            proc.kill()
+            proc.wait(timeout=10)
+    else:
+        pytest.fail(f"the noida-db Elasticsearch emulator did not start: {log_path.read_text()[-2000:]}")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def real_es_url() -> str:
+    """FAQ_ES_URL (a real Elasticsearch 8.x) for tests marked `elasticsearch`; skips when unset."""
+    url = os.environ.get("FAQ_ES_URL")
+    if not url:
+        pytest.skip("FAQ_ES_URL is not set: no real Elasticsearch to test against")
+    return url
+
+
+@pytest.fixture(params=["tantivy", "es-emulator", pytest.param("elasticsearch", marks=pytest.mark.elasticsearch)])
+def lexical_engine(request) -> tuple[str, str | None]:
+    """(engine, es_url) for tests that run once per lexical engine: tantivy, the noida-db Elasticsearch
+    emulator, and a real Elasticsearch when FAQ_ES_URL is set."""
+    if request.param == "tantivy":
+        return "tantivy", None
+    if request.param == "es-emulator":
+        return "elasticsearch", request.getfixturevalue("es_emulator_url")
+    return "elasticsearch", request.getfixturevalue("real_es_url")
