@@ -26,7 +26,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 DATASETS = ("clinc150", "banking77", "qqp", "mrpc", "stsb")
 
@@ -155,8 +155,15 @@ def _require(path: Path) -> Path:
 # converters
 
 
-def prepare_clinc150(src: Path, out: Path, variant: str = "data_full.json") -> PrepareReport:
-    """CLINC150: KB = in-scope train; dev = val + oos_val; test = test + oos_test (oos -> faq_id null)."""
+def prepare_clinc150(
+    src: Path, out: Path, variant: str = "data_full.json",
+    domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None,
+) -> PrepareReport:
+    """CLINC150: KB = in-scope train; dev = val + oos_val; test = test + oos_test (oos -> faq_id null).
+
+    `domains` / `exclude_domains` (names from domains.json) keep only some of the 10 domains' intents,
+    e.g. to train on 8 domains and measure how the encoder generalises to FAQs of the other 2. Queries
+    of dropped intents are left out (not turned into out-of-scope queries); the OOS queries stay."""
     path = _require(src / variant)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -166,6 +173,11 @@ def prepare_clinc150(src: Path, out: Path, variant: str = "data_full.json") -> P
         if key not in data:
             raise DatasetError(f"{path}: missing split {key!r}")
     report = PrepareReport("clinc150", str(src), str(out))
+    keep = _clinc_intents(src, domains, exclude_domains)
+    if keep is not None:
+        for key in ("train", "val", "test"):
+            data[key] = [(t, i) for t, i in data[key] if i in keep or i == "oos"]
+        report.notes.append(f"domains kept: {', '.join(sorted(set(keep.values())))}")
     kb = intent_kb_rows(((t, i) for t, i in data["train"] if i != "oos"), tags=["clinc150"])
     report.files["kb.jsonl"] = write_jsonl(out / "kb.jsonl", kb)
 
@@ -184,6 +196,23 @@ def prepare_clinc150(src: Path, out: Path, variant: str = "data_full.json") -> P
     report.notes.append("answers are placeholders '[intent: NAME]': the dataset has no answers")
     report.notes.append("oos_train is not used (the KB holds in-scope intents only)")
     return report
+
+
+def _clinc_intents(
+    src: Path, domains: Sequence[str] | None, exclude_domains: Sequence[str] | None
+) -> dict[str, str] | None:
+    """intent -> domain for the selected domains, None when no selection was asked for."""
+    if not domains and not exclude_domains:
+        return None
+    path = _require(src / "domains.json")
+    by_domain: dict[str, list[str]] = json.loads(path.read_text(encoding="utf-8"))
+    unknown = sorted((set(domains or ()) | set(exclude_domains or ())) - set(by_domain))
+    if unknown:
+        raise DatasetError(f"unknown CLINC150 domain(s) {unknown}; domains are {', '.join(sorted(by_domain))}")
+    chosen = [d for d in by_domain if (not domains or d in domains) and d not in (exclude_domains or ())]
+    if not chosen:
+        raise DatasetError("the domain selection keeps no domain")
+    return {intent: d for d in chosen for intent in by_domain[d]}
 
 
 def _read_banking_csv(path: Path) -> list[tuple[str, str]]:
@@ -294,15 +323,20 @@ def prepare_stsb(src: Path, out: Path, min_score: float = STSB_PARAPHRASE_MIN_SC
     return report
 
 
-def prepare(name: str, src: str | Path, out: str | Path, seed: int = 0) -> PrepareReport:
+def prepare(
+    name: str, src: str | Path, out: str | Path, seed: int = 0,
+    domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None,
+) -> PrepareReport:
     """Convert dataset `name` found in folder `src` into the exchange files in `out`."""
     src, out = Path(src), Path(out)
     if name not in DATASETS:
         raise DatasetError(f"dataset must be one of {', '.join(DATASETS)}, got {name!r}")
     if not src.is_dir():
         raise DatasetError(f"--src {src} is not a folder")
+    if (domains or exclude_domains) and name != "clinc150":
+        raise DatasetError("--domains / --exclude-domains apply to clinc150 only")
     if name == "clinc150":
-        report = prepare_clinc150(src, out)
+        report = prepare_clinc150(src, out, domains=domains, exclude_domains=exclude_domains)
     elif name == "banking77":
         report = prepare_banking77(src, out, seed=seed)
     elif name == "qqp":
@@ -312,5 +346,7 @@ def prepare(name: str, src: str | Path, out: str | Path, seed: int = 0) -> Prepa
     else:
         report = prepare_stsb(src, out)
     meta = report.to_dict() | {"seed": seed}
+    if domains or exclude_domains:
+        meta |= {"domains": list(domains or []), "exclude_domains": list(exclude_domains or [])}
     _atomic_write(out / "dataset.json", lambda fh: fh.write(json.dumps(meta, indent=2) + "\n"))
     return report

@@ -123,6 +123,9 @@ class TrainData:
     dev_queries: list[tuple[str, str | None]] | None  # (query, faq_id) when --dev
     dev_pairs: list[Pair] | None  # held-out pairs when no --dev
     classes: IntentClasses
+    #: --dev-kb: (question, faq_id) the dev queries are matched against instead of the training KB; FAQs
+    #: the model never trained on, so the dev metric measures how it generalises to a new FAQ
+    dev_kb: list[tuple[str, str]] | None = None
     describe: dict = field(default_factory=dict)
 
 
@@ -135,8 +138,10 @@ def prepare_data(
     pairs: Sequence[Pair],
     dev_queries: Sequence[Any] | None,
     cfg: TrainConfig,
+    dev_kb: Sequence[Any] | None = None,
 ) -> TrainData:
-    """KB records (faq_id, question), labelled pairs and optional dev queries -> TrainData."""
+    """KB records (faq_id, question), labelled pairs, optional dev queries and the optional KB they are
+    matched against (default: the training KB) -> TrainData."""
     groups = kb_groups(records)
     if not groups and not pairs:
         raise TrainError("nothing to train on: the KB is empty and no --pairs were given")
@@ -166,7 +171,10 @@ def prepare_data(
         "intent_classes": classes.n_classes,
         "intent_other_questions": classes.sizes()[0] if classes.n_classes else 0,
     }
-    return TrainData(groups, file_pairs, dq, dev_pairs, classes, describe)
+    dkb = [(r.question, r.faq_id) for r in dev_kb] if dev_kb is not None else None
+    if dkb is not None:
+        describe |= {"dev_kb_faqs": len({f for _, f in dkb}), "dev_kb_questions": len(dkb)}
+    return TrainData(groups, file_pairs, dq, dev_pairs, classes, dev_kb=dkb, describe=describe)
 
 
 def _hold_out_kb_pairs(
@@ -454,6 +462,7 @@ class Trainer:
         texts = self._all_texts()
         if self.data.dev_queries is not None:
             texts += [q for q, _ in self.data.dev_queries]
+        texts += [q for q, _ in self.data.dev_kb or []]
         for p in self.data.dev_pairs or []:
             texts += [p.q1, p.q2]
         t0 = time.perf_counter()
@@ -547,12 +556,16 @@ class Trainer:
     def dev_metric(self) -> tuple[str, float]:
         if self.data.dev_queries is not None:
             scoped = [(q, f) for q, f in self.data.dev_queries if f is not None]
-            kb = self._encode(self.kb_questions)
+            if self.data.dev_kb is not None:
+                kb_questions, kb_faq_ids = [q for q, _ in self.data.dev_kb], [f for _, f in self.data.dev_kb]
+            else:
+                kb_questions, kb_faq_ids = self.kb_questions, self.kb_faq_ids
+            kb = self._encode(kb_questions)
             queries = self._encode([q for q, _ in scoped])
             nearest = np.empty(len(queries), dtype=np.int64)
             for start in range(0, len(queries), 2048):  # chunked exact search
                 nearest[start : start + 2048] = np.argmax(queries[start : start + 2048] @ kb.T, axis=1)
-            hits = sum(self.kb_faq_ids[j] == f for j, (_, f) in zip(nearest.tolist(), scoped))
+            hits = sum(kb_faq_ids[j] == f for j, (_, f) in zip(nearest.tolist(), scoped))
             return "dev_top1", hits / len(scoped)
         if self.data.dev_pairs:
             return "dev_pair_accuracy", self.pair_accuracy(self.data.dev_pairs)
@@ -773,9 +786,9 @@ def model_readme(summary: dict) -> str:
 
 
 def train_msem(
-    kb_path: str | Path | None,
+    kb_path: str | Path | Sequence[str | Path] | None,
     out_dir: str | Path,
-    pairs_path: str | Path | None = None,
+    pairs_path: str | Path | Sequence[str | Path] | None = None,
     dev_path: str | Path | None = None,
     init_dir: str | Path | None = None,
     config_overrides: str | Mapping[str, Any] | None = None,
@@ -784,24 +797,55 @@ def train_msem(
     device: str | None = None,
     command: str | None = None,
     glove: Any = None,
+    dev_kb_path: str | Path | None = None,
 ) -> dict:
-    """Read the files, build the data, train; returns the training summary."""
+    """Read the files, build the data, train; returns the training summary.
+
+    Several KB files train together (e.g. a general model on several datasets): with more than one, each
+    file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
+    files never merge. Several pair files are concatenated."""
     from app.kb_io import read_kb, read_queries
     from models.pairs import read_pair_file
 
     cfg = train_config or TrainConfig()
-    records = read_kb(kb_path) if kb_path else []
-    pairs = read_pair_file(pairs_path) if pairs_path else []
+    kb_paths = _as_list(kb_path)
+    pair_paths = _as_list(pairs_path)
+    records = _read_kbs(kb_paths, read_kb)
+    pairs = [p for path in pair_paths for p in read_pair_file(path)]
     dev = read_queries(dev_path) if dev_path else None
+    dev_kb = read_kb(dev_kb_path) if dev_kb_path else None
+    if dev_kb is not None and dev is None:
+        raise TrainError("--dev-kb needs --dev (the queries matched against it)")
     if dev is not None:
-        faq_ids = {r.faq_id for r in records}
+        faq_ids = {r.faq_id for r in (dev_kb if dev_kb is not None else records)}
         unknown = sorted({q.faq_id for q in dev if q.faq_id is not None and q.faq_id not in faq_ids})
         if unknown:
-            raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in the KB, e.g. {unknown[:5]}")
+            where = "--dev-kb" if dev_kb is not None else "the KB"
+            raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in {where}, e.g. {unknown[:5]}")
     overrides = parse_config_overrides(config_overrides)
-    data = prepare_data(records, pairs, dev, cfg)
-    sources = {"kb": str(kb_path) if kb_path else None, "pairs": str(pairs_path) if pairs_path else None,
-               "dev": str(dev_path) if dev_path else None}
+    data = prepare_data(records, pairs, dev, cfg, dev_kb=dev_kb)
+    sources = {"kb": [str(p) for p in kb_paths] or None, "pairs": [str(p) for p in pair_paths] or None,
+               "dev": str(dev_path) if dev_path else None, "dev_kb": str(dev_kb_path) if dev_kb_path else None}
     trainer = Trainer(data, out_dir, cfg, overrides, init_dir=init_dir, resume=resume, device=device,
                       command=command, sources=sources, glove=glove)
     return trainer.run()
+
+
+def _as_list(value: str | Path | Sequence[str | Path] | None) -> list[str | Path]:
+    if value is None:
+        return []
+    if isinstance(value, (str, Path)):
+        return [value]
+    return list(value)
+
+
+def _read_kbs(paths: Sequence[str | Path], read_kb: Any) -> list[Any]:
+    if len(paths) <= 1:
+        return read_kb(paths[0]) if paths else []
+    prefixes = [Path(p).resolve().parent.name or f"kb{i}" for i, p in enumerate(paths)]
+    if len(set(prefixes)) < len(prefixes):
+        prefixes = [f"{pre}{i}" for i, pre in enumerate(prefixes)]
+    return [
+        dataclasses.replace(r, faq_id=f"{pre}/{r.faq_id}")
+        for pre, path in zip(prefixes, paths) for r in read_kb(path)
+    ]

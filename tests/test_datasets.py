@@ -117,3 +117,21 @@ def test_errors_name_the_problem(tmp_path, capsys):
     (bad / "test.tsv").write_text("", encoding="utf-8")
     assert main(["data", "prepare", "qqp", "--src", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "dev.tsv:1: label must be 0 or 1" in capsys.readouterr().err
+
+
+def test_clinc150_domain_selection(clinc_src, tmp_path):
+    (clinc_src / "domains.json").write_text(json.dumps({"utility": ["weather"], "home": ["play_music"]}))
+    out = tmp_path / "home"
+    assert main(["data", "prepare", "clinc150", "--src", str(clinc_src), "--out", str(out), "--domains", "home"]) == 0
+    assert {r["faq_id"] for r in read_jsonl(out / "kb.jsonl")} == {"play_music"}
+    test = read_jsonl(out / "test.jsonl")
+    # queries of dropped intents are left out, not turned into out-of-scope queries; OOS queries stay
+    assert [r["faq_id"] for r in test] == ["play_music", None, None]
+    out2 = tmp_path / "rest"
+    assert main(["data", "prepare", "clinc150", "--src", str(clinc_src), "--out", str(out2),
+                 "--exclude-domains", "home"]) == 0
+    assert {r["faq_id"] for r in read_jsonl(out2 / "kb.jsonl")} == {"weather"}
+    with pytest.raises(DatasetError, match="unknown CLINC150 domain"):
+        prepare("clinc150", clinc_src, tmp_path / "x", domains=["garden"])
+    with pytest.raises(DatasetError, match="clinc150 only"):
+        prepare("mrpc", clinc_src, tmp_path / "y", domains=["home"])

@@ -174,3 +174,27 @@ def test_pairs_only_training_uses_held_out_pair_accuracy(tmp_path, fake_glove):
     assert summary["data"]["dev_pairs"] == 4 and summary["data"]["file_pairs"] == 14
     # positives are 2-question components: no class has more than 3 questions -> all "other", no intent head
     assert summary["data"]["intent_classes"] == 1 and summary["model_config"]["n_intents"] == 0
+
+
+def test_several_kbs_and_dev_kb_of_unseen_faqs(tmp_path, fake_glove):
+    """Two KB files train together with folder-name prefixes (equal faq_ids in two files stay apart);
+    --dev-kb measures retrieval among FAQs the model never trained on."""
+    names = list(FAQS)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    kb_a = write_kb_jsonl(tmp_path / "a" / "kb.jsonl", {k: FAQS[k] for k in names[:2]})
+    kb_b = write_kb_jsonl(tmp_path / "b" / "kb.jsonl", {names[0]: FAQS[names[2]], names[3]: FAQS[names[3]]})
+    dev_kb = write_kb_jsonl(tmp_path / "dev_kb.jsonl", {k: FAQS[k][:3] for k in names[4:]})
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(json.dumps({"query": FAQS[k][3], "faq_id": k}) for k in names[4:]) + "\n")
+    summary = train_msem([kb_a, kb_b], tmp_path / "m", dev_path=dev, dev_kb_path=dev_kb,
+                         config_overrides={**TINY, "word_dim": 8}, train_config=tiny_cfg(epochs=1), device="cpu",
+                         glove=fake_glove)
+    assert summary["data"]["faqs"] == 4  # "password" of a and of b are two FAQs
+    assert summary["data"]["dev_kb_faqs"] == 2 and summary["metric"] == "dev_top1"
+    assert summary["sources"]["kb"] == [str(kb_a), str(kb_b)]
+    with pytest.raises(TrainError, match="not in --dev-kb"):
+        train_msem([kb_a], tmp_path / "m2", dev_path=dev, dev_kb_path=kb_b, train_config=tiny_cfg(epochs=1),
+                   glove=fake_glove)
+    with pytest.raises(TrainError, match="needs --dev"):
+        train_msem([kb_a], tmp_path / "m3", dev_kb_path=kb_b, train_config=tiny_cfg(epochs=1), glove=fake_glove)

@@ -26,6 +26,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-trees", type=int, help="Annoy trees (default: settings.ann_n_trees)")
     p.add_argument("--search-k", type=int, help="Annoy search_k (default: settings.ann_search_k)")
     p.set_defaults(func=cmd_match)
+
+    p = ev_sub.add_parser(
+        "pairs",
+        help="paraphrase-pair accuracy of an encoder's cosine (e.g. QQP, MRPC)",
+        description="Encodes both sides of labelled pairs (`label<TAB>q1<TAB>q2`) and reports accuracy at MSEM's "
+        "matching-layer threshold (cos >= alpha), at a threshold tuned on --dev-pairs, and ROC AUC.",
+    )
+    p.add_argument("--pairs", required=True, help="test pairs TSV")
+    p.add_argument("--dev-pairs", help="pairs for threshold tuning")
+    p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder")
+    p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
+    p.set_defaults(func=cmd_pairs)
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
 
@@ -55,4 +67,18 @@ def cmd_match(args: argparse.Namespace) -> int:
     write_report(report, args.json_out, args.md_out)
     print(format_table(report))
     print(f"report written to {args.json_out}" + (f" and {args.md_out}" if args.md_out else ""))
+    return 0
+
+
+def cmd_pairs(args: argparse.Namespace) -> int:
+    from app.pair_eval import format_pairs_report, run_eval_pairs, write_pairs_report
+    from models.pairs import PairFileError
+
+    try:
+        report = run_eval_pairs(args.pairs, args.model, args.dev_pairs)
+    except (PairFileError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    write_pairs_report(report, args.json_out)
+    print(format_pairs_report(report))
     return 0

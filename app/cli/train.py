@@ -16,9 +16,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(by --dev top-1 retrieval accuracy, else held-out pair accuracy) is saved as a model folder in --out, "
         "usable as `FAQ_ENCODER=<folder>` or `--model <folder>`.",
     )
-    p.add_argument("--kb", help="KB file (JSONL/CSV): variants of one faq_id are paraphrases")
-    p.add_argument("--pairs", help="labelled pairs TSV `label<TAB>q1<TAB>q2` (e.g. pairs_dev.tsv from faq data prepare)")
+    p.add_argument("--kb", action="append", help="KB file (JSONL/CSV): variants of one faq_id are paraphrases; "
+                   "repeat to train on several (each file's faq_ids get its folder name as prefix)")
+    p.add_argument("--pairs", action="append", help="labelled pairs TSV `label<TAB>q1<TAB>q2` (e.g. pairs_dev.tsv "
+                   "from faq data prepare); repeatable")
     p.add_argument("--dev", help="dev queries JSONL {query, faq_id|null}: model selection by top-1 retrieval accuracy")
+    p.add_argument("--dev-kb", help="KB the --dev queries are matched against (default: the training KB); FAQs "
+                   "left out of training make the dev metric measure generalisation to new FAQs")
     p.add_argument("--out", required=True, help="output folder (model, checkpoint.pt, training.json, README.md)")
     p.add_argument("--init", help="fine-tune from this MSEM model folder (vocabulary extended, intent head re-created)")
     p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default 20)")
@@ -54,7 +58,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:
         summary = train_msem(
-            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, init_dir=args.init,
+            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=args.init,
             config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:

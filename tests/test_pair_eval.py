@@ -1,0 +1,50 @@
+"""`faq eval pairs`: threshold search, AUC, and the command on a tiny pair file with the real MiniLM."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from app.cli.main import main
+from app.pair_eval import accuracy_at, best_threshold, roc_auc
+
+
+def test_best_threshold_separates_when_possible():
+    cos = np.array([0.1, 0.2, 0.8, 0.9, 0.3])
+    labels = np.array([0, 0, 1, 1, 0])
+    thr, acc = best_threshold(cos, labels)
+    assert acc == 1.0 and 0.3 < thr < 0.8
+    assert accuracy_at(cos, labels, thr) == 1.0
+    assert roc_auc(cos, labels) == 1.0
+
+
+def test_best_threshold_edge_cases():
+    thr, acc = best_threshold(np.array([0.5, 0.6]), np.array([1, 1]))
+    assert acc == 1.0 and thr < 0.5  # everything called a paraphrase
+    thr, acc = best_threshold(np.array([0.5, 0.6]), np.array([0, 0]))
+    assert acc == 1.0 and thr > 0.6
+    assert roc_auc(np.array([0.5, 0.6]), np.array([0, 0])) is None
+    # ties and an inverted scorer: AUC 0, accuracy still the best achievable by one threshold
+    assert roc_auc(np.array([0.9, 0.1]), np.array([0, 1])) == 0.0
+
+
+def test_eval_pairs_command(tmp_path, capsys):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "1\thow do I reset my password\thow can I change my password\n"
+        "0\thow do I reset my password\twhat is the weather in Paris\n"
+        "1\twhere is my parcel\ttrack my package\n"
+        "0\twhere is my parcel\thow do I cook rice\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "report.json"
+    assert main(["eval", "pairs", "--pairs", str(pairs), "--dev-pairs", str(pairs), "--model", "minilm",
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["n"] == 4 and report["roc_auc"] == 1.0
+    assert report["accuracy"]["dev_tuned"]["accuracy"] == 1.0
+    assert "matching_layer" not in report["accuracy"]  # MiniLM has no matching layer
+    assert "ROC AUC 1.0000" in capsys.readouterr().out
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("maybe\tq1\tq2\n", encoding="utf-8")
+    assert main(["eval", "pairs", "--pairs", str(bad), "--model", "minilm", "--json", str(out)]) == 2
