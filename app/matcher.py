@@ -12,6 +12,10 @@ Steps for a batch of queries:
 4. turn cosine into a calibrated probability with the build's calibration:
    p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
 5. answer = the best FAQ when its probability >= threshold, otherwise None.
+
+Arms (app/arms.py): `MatchQuery.arm` picks the recall stage of step 2: `ann` (above) or `lexical`
+(BM25 top-K FAQs from the build's lexical index, their variants scored with the same stored vectors,
+so steps 3-5 are shared); `+rerank` arms add the cross-encoder stage.
 """
 from __future__ import annotations
 
@@ -91,6 +95,7 @@ class MatchQuery:
     query: str
     top_k: int = 5
     threshold: float = 0.5
+    arm: str = "ann"  # app.arms.ARMS
 
 
 @dataclass
@@ -111,8 +116,12 @@ class Matcher:
     swap happens meanwhile; callers can also pin one with `retriever=`.
     """
 
-    def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike):
+    def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
+                 lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30):
         self.encoder = encoder
+        # the lexical arms: retriever -> the LexicalIndex of its build version (raises LexicalUnavailable)
+        self.lexical = lexical
+        self.lexical_k = lexical_k
         if callable(retriever_provider) and not hasattr(retriever_provider, "search"):
             self._provider = retriever_provider
         else:
@@ -163,8 +172,7 @@ class Matcher:
         """Retrieve, group and score already-encoded queries (one search call for all of them)."""
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
-        k = max(retrieve_depth(r.top_k) for r in requests)
-        hits_per_query = deepen(retriever, vecs, requests, retriever.search(vecs, k), k)
+        hits_per_query = self.retrieve(requests, vecs, retriever)
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
         calibration = calibration_for(retriever.manifest, self.encoder)
@@ -190,6 +198,35 @@ class Matcher:
                 )
             )
         return results
+
+
+    def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
+        """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
+        from app.arms import base_arm, lexical_hits
+
+        hits: list[list[Any]] = [[] for _ in requests]
+        ann_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "ann"]
+        lexical_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "lexical"]
+        if len(ann_rows) + len(lexical_rows) != len(requests):
+            unknown = sorted({r.arm for r in requests} - {"ann", "lexical", "ann+rerank", "lexical+rerank"})
+            raise ValueError(f"unknown arm(s) {unknown}")
+        if ann_rows:
+            sub = [requests[i] for i in ann_rows]
+            sub_vecs = vecs if len(ann_rows) == len(requests) else vecs[ann_rows]
+            k = max(retrieve_depth(r.top_k) for r in sub)
+            for i, found in zip(ann_rows, deepen(retriever, sub_vecs, sub, retriever.search(sub_vecs, k), k)):
+                hits[i] = found
+        if lexical_rows:
+            if self.lexical is None:
+                from index.lexical import LexicalUnavailable
+
+                raise LexicalUnavailable("no lexical index configured for this matcher")
+            index = self.lexical(retriever)
+            k = max([self.lexical_k] + [requests[i].top_k for i in lexical_rows])
+            found = lexical_hits(index, retriever, [requests[i].query for i in lexical_rows], vecs[lexical_rows], k)
+            for i, row_hits in zip(lexical_rows, found):
+                hits[i] = row_hits
+        return hits
 
 
 def deepen(

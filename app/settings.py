@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from app.arms import ArmSplit
 
 
 class Settings(BaseSettings):
@@ -38,6 +42,51 @@ class Settings(BaseSettings):
     query_log: bool = True
     # Lexical baseline (issue 5): Elasticsearch URL; empty means the embedded engine.
     es_url: str | None = None
+    # "auto": Elasticsearch when FAQ_ES_URL is set, else the embedded tantivy index; or "tantivy" /
+    # "elasticsearch" explicitly. Builds always write the tantivy index (and the ES one with a URL).
+    lexical_engine: str = "auto"
+    lexical_k: int = Field(default=30, ge=1, le=1000)  # BM25 candidates per query (the paper's 30)
+    es_index_prefix: str = "faq"  # ES index of a build: "<prefix>-<version>"
+    es_timeout_s: float = Field(default=2.0, gt=0)  # per ES request while serving: fail fast -> 503
+    # Arms (app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
+    # overrides it with a split sticky per session_id.
+    default_arm: str = "ann"
+    ab_split: str | None = None
+
+    @field_validator("lexical_engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in ("auto", "tantivy", "elasticsearch"):
+            raise ValueError(f"FAQ_LEXICAL_ENGINE must be auto, tantivy or elasticsearch, got {value!r}")
+        return value
+
+    @field_validator("default_arm")
+    @classmethod
+    def _known_arm(cls, value: str) -> str:
+        from app.arms import ARMS
+
+        if value not in ARMS:
+            raise ValueError(f"FAQ_DEFAULT_ARM must be one of {', '.join(ARMS)}, got {value!r}")
+        return value
+
+    @field_validator("ab_split")
+    @classmethod
+    def _valid_split(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from app.arms import parse_split
+
+        return str(parse_split(value))  # raises with the bad part named
+
+    def arm_split(self) -> "ArmSplit | None":
+        from app.arms import parse_split
+
+        return parse_split(self.ab_split) if self.ab_split else None
+
+    def resolved_lexical_engine(self) -> str:
+        from index.lexical import resolve_engine
+
+        return resolve_engine(self.lexical_engine, self.es_url)
 
     @property
     def index_dir(self) -> Path:

@@ -85,6 +85,13 @@ class AnnIndex:
     def unload(self) -> None:
         self._annoy.unload()
 
+    def item_vectors(self, items: list[int]) -> np.ndarray:
+        """The stored vectors of `items` (float32, as indexed), shape (len(items), dim)."""
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        for row, item in enumerate(items):
+            out[row] = self._annoy.get_item_vector(int(item))
+        return out
+
     def search_one(self, vec: np.ndarray, k: int, search_k: int = -1) -> tuple[list[int], list[float]]:
         """Nearest items of one vector: (items, cosines), best first, at most k long."""
         items, dists = self._annoy.get_nns_by_vector(vec.tolist(), k, search_k=search_k, include_distances=True)

@@ -8,6 +8,9 @@ Safety properties:
 - Verification re-opens the saved file from disk, checks its checksum and counts, and measures
   self-recall@10 of Annoy against exact search; below `recall_floor` the build fails.
 - The store's `index_builds` row goes building -> ready | failed (with the error).
+- The lexical (BM25) indexes of the baseline arms are built under the same version (index/lexical.py):
+  tantivy inside the build folder, and an Elasticsearch index `<prefix>-<version>` when an ES URL is
+  given; pruned versions lose their Elasticsearch index too.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from index import artifacts
 from index.ann import AnnIndex
 from index.artifacts import BuildRegistry, IndexVerificationError, sha256_file, verify_build_dir, write_json_atomic
 from index.calibration import calibrate
+from index.lexical import build_lexical, delete_es_indexes, es_index_name
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,9 @@ def build_index(
     activate: bool = True,
     report: Callable[[str], None] | None = None,
     encoder_spec: str | None = None,
+    lexical: bool = True,
+    es_url: str | None = None,
+    es_index_prefix: str = "faq",
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -82,6 +89,8 @@ def build_index(
     `report`: called with one-line human messages (the CLI prints them).
     `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the
     manifest so the service serves this build with the encoder that built it.
+    `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
+    when given, as index `<es_index_prefix>-<version>`).
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:
@@ -138,6 +147,17 @@ def build_index(
         checksum = sha256_file(staging / artifacts.ANNOY_FILE)
         timings["save_s"] = time.perf_counter() - t
 
+        lexical_block = None
+        if lexical:
+            t = time.perf_counter()
+            lexical_block = build_lexical(staging, version, variants, es_url=es_url, es_prefix=es_index_prefix)
+            timings["lexical_s"] = time.perf_counter() - t
+            es_block = lexical_block.get("elasticsearch") or {}
+            say(f"lexical: tantivy {lexical_block['tantivy']['n_docs']} docs"
+                + (f"; Elasticsearch index {es_block['index']}: "
+                   + (f"{es_block['n_docs']} docs" if "n_docs" in es_block else f"NOT built ({es_block.get('error')})")
+                   if es_block else ""))
+
         manifest: dict[str, Any] = {
             "version": version,
             "encoder_id": encoder.id,
@@ -153,6 +173,8 @@ def build_index(
             "annoy_bytes": (staging / artifacts.ANNOY_FILE).stat().st_size,
             "created_at": started_at.isoformat(),
         }
+        if lexical_block is not None:
+            manifest["lexical"] = lexical_block
         write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
 
         # Verify what is on disk, exactly as a server would open it.
@@ -191,9 +213,13 @@ def build_index(
             pruned = registry.prune(keep_versions)
             if pruned:
                 say(f"pruned old versions: {', '.join(pruned)}")
+                if lexical and es_url:
+                    delete_es_indexes(es_url, [es_index_name(es_index_prefix, v) for v in pruned])
     except BaseException as exc:  # also KeyboardInterrupt: the row must not stay "building"
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+            if lexical and es_url:  # the version never became one: its Elasticsearch index goes too
+                delete_es_indexes(es_url, [es_index_name(es_index_prefix, version)])
         try:
             store.update_build(version, status="failed", finished_at=_utcnow(), timings=timings,
                                error=f"{type(exc).__name__}: {exc}"[:2000])

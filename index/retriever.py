@@ -159,6 +159,31 @@ class Retriever:
 
         return float(cal.get("a", DEFAULT_A)), float(cal.get("b", DEFAULT_B))
 
+    def vectors_of(self, variant_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Stored vectors of live variants (build or delta) by variant_id, for scoring candidates from
+        another recall stage (the lexical arms): (vectors (n, dim) float32, found (n,) bool). Rows of
+        variants this retriever does not serve as they were built (unknown, deleted, or edited since
+        the build: the caller's text is the old one) are zero with found False."""
+        vectors = np.zeros((len(variant_ids), self.dim), dtype=np.float32)
+        found = np.zeros(len(variant_ids), dtype=bool)
+        delta_row = self.__dict__.get("_delta_row_of")
+        if delta_row is None:  # built once per retriever (immutable), on first use
+            delta_row = {vid: row for row, (vid, _, _) in enumerate(self._delta_rows)}
+            self.__dict__["_delta_row_of"] = delta_row
+        build_rows, build_items = [], []
+        for row, vid in enumerate(variant_ids):
+            item = self._item_of.get(int(vid))
+            if item is not None and not self._tombstones[item]:
+                build_rows.append(row)
+                build_items.append(item)
+            elif item is None and int(vid) in delta_row:  # an edited build variant stays not found
+                vectors[row] = self._delta_vecs[delta_row[int(vid)]]
+                found[row] = True
+        if build_items:
+            vectors[build_rows] = self._ann.item_vectors(build_items)
+            found[build_rows] = True
+        return vectors, found
+
     # --- search -------------------------------------------------------------------------------------
     def search(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Per query, the k most similar live variants (Annoy minus tombstones, plus delta), best first."""

@@ -155,10 +155,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def es_emulator_url(tmp_path_factory) -> Iterator[str]:
-    """URL of the noida-db Elasticsearch-API EMULATOR (not a real Elasticsearch), started for this test
-    session on a free loopback port from its binary, and stopped by its PID afterwards."""
+def start_es_emulator(data_dir):
+    """Start the noida-db binary (Elasticsearch API only) on a free loopback port -> (process, url).
+    Stop it with `stop_es_emulator(process)` (by its PID; nothing else is touched)."""
     import subprocess
     import time
     import urllib.request
@@ -167,8 +166,7 @@ def es_emulator_url(tmp_path_factory) -> Iterator[str]:
     import noida_db
 
     binary = Path(noida_db.__file__).parent / "noida-db"
-    data_dir = tmp_path_factory.mktemp("noida")
-    log_path = data_dir / "noida.log"
+    log_path = Path(data_dir) / "noida.log"
     for _attempt in range(3):  # the free port can be taken between probing and binding
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
@@ -186,21 +184,33 @@ def es_emulator_url(tmp_path_factory) -> Iterator[str]:
             except OSError:
                 time.sleep(0.1)
         if ready:
-            break
-        if proc.poll() is None:  # alive but not answering: stop it (by its PID) and try another port
-            proc.kill()
-            proc.wait(timeout=10)
-    else:
-        pytest.fail(f"the noida-db Elasticsearch emulator did not start: {log_path.read_text()[-2000:]}")
+            return proc, url
+        stop_es_emulator(proc)  # alive but not answering, or exited: try another port
+    pytest.fail(f"the noida-db Elasticsearch emulator did not start: {log_path.read_text()[-2000:]}")
+
+
+def stop_es_emulator(proc) -> None:
+    import subprocess
+
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def es_emulator_url(tmp_path_factory) -> Iterator[str]:
+    """URL of the noida-db Elasticsearch-API EMULATOR (not a real Elasticsearch), started once per test
+    session on a free loopback port from its binary, and stopped by its PID afterwards."""
+    proc, url = start_es_emulator(tmp_path_factory.mktemp("noida"))
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_es_emulator(proc)
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,7 @@ BAD_MATCH_BODIES = [
     ({"query": "ok", "threshold": -0.1}, "threshold", "must be >= 0.0"),
     ({"query": "ok", "threshold": "high"}, "threshold", "must be a number"),
     ({"query": "ok", "rerank": "yes"}, "rerank", "must be true or false"),
-    ({"query": "ok", "arm": "bm25"}, "arm", "unknown arm 'bm25'; valid arms: ann"),
+    ({"query": "ok", "arm": "bm25"}, "arm", "unknown arm 'bm25'; valid arms: ann, ann+rerank, lexical, lexical+rerank"),
     ({"query": "ok", "session_id": "s" * 129}, "session_id", "must be at most 128 characters"),
     ({"query": "ok", "topk": 3}, "topk", "unknown field"),
 ]

@@ -11,6 +11,7 @@ Error contract: every error body is JSON `{"error": "...", ...}`.
 - body over settings.max_body_bytes -> 413 (Content-Length checked first, then streamed bytes counted);
 - a body that is not JSON (Content-Type) -> 415;
 - no index -> 503 "no index built: run `faq index build`";
+- lexical arm while its engine is unavailable (Elasticsearch down, no lexical index) -> 503 naming it;
 - anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
   the traceback. Client input must never reach this handler (tests fuzz /match to check).
 """
@@ -31,6 +32,7 @@ from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, Overloaded, ServiceState
 from app.matcher import NoIndexError
+from index.lexical import LexicalUnavailable
 from app.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -225,6 +227,12 @@ def create_app(settings: Settings | None = None, *, store: Any = None, encoder: 
     @app.exception_handler(NoIndexError)
     async def on_no_index(request: Request, exc: NoIndexError) -> JSONResponse:
         return _error(503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
+
+    @app.exception_handler(LexicalUnavailable)
+    async def on_lexical_unavailable(request: Request, exc: LexicalUnavailable) -> JSONResponse:
+        # only the lexical arms depend on it: the ann arms keep serving
+        return _error(503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
+                      headers={"Retry-After": "10"})
 
     @app.exception_handler(Overloaded)
     async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:

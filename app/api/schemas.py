@@ -11,13 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.arms import ARMS
+
 MAX_QUERY_CHARS = 1000
 MAX_TOP_K = 50
 MAX_BATCH = 64
 MAX_ID_CHARS = 200  # faq ids (same limit as the faqs table)
 MAX_SESSION_CHARS = 128  # query_log.session_id
 MAX_REQUEST_ID_CHARS = 64  # query_log.request_id
-VALID_ARMS = ("ann",)  # more arms (re-ranker, baselines) come with later issues
+VALID_ARMS = ARMS  # ann, ann+rerank, lexical, lexical+rerank (app/arms.py)
 
 
 class _Strict(BaseModel):
@@ -38,15 +40,19 @@ class MatchRequest(_Strict):
         default=None, ge=0.0, le=1.0, description="minimum calibrated score for an answer (default 0.5)"
     )
     rerank: bool = Field(default=False, description="re-rank with a cross-encoder (none installed yet)")
-    arm: str = Field(default="ann", description=f"retrieval arm, one of {', '.join(VALID_ARMS)}")
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_CHARS)
+    arm: str | None = Field(
+        default=None,
+        description=f"retrieval arm, one of {', '.join(VALID_ARMS)}; unset: by configuration (FAQ_AB_SPLIT, "
+        "sticky per session_id, else FAQ_DEFAULT_ARM)")
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_CHARS,
+                                   description="the user's session: keeps one A/B arm for the whole session")
 
     _query_not_blank = field_validator("query")(_not_blank)
 
     @field_validator("arm")
     @classmethod
-    def _known_arm(cls, value: str) -> str:
-        if value not in VALID_ARMS:
+    def _known_arm(cls, value: str | None) -> str | None:
+        if value is not None and value not in VALID_ARMS:
             raise ValueError(f"unknown arm {value!r}; valid arms: {', '.join(VALID_ARMS)}")
         return value
 
@@ -116,6 +122,8 @@ class Readiness(BaseModel):
     ready: bool
     index_version: str | None = None
     reason: str | None = None
+    # parts that cannot answer while /match still can, e.g. {"lexical": "Elasticsearch at ... is unreachable"}
+    degraded: dict[str, str] | None = None
 
 
 # -- errors -------------------------------------------------------------------------------------

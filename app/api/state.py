@@ -291,6 +291,10 @@ class ServiceState:
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         self._failed_version: str | None = None  # a build that could not be loaded: not retried every poll
+        # lexical arms: the LexicalIndex of each served build version, opened on first use
+        self._lexical: dict[str, Any] = {}
+        self._lexical_lock = threading.Lock()
+        self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
@@ -319,7 +323,8 @@ class ServiceState:
             from models.encoder import load_encoder
 
             self.encoder = serialized(load_encoder(self.settings.encoder_spec(self._current_manifest())))
-        self.matcher = Matcher(self.encoder, lambda: self.retriever)
+        self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
+                               lexical_k=self.settings.lexical_k)
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
@@ -348,6 +353,9 @@ class ServiceState:
             await loop.run_in_executor(None, self.query_log.stop)
         if self._poller is not None:
             await loop.run_in_executor(None, self._poller.join, 10.0)
+        for index in list(self._lexical.values()):
+            index.close()
+        self._lexical.clear()
         if self._owns_store and self.store is not None:
             self.store.close()
 
@@ -433,6 +441,50 @@ class ServiceState:
                 self.poll_once()
             except Exception:
                 log.exception("KB/index poll failed (will retry)")
+
+    # -- lexical arms ------------------------------------------------------------------------------
+    def lexical_for(self, retriever: Any) -> Any:
+        """The LexicalIndex of `retriever`'s build version on the configured engine (opened once per
+        version; indexes of versions no longer served are closed). Raises LexicalUnavailable."""
+        from index.lexical import LexicalUnavailable, open_lexical
+
+        version = str(retriever.version)
+        index = self._lexical.get(version)
+        if index is not None:
+            return index
+        with self._lexical_lock:
+            index = self._lexical.get(version)
+            if index is None:
+                try:
+                    engine = self.settings.resolved_lexical_engine()
+                except ValueError as exc:
+                    raise LexicalUnavailable(str(exc)) from exc
+                index = open_lexical(retriever.build_dir, retriever.manifest, engine, es_url=self.settings.es_url,
+                                     es_prefix=self.settings.es_index_prefix, es_timeout_s=self.settings.es_timeout_s)
+                served = {str(getattr(self.retriever, "version", "")), version}
+                for old in [v for v in self._lexical if v not in served]:
+                    self._lexical.pop(old).close()
+                self._lexical[version] = index
+            return index
+
+    def lexical_problem(self, max_age_s: float = 5.0) -> str | None:
+        """Why the lexical arms cannot answer now (None: they can). Checked at most every `max_age_s`
+        so /readyz probes do not hammer Elasticsearch."""
+        from index.lexical import LexicalUnavailable
+
+        retriever = self.retriever
+        if retriever is None:
+            return None  # not ready at all: /readyz says so already
+        cached = self._lexical_health
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < max_age_s:
+            return cached[1]
+        try:
+            problem = self.lexical_for(retriever).health()
+        except LexicalUnavailable as exc:
+            problem = str(exc)
+        self._lexical_health = (now, problem)
+        return problem
 
     # -- query log and feedback ------------------------------------------------------------------
     def log_matches(self, rows: list[dict]) -> None:

@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build", help="encode the KB, build + verify a new Annoy index version and make it current",
         description="Reads every question variant from the store, encodes them, builds an Annoy (angular) "
         "index in a staging folder, verifies it (checksum, self-recall@10 vs exact search) and switches "
-        "`current` atomically. A failed or interrupted build leaves `current` unchanged.",
+        "`current` atomically. A failed or interrupted build leaves `current` unchanged. The lexical arms' "
+        "BM25 index is built under the same version: tantivy in the build folder, and the Elasticsearch "
+        "index <FAQ_ES_INDEX_PREFIX>-<version> when FAQ_ES_URL is set.",
     )
     p.add_argument("--encoder", default=None, help="'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else minilm)")
     p.add_argument("--n-trees", type=int, default=None, help="Annoy trees (default: settings.ann_n_trees)")
@@ -32,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--recall-floor", type=float, default=0.9, help="minimum self-recall@10 for the build to pass")
     p.add_argument("--no-activate", action="store_true", help="build and verify but leave `current` as it is")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-lexical", action="store_true",
+                   help="skip the BM25 indexes of the lexical arms (tantivy, and Elasticsearch at FAQ_ES_URL)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("list", help="list index versions (current marked)")
@@ -83,6 +87,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             store, encoder, _registry(settings), n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
             recall_floor=args.recall_floor, activate=not args.no_activate, report=print, encoder_spec=spec,
+            lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")

@@ -1,8 +1,10 @@
-"""`GET /healthz` (the process is up), `GET /readyz` (an index is loaded) and `GET /metrics`."""
+"""`GET /healthz` (the process is up), `GET /readyz` (an index is loaded; `degraded` names parts some
+arms need that cannot answer, e.g. Elasticsearch for the lexical arms) and `GET /metrics`."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import get_state
 from app.api.schemas import Health, Readiness
@@ -26,7 +28,10 @@ async def readyz(state: ServiceState = Depends(get_state)) -> Response:
     if retriever is None:
         reason = state.not_ready_reason or NO_INDEX_REASON
         return JSONResponse(status_code=503, content=Readiness(ready=False, reason=reason).model_dump())
-    return JSONResponse(content=Readiness(ready=True, index_version=str(retriever.version)).model_dump())
+    # ready = /match answers; a part that only some arms need is reported, not made fatal
+    lexical = await run_in_threadpool(state.lexical_problem)
+    degraded = {"lexical": lexical} if lexical else None
+    return JSONResponse(content=Readiness(ready=True, index_version=str(retriever.version), degraded=degraded).model_dump())
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response)

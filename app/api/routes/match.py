@@ -22,6 +22,7 @@ from app.api.schemas import (
     MatchResponse,
 )
 from app.api.state import QueryLogDisabled, ServiceState
+from app.arms import resolve_arm, uses_reranker
 from app.matcher import MatchQuery, MatchResult
 
 router = APIRouter(tags=["match"])
@@ -34,7 +35,7 @@ _ERRORS = {
     413: {"model": ErrorBody, "description": "body larger than FAQ_MAX_BODY_BYTES"},
     415: {"model": ErrorBody, "description": "Content-Type is not application/json"},
     422: {"model": ErrorBody, "description": "a field is missing, unknown, of the wrong type or out of range"},
-    503: {"model": ErrorBody, "description": "no index built yet, or overloaded"},
+    503: {"model": ErrorBody, "description": "no index built yet, overloaded, or (lexical arms) the lexical engine is unavailable"},
 }
 
 
@@ -51,10 +52,21 @@ async def match_batch(body: BatchMatchRequest, state: ServiceState = Depends(get
     return BatchMatchResponse(results=await _match(state, body.queries))
 
 
+def arm_of(state: ServiceState, item: MatchRequest) -> str:
+    """The arm a request runs: its own `arm`, else the A/B split (sticky per session_id; without a
+    session, random per request), else FAQ_DEFAULT_ARM; `rerank: true` adds the re-ranking stage."""
+    arm = item.arm
+    if arm is None:
+        split = state.settings.arm_split()
+        arm = split.assign(item.session_id or uuid.uuid4().hex) if split is not None else state.settings.default_arm
+    return resolve_arm(arm, item.rerank)
+
+
 async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchResponse]:
-    for item in items:
-        if item.rerank:
-            raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=NO_RERANKER)
+    arms = [arm_of(state, item) for item in items]
+    for arm in arms:
+        if uses_reranker(arm) and getattr(state, "reranker", None) is None:
+            raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=f"{NO_RERANKER} (arm {arm!r} needs one)")
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
     settings = state.settings
     queries = [
@@ -62,12 +74,13 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
             query=item.query,
             top_k=item.top_k if item.top_k is not None else settings.default_top_k,
             threshold=item.threshold if item.threshold is not None else settings.default_threshold,
+            arm=arm,
         )
-        for item in items
+        for item, arm in zip(items, arms)
     ]
     assert state.batcher is not None
     results = await state.batcher.submit(queries, retriever)
-    responses = [_response(item, result) for item, result in zip(items, results)]
+    responses = [_response(arm, result) for arm, result in zip(arms, results)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None)
     if settings.query_log:
@@ -75,13 +88,13 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
     return responses
 
 
-def _response(item: MatchRequest, result: MatchResult) -> MatchResponse:
+def _response(arm: str, result: MatchResult) -> MatchResponse:
     answer = result.answer
     return MatchResponse.model_validate(
         {
             "request_id": uuid.uuid4().hex,
             "query": result.query,
-            "arm": item.arm,
+            "arm": arm,
             "index_version": result.index_version,
             "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer, "score": answer.score},
             "matches": [

@@ -1,0 +1,124 @@
+"""Retrieval arms and the online A/B split.
+
+Four arms answer `/match` (and are compared by `faq eval ab`):
+
+| arm              | recall stage                                    | final score                              |
+|------------------|-------------------------------------------------|------------------------------------------|
+| `ann`            | Annoy over the encoder's vectors                | calibrated cosine sigmoid(a*cos+b)       |
+| `ann+rerank`     | the same, top `rerank_k` FAQs                   | cross-encoder probability                |
+| `lexical`        | BM25 top-K FAQs (K = 30; index/lexical.py)      | calibrated cosine of the BM25 candidates |
+| `lexical+rerank` | the same, top `rerank_k` FAQs                   | cross-encoder probability                |
+
+`lexical` is the paper's baseline (Elasticsearch recalls 30 candidates, MSEM re-ranks them): the BM25
+candidates' variants are scored with the SAME stored vectors and calibration the `ann` arm uses, so
+the two arms differ only in their recall stage.
+
+The online split (`FAQ_AB_SPLIT="ann:90,lexical:10"`) assigns an arm per request from a hash of its
+`session_id`, so a session always gets the same arm (sticky), independent of process and restart.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+ARMS = ("ann", "ann+rerank", "lexical", "lexical+rerank")
+RERANK_SUFFIX = "+rerank"
+#: hash buckets of the split; weights are spread over these
+SPLIT_BUCKETS = 10_000
+
+
+def base_arm(arm: str) -> str:
+    """'lexical+rerank' -> 'lexical'."""
+    return arm.removesuffix(RERANK_SUFFIX)
+
+
+def uses_reranker(arm: str) -> bool:
+    return arm.endswith(RERANK_SUFFIX)
+
+
+def resolve_arm(arm: str, rerank: bool = False) -> str:
+    """The arm a request runs: `rerank: true` turns `ann` into `ann+rerank` (and `lexical` alike)."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; valid arms: {', '.join(ARMS)}")
+    return arm + RERANK_SUFFIX if rerank and not uses_reranker(arm) else arm
+
+
+# -- the online split --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArmSplit:
+    """Arms with integer weights, e.g. (("ann", 90), ("lexical", 10))."""
+
+    weights: tuple[tuple[str, int], ...]
+
+    @property
+    def arms(self) -> list[str]:
+        return [arm for arm, _ in self.weights]
+
+    def __str__(self) -> str:
+        return ",".join(f"{arm}:{w}" for arm, w in self.weights)
+
+    def assign(self, key: str) -> str:
+        """The arm of `key` (a session id): stable across processes (sha256, not Python's hash)."""
+        digest = hashlib.sha256(key.encode("utf-8")).digest()
+        bucket = int.from_bytes(digest[:8], "big") % SPLIT_BUCKETS
+        total = sum(w for _, w in self.weights)
+        point = bucket * total / SPLIT_BUCKETS  # in [0, total)
+        upto = 0
+        for arm, weight in self.weights:
+            upto += weight
+            if point < upto:
+                return arm
+        return self.weights[-1][0]
+
+
+def parse_split(text: str) -> ArmSplit:
+    """'ann:90,lexical:10' -> ArmSplit; raises ValueError naming the bad part."""
+    weights: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        arm, sep, weight = part.partition(":")
+        arm = arm.strip()
+        if arm not in ARMS:
+            raise ValueError(f"FAQ_AB_SPLIT: unknown arm {arm!r} in {part!r}; valid arms: {', '.join(ARMS)}")
+        try:
+            w = int(weight) if sep else -1
+        except ValueError:
+            w = -1
+        if w < 0:
+            raise ValueError(f"FAQ_AB_SPLIT: {part!r} needs a weight, a whole number >= 0 (e.g. 'ann:90,lexical:10')")
+        if arm in (a for a, _ in weights):
+            raise ValueError(f"FAQ_AB_SPLIT: arm {arm!r} is listed twice")
+        weights.append((arm, w))
+    if not weights or sum(w for _, w in weights) <= 0:
+        raise ValueError(f"FAQ_AB_SPLIT: {text!r} has no arm with a weight > 0 (e.g. 'ann:90,lexical:10')")
+    return ArmSplit(tuple(weights))
+
+
+# -- the lexical arm's recall stage -----------------------------------------------------------------
+def lexical_hits(lexical: Any, retriever: Any, queries: Sequence[str], vecs: np.ndarray, k: int) -> list[list[Any]]:
+    """BM25 top-`k` FAQs per query -> their variant hits scored by cosine with the query vector.
+
+    The cosines come from the retriever's stored vectors (`Retriever.vectors_of`), i.e. exactly what
+    the `ann` arm would compute for those variants; variants deleted or edited since the build are not
+    live in the retriever and are dropped (the lexical index holds the KB as of the build).
+    Returns `index.retriever.Hit`s (cosine set), best cosine first, ready for `group_hits`.
+    """
+    from index.retriever import Hit
+
+    per_query = lexical.search(list(queries), k=k)
+    out: list[list[Any]] = []
+    for row, candidates in enumerate(per_query):
+        if not candidates:
+            out.append([])
+            continue
+        vectors, found = retriever.vectors_of([h.variant_id for h in candidates])
+        cosines = vectors @ np.asarray(vecs[row], dtype=np.float32)
+        hits = [Hit(h.variant_id, h.faq_id, h.question, float(c))
+                for h, c, ok in zip(candidates, cosines.tolist(), found.tolist()) if ok]
+        hits.sort(key=lambda h: -h.cosine)
+        out.append(hits)
+    return out
