@@ -25,8 +25,12 @@ class Settings(BaseSettings):
     encoder: str | None = None
 
     def encoder_spec(self, manifest: dict | None = None) -> str:
-        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else MiniLM."""
-        return self.encoder or (manifest or {}).get("encoder_spec") or "minilm"
+        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else the shipped MSEM
+        (models/default), else MiniLM (a source checkout without the shipped model)."""
+        from models.encoder import default_msem_dir
+
+        fallback = "msem" if (default_msem_dir() / "config.json").exists() else "minilm"
+        return self.encoder or (manifest or {}).get("encoder_spec") or fallback
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
     ann_n_trees: int = 100
     ann_search_k: int = 50000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99

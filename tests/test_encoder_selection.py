@@ -12,8 +12,15 @@ from models.encoder import default_msem_dir, load_encoder
 from tests.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (fixture)
 
 
-def test_encoder_spec_precedence(tmp_path):
-    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"
+def test_encoder_spec_precedence(tmp_path, monkeypatch):
+    import models.encoder
+
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(models.encoder, "default_msem_dir", lambda: shipped)
+    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"  # a checkout without the shipped model
+    shipped.mkdir()
+    (shipped / "config.json").write_text("{}")
+    assert Settings(data_dir=tmp_path).encoder_spec() == "msem"  # the shipped MSEM is the default
     assert Settings(data_dir=tmp_path).encoder_spec({"encoder_spec": "/models/x"}) == "/models/x"
     assert Settings(data_dir=tmp_path, encoder="/models/y").encoder_spec({"encoder_spec": "/models/x"}) == "/models/y"
 

@@ -198,3 +198,26 @@ def test_several_kbs_and_dev_kb_of_unseen_faqs(tmp_path, fake_glove):
                    glove=fake_glove)
     with pytest.raises(TrainError, match="needs --dev"):
         train_msem([kb_a], tmp_path / "m3", dev_kb_path=kb_b, train_config=tiny_cfg(epochs=1), glove=fake_glove)
+
+
+def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, capsys):
+    """`faq train msem` starts from models/default when it exists; a --config that changes the
+    architecture must say --from-scratch; --from-scratch and --init exclude each other."""
+    import models.encoder
+    from app.cli.main import main
+    from app.cli.train import _default_init
+
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(models.encoder, "default_msem_dir", lambda: shipped)
+    assert _default_init(None) == (None, None)  # nothing shipped: from scratch
+    shipped.mkdir()
+    (shipped / "config.json").write_text(json.dumps({"hidden": 150, "word_repr": "minilm"}))
+    assert _default_init(None) == (str(shipped), None)
+    assert _default_init('{"hidden": 150, "dropout": 0.2}') == (str(shipped), None)  # same architecture
+    init, error = _default_init('{"hidden": 64}')
+    assert init is None and "--from-scratch" in error and "hidden" in error
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
+    assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--config", '{"hidden": 64}']) == 2
+    assert "--from-scratch" in capsys.readouterr().err
+    assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--from-scratch",
+                 "--init", str(shipped)]) == 2

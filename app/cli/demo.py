@@ -1,9 +1,11 @@
 """`faq quickstart`: the main job on embedded defaults, as the same commands an operator runs by hand.
 
 1. `faq kb import` the bundled demo FAQ (or --kb FILE);
-2. `faq train msem` on that KB (its phrasings are the paraphrase clusters), unless the model folder
-   already exists or `--encoder` names one (e.g. `--encoder minilm` to skip training);
-3. `faq index build` with that encoder (the manifest records it, so the service serves with it);
+2. with `--fine-tune` only: `faq train msem` on that KB starting from the shipped model (its phrasings
+   are the paraphrase clusters), unless that model folder already exists;
+3. `faq index build` with the encoder: `--encoder`, else the fine-tuned folder, else the shipped
+   general MSEM (models/default; MiniLM in a checkout without it). The manifest records it, so the
+   service serves with it;
 4. `faq serve`.
 """
 from __future__ import annotations
@@ -12,8 +14,6 @@ import argparse
 from pathlib import Path
 
 DEMO_KB = Path(__file__).resolve().parent.parent / "demo" / "faq.jsonl"
-#: our measured choice for the demo-sized KB: the MiniLM-token MSEM variant, compact sizes
-QUICKSTART_CONFIG = '{"word_repr": "minilm", "hidden": 150, "ffn_dim": 600, "pool_da": 150, "out_dim": 300}'
 
 
 def _run(step: list[str]) -> int:
@@ -29,15 +29,17 @@ def _quickstart(args: argparse.Namespace) -> int:
     kb = args.kb or str(DEMO_KB)
     if rc := _run(["kb", "import", kb]):
         return rc
+    settings = get_settings()
     encoder = args.encoder
-    if encoder is None:
-        model_dir = get_settings().data_dir / "models" / "msem-quickstart"
+    if encoder is None and args.fine_tune:
+        model_dir = settings.data_dir / "models" / "msem-finetuned"
         if not (model_dir / "config.json").exists():
             rc = _run(["train", "msem", "--kb", kb, "--out", str(model_dir), "--epochs", str(args.epochs),
-                       "--config", QUICKSTART_CONFIG, "--seed", "0"])
+                       "--seed", "0"])
             if rc:
                 return rc
         encoder = str(model_dir)
+    encoder = encoder or settings.encoder_spec(None)
     if rc := _run(["index", "build", "--encoder", encoder]):
         return rc
     if args.no_serve:
@@ -46,10 +48,13 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quickstart", help="import the demo FAQ (or --kb FILE), train MSEM on it, build the index, serve /match")
+    p = sub.add_parser("quickstart", help="import the demo FAQ (or --kb FILE), build the index with the shipped MSEM, "
+                       "serve /match")
     p.add_argument("--kb", help="knowledge base JSONL/CSV (default: the bundled demo FAQ)")
-    p.add_argument("--encoder", help="skip training and build with this encoder ('minilm' or a model folder)")
-    p.add_argument("--epochs", type=int, default=15, help="MSEM training epochs (default 15)")
+    p.add_argument("--encoder", help="build with this encoder ('msem', 'minilm' or a model folder)")
+    p.add_argument("--fine-tune", action="store_true", help="first fine-tune the shipped MSEM on the KB "
+                   "(var/models/msem-finetuned; minutes on a CPU)")
+    p.add_argument("--epochs", type=int, default=15, help="fine-tuning epochs (default 15)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--no-serve", action="store_true", help="stop after building the index")

@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dev-kb", help="KB the --dev queries are matched against (default: the training KB); FAQs "
                    "left out of training make the dev metric measure generalisation to new FAQs")
     p.add_argument("--out", required=True, help="output folder (model, checkpoint.pt, training.json, README.md)")
-    p.add_argument("--init", help="fine-tune from this MSEM model folder (vocabulary extended, intent head re-created)")
+    p.add_argument("--init", help="fine-tune from this MSEM model folder (vocabulary extended, intent head re-created); "
+                   "default: the shipped general model (models/default) when there is one")
+    p.add_argument("--from-scratch", action="store_true", help="start from random weights instead of the shipped model")
     p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default 20)")
     p.add_argument("--batch-size", type=int, default=200, help="pairs per batch (default 200, as in the paper)")
     p.add_argument("--lr", type=float, default=4e-4, help="Adam learning rate (default 4e-4)")
@@ -37,7 +39,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hard-refresh", type=int, default=1, help="re-mine hard negatives with the model every N epochs")
     p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
     p.set_defaults(func=cmd_msem)
+    _register_reranker(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
+
+
+def _default_init(config: str | None) -> tuple[str | None, str | None]:
+    """(init folder, error): the shipped model, unless there is none; a --config that changes the
+    architecture cannot fine-tune it and must say --from-scratch."""
+    from models.encoder import default_msem_dir
+    from models.train_msem import ARCHITECTURE_FIELDS, TrainError, parse_config_overrides
+
+    shipped = default_msem_dir()
+    if not (shipped / "config.json").exists():
+        return None, None
+    try:
+        overrides = parse_config_overrides(config)
+    except TrainError as exc:
+        return None, str(exc)
+    import json
+
+    shipped_config = json.loads((shipped / "config.json").read_text(encoding="utf-8"))
+    changed = sorted(k for k, v in overrides.items() if k in ARCHITECTURE_FIELDS and shipped_config.get(k) != v)
+    if changed:
+        return None, (f"--config changes the architecture ({', '.join(changed)}), so it cannot fine-tune the shipped "
+                      f"model {shipped}: add --from-scratch (or --init another folder)")
+    print(f"fine-tuning the shipped model {shipped} (--from-scratch to start from random weights)", file=sys.stderr)
+    return str(shipped), None
 
 
 def cmd_msem(args: argparse.Namespace) -> int:
@@ -51,6 +78,15 @@ def cmd_msem(args: argparse.Namespace) -> int:
     if args.resume and args.init:
         print("error: --resume continues a run; --init starts one (give one of them)", file=sys.stderr)
         return 2
+    if args.from_scratch and args.init:
+        print("error: --from-scratch and --init exclude each other", file=sys.stderr)
+        return 2
+    init = args.init
+    if init is None and not args.from_scratch and not args.resume:
+        init, error = _default_init(args.config)
+        if error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     cfg = TrainConfig(
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, sgd_lr=args.sgd_lr, patience=args.patience,
         seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
@@ -58,7 +94,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:
         summary = train_msem(
-            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=args.init,
+            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=init,
             config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:
@@ -66,4 +102,71 @@ def cmd_msem(args: argparse.Namespace) -> int:
         return 2
     print(f"{summary['stop_reason']}: best {summary['metric']} = {summary['best_metric']} at epoch "
           f"{summary['best_epoch']}; model saved in {args.out}")
+    return 0
+
+
+def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
+    p = tr_sub.add_parser(
+        "reranker",
+        help="train the cross-encoder re-ranker (phase A paraphrase pairs -> phase B STS-B regression)",
+        description="Sequential transfer (models/train_reranker.py): binary equivalence on --pairs / --kb pairs "
+        "with hard negatives, then STS-B regression; calibrated on held-out pairs; saved as a folder (+ ONNX int8) "
+        "for FAQ_RERANKER=<folder>. Checkpoints every --checkpoint-every steps; Ctrl-C saves one; --resume continues.",
+    )
+    p.add_argument("--out", required=True, help="output folder (config.json, weights, tokenizer, ONNX, training.json)")
+    p.add_argument("--kb", action="append", default=[], help="intent KB (JSONL/CSV): variants of one faq_id are "
+                   "paraphrases, MiniLM nearest other-FAQ variants are hard negatives; repeatable")
+    p.add_argument("--pairs", action="append", default=[], help="labelled pairs TSV label<TAB>q1<TAB>q2 (qqp_bimpm "
+                   "dev.tsv, MRPC train; never MRPC test); repeatable")
+    p.add_argument("--stsb", required=True, help="STS-B folder with the raw sts-train.csv and sts-dev.csv")
+    p.add_argument("--layers", type=int, default=4, help="first N of all-MiniLM-L6-v2's 6 layers (default 4)")
+    p.add_argument("--max-len", type=int, default=64, help="pair length in wordpieces (default 64)")
+    p.add_argument("--epochs-a", type=int, default=2, help="phase A epochs (default 2)")
+    p.add_argument("--epochs-b", type=int, default=3, help="phase B epochs (default 3)")
+    p.add_argument("--anchors-per-faq", type=int, default=24, help="KB variants sampled per FAQ (default 24)")
+    p.add_argument("--no-augment", action="store_true", help="no rule-based minimal-edit pairs in phase A")
+    p.add_argument("--max-minutes", type=float, help="wall-clock budget for the whole run (phase A is planned to fit)")
+    p.add_argument("--checkpoint-every", type=int, default=200, help="steps between checkpoints (default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt with the same data")
+    p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
+    p.add_argument("--export-only", action="store_true", help="only (re-)export --out's weights to ONNX (fp32 + int8)")
+    p.set_defaults(func=cmd_reranker)
+
+
+def cmd_reranker(args: argparse.Namespace) -> int:
+    import logging
+
+    from models.reranker import RerankerError, export_onnx
+    from models.train_reranker import RerankTrainConfig, RerankTrainError, train_reranker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.export_only:
+        try:
+            for path in export_onnx(args.out):
+                print(f"wrote {path}")
+        except RerankerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.layers < 1 or args.layers > 6:
+        print("error: --layers must be 1..6 (all-MiniLM-L6-v2 has 6)", file=sys.stderr)
+        return 2
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        print("error: --max-minutes must be > 0", file=sys.stderr)
+        return 2
+    cfg = RerankTrainConfig(
+        n_layers=args.layers, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
+        anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, max_minutes=args.max_minutes,
+        checkpoint_every=args.checkpoint_every, seed=args.seed,
+    )
+    command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    try:
+        summary = train_reranker(args.out, args.kb, args.pairs, args.stsb, cfg, resume=args.resume,
+                                 device=args.device, command=command)
+    except (RerankTrainError, RerankerError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"STS-B dev Pearson {summary['stsb_dev_pearson']:.4f} / Spearman {summary['stsb_dev_spearman']:.4f}; "
+          f"re-ranker saved in {args.out} (FAQ_RERANKER={args.out})")
     return 0
