@@ -209,8 +209,12 @@ def run_eval_match(
     settings: Any = None,
     n_trees: int | None = None,
     search_k: int | None = None,
+    variants_per_faq: int | None = None,
 ) -> dict:
-    """Import the KB into a fresh store, build the index, match dev/test queries; returns the report."""
+    """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
+
+    `variants_per_faq`: keep only each FAQ's first N phrasings (N=1: how well a KB written with a single
+    question per FAQ matches)."""
     from app.kb_io import read_kb, read_queries
     from app.matcher import Matcher
     from app.settings import get_settings
@@ -226,6 +230,14 @@ def run_eval_match(
     t_all = time.perf_counter()
 
     records = read_kb(kb_path)
+    if variants_per_faq is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for r in records:
+            seen[r.faq_id] = seen.get(r.faq_id, 0) + 1
+            if seen[r.faq_id] <= variants_per_faq:
+                kept.append(r)
+        records = kept
     queries = read_queries(queries_path)
     dev = read_queries(dev_path) if dev_path else None
     faq_ids = {r.faq_id for r in records}
@@ -291,6 +303,7 @@ def run_eval_match(
             "kb": str(kb_path),
             "queries": str(queries_path),
             "dev": str(dev_path) if dev_path else None,
+            "variants_per_faq": variants_per_faq,
             "model": spec,
             "encoder_id": encoder.id,
             "index": {

@@ -162,6 +162,11 @@ def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem
     # re-running in the same workdir starts from a fresh store
     assert main(args) == 0
     assert json.loads(out_json.read_text())["counts"]["imported"]["faqs_created"] == 3
+    # a KB with one phrasing per FAQ: "i forgot my password" is left out
+    assert main(args + ["--variants-per-faq", "1"]) == 0
+    single = json.loads(out_json.read_text())
+    assert single["counts"]["variants"] == 3 and single["variants_per_faq"] == 1
+    assert main(args + ["--variants-per-faq", "0"]) == 2
 
 
 def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys):

@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="queries per matcher call, default 256")
     p.add_argument("--n-trees", type=int, help="Annoy trees (default: settings.ann_n_trees)")
     p.add_argument("--search-k", type=int, help="Annoy search_k (default: settings.ann_search_k)")
+    p.add_argument("--variants-per-faq", type=int, help="keep only each FAQ's first N phrasings of the KB "
+                   "(1 = a KB with a single question per FAQ)")
     p.set_defaults(func=cmd_match)
 
     p = ev_sub.add_parser(
@@ -53,10 +55,14 @@ def cmd_match(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         print("error: --batch-size must be >= 1", file=sys.stderr)
         return 2
+    if args.variants_per_faq is not None and args.variants_per_faq < 1:
+        print("error: --variants-per-faq must be >= 1", file=sys.stderr)
+        return 2
     try:
         report = run_eval_match(args.kb, args.queries, args.dev, args.model, args.workdir,
                                 top_k=args.top_k, batch_size=args.batch_size,
-                                n_trees=args.n_trees, search_k=args.search_k)
+                                n_trees=args.n_trees, search_k=args.search_k,
+                                variants_per_faq=args.variants_per_faq)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)
