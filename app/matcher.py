@@ -12,6 +12,8 @@ Steps for a batch of queries:
 4. turn cosine into a calibrated probability with the build's calibration:
    p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
 5. answer = the best FAQ when its probability >= threshold, otherwise None.
+   `+rerank` arms put a step 4b before it: the cross-encoder scores the query against the best phrasing of
+   the top `max(rerank_k, top_k)` FAQs, and its probability becomes the score and the order.
 
 Arms (app/arms.py): `MatchQuery.arm` picks the recall stage of step 2: `ann` (above) or `lexical`
 (BM25 top-K FAQs from the build's lexical index, their variants scored with the same stored vectors,
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
+
+from app.arms import uses_reranker
 
 #: retrieval depth in variants for a requested number of FAQs
 MIN_RETRIEVE_VARIANTS = 20
@@ -85,7 +89,7 @@ class FaqMatch:
     question: str  # the variant that matched best
     answer: str
     score: float  # calibrated probability 0..1
-    cosine: float
+    cosine: float  # the encoder's cosine (also kept when a re-ranker sets `score`)
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,12 @@ class Matcher:
     """
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
-                 lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30):
+                 lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
+                 reranker: Any = None, rerank_k: int = 20):
         self.encoder = encoder
+        # the `+rerank` arms: models.reranker.Reranker (score(query, candidates) -> probabilities); None = none
+        self.reranker = reranker
+        self.rerank_k = rerank_k
         # the lexical arms: retriever -> the LexicalIndex of its build version (raises LexicalUnavailable)
         self.lexical = lexical
         self.lexical_k = lexical_k
@@ -177,10 +185,17 @@ class Matcher:
 
         calibration = calibration_for(retriever.manifest, self.encoder)
         answers = retriever.answers
+        ranked: list[list[FaqMatch]] = []
+        t2 = time.perf_counter()
+        for request, hits in zip(requests, hits_per_query):
+            if uses_reranker(request.arm):
+                ranked.append(self.rerank(request, group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k))))
+            else:
+                ranked.append(group_hits(hits, answers, calibration, request.top_k))
+        rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         total_ms = (time.perf_counter() - started) * 1000.0
         results: list[MatchResult] = []
-        for request, hits in zip(requests, hits_per_query):
-            matches = group_hits(hits, answers, calibration, request.top_k)
+        for request, matches in zip(requests, ranked):
             best = matches[0] if matches else None
             answer = best if best is not None and best.score >= request.threshold else None
             results.append(
@@ -192,13 +207,25 @@ class Matcher:
                     timings_ms={
                         "encode": round(encode_ms, 3),
                         "retrieve": round(retrieve_ms, 3),
-                        "rerank": 0.0,  # no re-ranker yet
+                        "rerank": round(rerank_ms, 3),
                         "total": round(total_ms, 3),
                     },
                 )
             )
         return results
 
+    def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
+        """The `+rerank` stage: the cross-encoder scores the query against each candidate FAQ's best
+        phrasing (one batched forward pass); its probability becomes the score and the order."""
+        if self.reranker is None:
+            raise NoRerankerError("no re-ranker installed: set FAQ_RERANKER to a re-ranker folder")
+        if not candidates:
+            return []
+        head = candidates[: max(request.top_k, self.rerank_k)]
+        probs = np.asarray(self.reranker.score(request.query, [m.question for m in head]), dtype=np.float64)
+        rescored = [replace(m, score=float(p)) for m, p in zip(head, probs.tolist())]
+        rescored.sort(key=lambda m: (-m.score, m.faq_id))
+        return rescored[: request.top_k]
 
     def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
         """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
@@ -211,7 +238,9 @@ class Matcher:
             unknown = sorted({r.arm for r in requests} - {"ann", "lexical", "ann+rerank", "lexical+rerank"})
             raise ValueError(f"unknown arm(s) {unknown}")
         if ann_rows:
-            sub = [requests[i] for i in ann_rows]
+            # a re-ranked arm needs rerank_k FAQs from its recall stage, whatever top_k it returns
+            sub = [replace(requests[i], top_k=max(requests[i].top_k, self.rerank_k)) if uses_reranker(requests[i].arm)
+                   else requests[i] for i in ann_rows]
             sub_vecs = vecs if len(ann_rows) == len(requests) else vecs[ann_rows]
             k = max(retrieve_depth(r.top_k) for r in sub)
             for i, found in zip(ann_rows, deepen(retriever, sub_vecs, sub, retriever.search(sub_vecs, k), k)):
@@ -254,6 +283,10 @@ def deepen(
 
 class NoIndexError(RuntimeError):
     """No retriever is loaded (no build yet, or the current build could not be loaded)."""
+
+
+class NoRerankerError(RuntimeError):
+    """A `+rerank` arm was asked for but no re-ranker is installed."""
 
 
 def group_hits(

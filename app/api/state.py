@@ -295,6 +295,8 @@ class ServiceState:
         self._lexical: dict[str, Any] = {}
         self._lexical_lock = threading.Lock()
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
+        # the cross-encoder of the `+rerank` arms (FAQ_RERANKER); None = none installed -> those arms answer 409
+        self.reranker: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
@@ -323,8 +325,14 @@ class ServiceState:
             from models.encoder import load_encoder
 
             self.encoder = serialized(load_encoder(self.settings.encoder_spec(self._current_manifest())))
+        reranker_path = getattr(self.settings, "reranker", None)
+        if self.reranker is None and reranker_path:
+            from models.reranker import load_reranker
+
+            self.reranker = load_reranker(reranker_path)
         self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
-                               lexical_k=self.settings.lexical_k)
+                               lexical_k=self.settings.lexical_k, reranker=self.reranker,
+                               rerank_k=int(getattr(self.settings, "rerank_k", 20)))
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
