@@ -1,4 +1,5 @@
-"""`faq eval ...`: offline evaluation (`faq eval match`), through the same store/index/matcher as serving."""
+"""`faq eval ...`: offline evaluation (`faq eval match`, `faq eval ab`) through the same store/index/matcher
+as serving, and the online A/B report from the query log (`faq eval online`)."""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder")
     p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
     p.set_defaults(func=cmd_pairs)
+
+    p = ev_sub.add_parser(
+        "ab",
+        help="offline A/B of the retrieval arms (ann, ann+rerank, lexical, lexical+rerank): report.md/json + PNGs",
+        description="Imports the KB into a scratch store, builds the Annoy and lexical indexes (one version), runs "
+        "every arm through the Matcher as /match does, tunes each arm's threshold on --dev, and writes report.md, "
+        "report.json, pr_threshold.png and latency.png into --out. --out/work is reused while the KB, the encoder "
+        "and the index parameters are unchanged. `+rerank` arms need --reranker (or FAQ_RERANKER): without one "
+        "they are skipped and the report says so.",
+    )
+    p.add_argument("--kb", required=True, help="KB file (JSONL/CSV)")
+    p.add_argument("--queries", required=True, help="test queries JSONL {query, faq_id|null}")
+    p.add_argument("--dev", help="dev queries: each arm's answer threshold is tuned on them (max answer F1)")
+    p.add_argument("--arms", default="ann,ann+rerank,lexical,lexical+rerank", help="comma-separated arms (default: all four)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else the default)")
+    p.add_argument("--reranker", help="cross-encoder folder for the +rerank arms (default: FAQ_RERANKER)")
+    p.add_argument("--es-url", help="evaluate the lexical arms on this Elasticsearch (default: FAQ_ES_URL; unset: tantivy)")
+    p.add_argument("--lexical-engine", choices=["tantivy", "elasticsearch"], help="default: elasticsearch with a URL, else tantivy")
+    p.add_argument("--lexical-k", type=int, help="BM25 candidates per query (default: FAQ_LEXICAL_K, 30)")
+    p.add_argument("--rerank-k", type=int, help="FAQs the re-ranker scores (default: FAQ_RERANK_K, 20)")
+    p.add_argument("--latency-sample", type=int, default=200, help="test queries timed one by one per arm (default 200)")
+    p.add_argument("--batch-size", type=int, default=256, help="queries per matcher call (default 256)")
+    p.add_argument("--fresh", action="store_true", help="rebuild the store, index and query vectors in --out/work")
+    p.set_defaults(func=cmd_ab)
+
+    p = ev_sub.add_parser(
+        "online",
+        help="online A/B report from the query log and /feedback: per-arm answer rate, accuracy, latency, significance",
+        description="Reads the configured store's query log (FAQ_DATABASE_URL). Per arm: answer rate and accuracy "
+        "from feedback with Wilson intervals, latency percentiles with an interval for the median; each arm is "
+        "compared with the control arm (z-tests, Mann-Whitney U) and a difference that is not yet significant is "
+        "reported as such, with the sample size the observed difference would need.",
+    )
+    p.add_argument("--since", help="only requests at or after this ISO time (e.g. 2026-11-01 or 2026-11-01T12:00:00Z)")
+    p.add_argument("--until", help="only requests before this ISO time")
+    p.add_argument("--arms", help="comma-separated arms to include (default: every logged arm)")
+    p.add_argument("--control", help="arm the others are compared with (default: ann, else the busiest arm)")
+    p.add_argument("--out", help="also write report.md and report.json into this folder")
+    p.set_defaults(func=cmd_online)
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
 
@@ -87,4 +128,79 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         return 2
     write_pairs_report(report, args.json_out)
     print(format_pairs_report(report))
+    return 0
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from app.ab import format_ab_table, parse_arms, run_eval_ab
+    from app.kb_io import KbValidationError
+    from index.artifacts import IndexVerificationError
+    from index.build import BuildError
+    from index.lexical import LexicalUnavailable
+
+    try:
+        arms = parse_arms(args.arms)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name in ("lexical_k", "rerank_k", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            return 2
+    if args.latency_sample < 0:
+        print("error: --latency-sample must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        report = run_eval_ab(
+            args.kb, args.queries, args.out, dev_path=args.dev, arms=arms, model=args.model, reranker_path=args.reranker,
+            es_url=args.es_url, lexical_engine=args.lexical_engine, lexical_k=args.lexical_k, rerank_k=args.rerank_k,
+            latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh,
+            progress=sys.stderr.isatty(),
+        )
+    except LexicalUnavailable as exc:
+        print(f"error: lexical engine unavailable: {exc}", file=sys.stderr)
+        return 2
+    except IndexVerificationError as exc:
+        print(f"error: {exc} (try FAQ_ANN_N_TREES / FAQ_ANN_SEARCH_K)", file=sys.stderr)
+        return 2
+    except (KbValidationError, BuildError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_ab_table(report))
+    print(f"report written to {args.out}/report.md, report.json, pr_threshold.png, latency.png")
+    return 0
+
+
+def _parse_time(value: str | None, flag: str):
+    from datetime import datetime, timezone
+
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"{flag}: not an ISO date/time: {value!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def cmd_online(args: argparse.Namespace) -> int:
+    from app.online_eval import format_online_markdown, online_report, write_online_report
+    from app.settings import get_settings
+    from app.store import FaqStore
+
+    try:
+        since, until = _parse_time(args.since, "--since"), _parse_time(args.until, "--until")
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
+        with FaqStore.from_settings(get_settings()) as store:
+            report = online_report(store, since=since, until=until, arms=arms, control=args.control)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not report["requests"]:
+        print("no logged /match requests in that window (is FAQ_QUERY_LOG on, and FAQ_DATABASE_URL the service's?)")
+    print(format_online_markdown(report))
+    if args.out:
+        json_path, md_path = write_online_report(report, args.out)
+        print(f"report written to {md_path} and {json_path}")
     return 0
