@@ -1,0 +1,61 @@
+"""`faq model export`: turn a trained MSEM folder into a small shipping folder (fp16, no intent head).
+
+The intent classifier only serves training (the service reads the sentence vector), so dropping it
+and storing the weights as fp16 halves the file without changing a vector by more than fp16 rounding.
+The training record (`training.json`, `README.md`) is carried along so the shipped folder says how it
+was made.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    model = subparsers.add_parser("model", help="manage model folders")
+    sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("export", help="write an MSEM model folder as fp16 without the training-only intent head",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("src", help="trained MSEM model folder (e.g. the --out of `faq train msem`)")
+    p.add_argument("--out", required=True, help="destination folder (e.g. models/default)")
+    p.add_argument("--fp32", action="store_true", help="keep fp32 weights")
+    p.add_argument("--keep-intent-head", action="store_true", help="keep the intent classifier")
+    p.set_defaults(func=cmd_export)
+    model.set_defaults(func=lambda args: (model.print_help(), 2)[1])
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from models.msem_encoder import MsemEncoder
+
+    src, out = Path(args.src), Path(args.out)
+    if not (src / "config.json").is_file():
+        print(f"error: {src} is not an MSEM model folder (no config.json)", file=sys.stderr)
+        return 2
+    if out.resolve() == src.resolve():
+        print("error: --out must differ from the source folder", file=sys.stderr)
+        return 2
+    encoder = MsemEncoder.load(src, device="cpu")
+    staging = out.with_name(out.name + ".tmp-export")
+    shutil.rmtree(staging, ignore_errors=True)
+    readme = (src / "README.md").read_text(encoding="utf-8") if (src / "README.md").is_file() else None
+    encoder.save(staging, fp16=not args.fp32, readme=readme, keep_intent_head=args.keep_intent_head)
+    if (src / "training.json").is_file():
+        shutil.copy2(src / "training.json", staging / "training.json")
+    # the exported vectors must match the source's up to fp16 rounding
+    probe = ["how do I reset my password?", "Wo ist mein Paket", "cancel the order I placed yesterday"]
+    exported = MsemEncoder.load(staging, device="cpu")
+    drift = float(np.max(np.abs(encoder.encode(probe) - exported.encode(probe))))
+    if drift > 5e-3:
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"error: exported vectors differ by {drift:.2e} (> 5e-3) from the source", file=sys.stderr)
+        return 1
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(f"exported {src} -> {out}: {size / 1e6:.1f} MB, max vector drift {drift:.1e}")
+    return 0
