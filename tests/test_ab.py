@@ -105,6 +105,29 @@ def test_eval_ab_writes_report_md_json_and_pngs(tmp_path, tiny_ab_files, faq_env
         assert again["arms"][arm]["metrics"] == report["arms"][arm]["metrics"]
 
 
+def test_eval_ab_runs_all_four_arms_with_a_reranker(tmp_path, tiny_ab_files, faq_env, monkeypatch, capsys):
+    pytest.importorskip("models.reranker")
+    helpers = pytest.importorskip("reranker_helpers")
+    from app.cli.main import main
+
+    monkeypatch.setenv("FAQ_TORCH_THREADS", "1")
+    monkeypatch.setenv("FAQ_ANN_N_TREES", "10")
+    reranker = helpers.make_tiny_reranker(tmp_path / "tiny-reranker", onnx=False)
+    kb, test, dev = tiny_ab_files
+    out = tmp_path / "ab4"
+    assert main(["eval", "ab", "--kb", str(kb), "--queries", str(test), "--dev", str(dev), "--model", "minilm",
+                 "--out", str(out), "--reranker", str(reranker), "--rerank-k", "5", "--latency-sample", "3"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["arms"]) == ["ann", "ann+rerank", "lexical", "lexical+rerank"] and report["skipped"] == {}
+    assert report["reranker"]["rerank_k"] == 5 and report["reranker"]["path"] == str(reranker)
+    assert set(report["arms"]["ann+rerank"]["recall_stages"]) == {"ann@30", "ann@5 (re-ranker input)"}
+    assert set(report["arms"]["lexical+rerank"]["recall_stages"]) == {"bm25@30", "lexical@5 (re-ranker input)"}
+    for arm in ("ann+rerank", "lexical+rerank"):
+        assert report["arms"][arm]["latency_ms"]["rerank"]["p50"] > 0
+        assert report["arms"][arm]["metrics"]["n_queries"] == 10
+    assert {"ann vs ann+rerank", "ann vs lexical", "ann vs lexical+rerank"} == set(report["comparisons"])
+
+
 def test_eval_ab_rejects_bad_arguments(tmp_path, tiny_ab_files, faq_env, capsys):
     from app.cli.main import main
 

@@ -185,3 +185,41 @@ def test_matcher_offline_uses_the_same_arms(tantivy_service, encoder):  # noqa: 
     api = client.post("/match", json={"query": "refund policy", "arm": "lexical", "top_k": 3}).json()
     assert [m.faq_id for m in results[0].matches] == [m["faq_id"] for m in api["matches"]]
     assert results[0].matches[0].faq_id == results[1].matches[0].faq_id == "refund"
+
+
+@pytest.fixture(scope="module")
+def tiny_reranker_dir(tmp_path_factory):
+    """A tiny real cross-encoder folder (random weights: scores are meaningless, the code path is real)."""
+    pytest.importorskip("models.reranker")
+    helpers = pytest.importorskip("reranker_helpers")
+    return helpers.make_tiny_reranker(tmp_path_factory.mktemp("reranker") / "tiny", onnx=False)
+
+
+def test_rerank_arms_with_a_reranker(tmp_path, encoder, tiny_reranker_dir):  # noqa: F811
+    from models.reranker import load_reranker
+
+    settings = make_settings(tmp_path, reranker=str(tiny_reranker_dir), rerank_k=6)
+    store = make_store(settings)
+    build_with(store, encoder, settings)
+    reranker = load_reranker(tiny_reranker_dir)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        service = client.app.state.service
+        query = "how can I get my money back"
+        for body, arm in (({"arm": "ann+rerank"}, "ann+rerank"), ({"arm": "lexical+rerank"}, "lexical+rerank"),
+                          ({"arm": "lexical", "rerank": True}, "lexical+rerank"), ({"rerank": True}, "ann+rerank")):
+            r = client.post("/match", json={"query": query, "top_k": 3, "threshold": 0.0, **body})
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["arm"] == arm and out["timings_ms"]["rerank"] > 0
+            # the scores are the cross-encoder's probabilities of (query, the FAQ's best phrasing), best first
+            expected = reranker.score(query, [m["question"] for m in out["matches"]])
+            assert [m["score"] for m in out["matches"]] == pytest.approx(expected.tolist(), abs=1e-5)
+            assert [m["score"] for m in out["matches"]] == sorted((m["score"] for m in out["matches"]), reverse=True)
+            assert out["answer"]["faq_id"] == out["matches"][0]["faq_id"]
+        # lexical+rerank re-scores BM25 candidates only
+        [bm25] = service.lexical_for(service.retriever).search([query], k=30)
+        lexical_rr = client.post("/match", json={"query": query, "arm": "lexical+rerank", "top_k": 10}).json()
+        assert {m["faq_id"] for m in lexical_rr["matches"]} <= {h.faq_id for h in bm25}
+        # the re-ranker sees max(rerank_k, top_k) candidates: 6 here
+        assert len(client.post("/match", json={"query": query, "arm": "ann+rerank", "top_k": 8}).json()["matches"]) == 8
+        assert len(client.post("/match", json={"query": query, "arm": "ann+rerank", "top_k": 2}).json()["matches"]) == 2

@@ -155,8 +155,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         report = run_eval_ab(
             args.kb, args.queries, args.out, dev_path=args.dev, arms=arms, model=args.model, reranker_path=args.reranker,
             es_url=args.es_url, lexical_engine=args.lexical_engine, lexical_k=args.lexical_k, rerank_k=args.rerank_k,
-            latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh,
-            progress=sys.stderr.isatty(),
+            latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh, progress=True,
         )
     except LexicalUnavailable as exc:
         print(f"error: lexical engine unavailable: {exc}", file=sys.stderr)
