@@ -176,16 +176,19 @@ def outcomes_from_results(results: Sequence[Any], golds: Sequence[str | None]) -
 
 
 def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: float, top_k: int,
-              batch_size: int, desc: str) -> tuple[list[Any], float]:
-    """All queries through `Matcher.match` in batches (one pinned retriever) -> (results, seconds)."""
+              batch_size: int, desc: str, arm: str = "ann") -> tuple[list[Any], float]:
+    """All queries through `Matcher.match_many` in batches (one pinned retriever, one arm) -> (results, seconds)."""
     from tqdm import tqdm
+
+    from app.matcher import MatchQuery
 
     results: list[Any] = []
     t = time.perf_counter()
     with tqdm(total=len(queries), unit="q", desc=desc, file=sys.stderr, disable=len(queries) < batch_size) as bar:
         for start in range(0, len(queries), batch_size):
             batch = list(queries[start : start + batch_size])
-            results.extend(matcher.match(batch, top_k=top_k, threshold=threshold, retriever=retriever))
+            results.extend(matcher.match_many([MatchQuery(q, top_k, threshold, arm=arm) for q in batch],
+                                              retriever=retriever))
             bar.update(len(batch))
     return results, time.perf_counter() - t
 
@@ -210,11 +213,15 @@ def run_eval_match(
     n_trees: int | None = None,
     search_k: int | None = None,
     variants_per_faq: int | None = None,
+    reranker: str | None = None,
+    rerank_k: int | None = None,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
 
     `variants_per_faq`: keep only each FAQ's first N phrasings (N=1: how well a KB written with a single
-    question per FAQ matches)."""
+    question per FAQ matches).
+    `reranker`: a re-ranker folder; the queries then run the `ann+rerank` arm (the cross-encoder re-scores
+    the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities."""
     from app.kb_io import read_kb, read_queries
     from app.matcher import Matcher
     from app.settings import get_settings
@@ -276,13 +283,20 @@ def run_eval_match(
         )
         timings["index_build_s"] = time.perf_counter() - t
         retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-        matcher = Matcher(encoder, retriever)
+        arm, reranker_model = "ann", None
+        if reranker:
+            from models.reranker import load_reranker
+
+            reranker_model = load_reranker(reranker, threads=getattr(base, "torch_threads", None))
+            arm = "ann+rerank"
+        matcher = Matcher(encoder, retriever, reranker=reranker_model,
+                          rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)))
 
         default_threshold = float(base.default_threshold)
         threshold, threshold_source, dev_report = default_threshold, "default", None
         if dev:
             results, secs = match_all(matcher, retriever, [q.query for q in dev], default_threshold, top_k,
-                                      batch_size, "dev")
+                                      batch_size, "dev", arm=arm)
             timings["dev_match_s"] = secs
             dev_outcomes = outcomes_from_results(results, [q.faq_id for q in dev])
             threshold, dev_f1 = tune_threshold(dev_outcomes)
@@ -293,7 +307,8 @@ def run_eval_match(
                 "at_default_threshold": all_metrics(dev_outcomes),
             }
 
-        results, secs = match_all(matcher, retriever, [q.query for q in queries], threshold, top_k, batch_size, "test")
+        results, secs = match_all(matcher, retriever, [q.query for q in queries], threshold, top_k, batch_size, "test",
+                                  arm=arm)
         timings["test_match_s"] = secs
         timings["test_queries_per_s"] = len(queries) / max(secs, 1e-9)
         outcomes = outcomes_from_results(results, [q.faq_id for q in queries])
@@ -306,6 +321,8 @@ def run_eval_match(
             "variants_per_faq": variants_per_faq,
             "model": spec,
             "encoder_id": encoder.id,
+            "arm": arm,
+            "reranker": {"path": reranker, "id": reranker_model.id, "rerank_k": matcher.rerank_k} if reranker_model else None,
             "index": {
                 "version": manifest["version"],
                 "n_trees": manifest.get("n_trees"),

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     # overrides it with a split sticky per session_id.
     default_arm: str = "ann"
     ab_split: str | None = None
+    # Cross-encoder re-ranker (issue 4): a folder made by `faq train reranker`; None = none installed, so
+    # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
+    reranker: str | None = None
+    rerank_k: int = Field(default=20, ge=1, le=200)
 
     @field_validator("lexical_engine")
     @classmethod

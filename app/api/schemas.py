@@ -39,7 +39,7 @@ class MatchRequest(_Strict):
     threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="minimum calibrated score for an answer (default 0.5)"
     )
-    rerank: bool = Field(default=False, description="re-rank with a cross-encoder (none installed yet)")
+    rerank: bool = Field(default=False, description="re-rank the top FAQ_RERANK_K FAQs with the cross-encoder (FAQ_RERANKER); 409 when none is installed")
     arm: str | None = Field(
         default=None,
         description=f"retrieval arm, one of {', '.join(VALID_ARMS)}; unset: by configuration (FAQ_AB_SPLIT, "

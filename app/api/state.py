@@ -297,6 +297,7 @@ class ServiceState:
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
         # the cross-encoder of the `+rerank` arms (FAQ_RERANKER); None = none installed -> those arms answer 409
         self.reranker: Any = None
+        self.reranker_problem: str | None = None  # why FAQ_RERANKER did not load
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
@@ -329,7 +330,11 @@ class ServiceState:
         if self.reranker is None and reranker_path:
             from models.reranker import load_reranker
 
-            self.reranker = load_reranker(reranker_path)
+            try:
+                self.reranker = load_reranker(reranker_path, threads=self.settings.torch_threads)
+            except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
+                log.exception("could not load the re-ranker %s", reranker_path)
+                self.reranker_problem = f"FAQ_RERANKER={reranker_path} could not be loaded: {exc}"
         self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
                                lexical_k=self.settings.lexical_k, reranker=self.reranker,
                                rerank_k=int(getattr(self.settings, "rerank_k", 20)))

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--search-k", type=int, help="Annoy search_k (default: settings.ann_search_k)")
     p.add_argument("--variants-per-faq", type=int, help="keep only each FAQ's first N phrasings of the KB "
                    "(1 = a KB with a single question per FAQ)")
+    p.add_argument("--reranker", help="re-ranker folder (faq train reranker): run the ann+rerank arm")
+    p.add_argument("--rerank-k", type=int, help="FAQs the re-ranker re-scores per query (default: settings.rerank_k)")
     p.set_defaults(func=cmd_match)
 
     p = ev_sub.add_parser(
@@ -41,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder")
     p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
     p.set_defaults(func=cmd_pairs)
+    from app.cli import eval_reranker
+
+    eval_reranker.register(ev_sub)
 
     p = ev_sub.add_parser(
         "ab",
@@ -96,6 +101,9 @@ def cmd_match(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         print("error: --batch-size must be >= 1", file=sys.stderr)
         return 2
+    if args.rerank_k is not None and args.rerank_k < 1:
+        print("error: --rerank-k must be >= 1", file=sys.stderr)
+        return 2
     if args.variants_per_faq is not None and args.variants_per_faq < 1:
         print("error: --variants-per-faq must be >= 1", file=sys.stderr)
         return 2
@@ -103,7 +111,8 @@ def cmd_match(args: argparse.Namespace) -> int:
         report = run_eval_match(args.kb, args.queries, args.dev, args.model, args.workdir,
                                 top_k=args.top_k, batch_size=args.batch_size,
                                 n_trees=args.n_trees, search_k=args.search_k,
-                                variants_per_faq=args.variants_per_faq)
+                                variants_per_faq=args.variants_per_faq,
+                                reranker=args.reranker, rerank_k=args.rerank_k)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)

@@ -27,7 +27,8 @@ from app.matcher import MatchQuery, MatchResult
 
 router = APIRouter(tags=["match"])
 
-NO_RERANKER = "no re-ranker installed: `rerank: true` is not available yet; send `rerank: false` or leave it out"
+NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` to use "
+               "`rerank: true`; send `rerank: false` or leave it out")
 
 _ERRORS = {
     400: {"model": ErrorBody, "description": "invalid JSON"},
@@ -66,7 +67,9 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
         if uses_reranker(arm) and getattr(state, "reranker", None) is None:
-            raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=f"{NO_RERANKER} (arm {arm!r} needs one)")
+            problem = getattr(state, "reranker_problem", None)
+            raise HTTPException(status_code=status.HTTP_409_CONFLICT,
+                                detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
     settings = state.settings
     queries = [

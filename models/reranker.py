@@ -1,0 +1,391 @@
+"""The cross-encoder re-ranker: `[CLS] query [SEP] candidate [SEP]` -> one calibrated match probability.
+
+A bi-encoder compares two independently pooled vectors, so "increase my limit" and "decrease my limit"
+land next to each other; a cross-encoder reads both texts in one Transformer pass (every layer attends
+across the pair) and can see the one word that flips the meaning. Built as in
+`../shared/papers/stl-cross-encoder-qqp-stsb.txt` (sequential transfer: binary paraphrase pairs, then
+STS-B regression; training lives in `train_reranker.py`).
+
+    CrossEncoder      BertModel (first `n_layers` of all-MiniLM-L6-v2) -> masked mean pool -> Linear -> logit
+    Reranker          tokenizer + a runtime (ONNX Runtime int8 / fp32, or PyTorch) + calibration
+                      .score(query, candidates) -> float32 probabilities in 0..1 (one batched forward pass)
+                      .similarity(pairs) -> sigmoid(logit): the STS-B regression output (score / 5)
+    load_reranker(path)   a model folder: config.json, model.safetensors, tokenizer files,
+                          model.onnx / model.int8.onnx (written by `export_onnx`)
+
+Pooling is a masked mean over the pair's tokens, not [CLS]: the initial weights come from a bi-encoder
+trained with mean pooling, whose [CLS] state was never trained for anything. Padding never changes a
+pair's score (attention masks padded keys, the pool ignores them), so a pair scores the same whatever
+its batch-mates are (tested).
+
+Calibration: the trained head outputs an STS-like similarity; the service needs P(same intent). After
+training, `p = sigmoid(a * logit + b)` is fitted on held-out binary pairs (config.json `calibration`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+FORMAT = "faq-reranker/1"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+ONNX_FILE = "model.onnx"
+ONNX_INT8_FILE = "model.int8.onnx"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+#: runtimes `load_reranker` understands; "auto" = the best one the folder has
+RUNTIMES = ("auto", "onnx-int8", "onnx", "torch")
+
+
+class RerankerError(ValueError):
+    """A re-ranker folder is missing, incomplete or of another format."""
+
+
+@dataclass
+class RerankerConfig:
+    n_layers: int = 4  # first layers of all-MiniLM-L6-v2 kept (6 = all)
+    max_len: int = 64  # pair length in wordpieces, [CLS]/[SEP]s included; longer pairs are truncated
+    pooling: str = "mean"  # "mean" (masked) or "cls"
+    bert: dict[str, Any] = field(default_factory=dict)  # transformers BertConfig.to_dict()
+    # p(match) = sigmoid(a * logit + b); identity until fitted after training
+    calibration: dict[str, Any] = field(default_factory=lambda: {"a": 1.0, "b": 0.0, "source": "identity"})
+    base: str = "all-MiniLM-L6-v2"
+    format: str = FORMAT
+
+    def validate(self) -> None:
+        if self.n_layers < 1:
+            raise RerankerError(f"n_layers must be >= 1, got {self.n_layers}")
+        if not 8 <= self.max_len <= 512:
+            raise RerankerError(f"max_len must be in 8..512, got {self.max_len}")
+        if self.pooling not in ("mean", "cls"):
+            raise RerankerError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+# ---------------------------------------------------------------------------------------------
+# the network
+# ---------------------------------------------------------------------------------------------
+def _torch():
+    import torch
+
+    return torch
+
+
+def build_module(config: RerankerConfig, init_from_minilm: bool = False):
+    """The `CrossEncoder` nn.Module for `config`; with `init_from_minilm`, the encoder weights are the
+    first `n_layers` layers of the packaged all-MiniLM-L6-v2 (the head is new)."""
+    _offline()
+    torch = _torch()
+    from torch import nn
+    from transformers import BertConfig, BertModel
+
+    class CrossEncoder(nn.Module):
+        def __init__(self, bert: BertModel, pooling: str):
+            super().__init__()
+            self.bert = bert
+            self.pooling = pooling
+            self.head = nn.Linear(bert.config.hidden_size, 1)
+            nn.init.normal_(self.head.weight, std=0.02)
+            nn.init.zeros_(self.head.bias)
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            states = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            if self.pooling == "cls":
+                pooled = states[:, 0]
+            else:
+                mask = attention_mask.unsqueeze(-1).to(states.dtype)
+                pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            return self.head(pooled).squeeze(-1)
+
+    if init_from_minilm:
+        from models.minilm import minilm_path
+
+        bert = BertModel.from_pretrained(
+            minilm_path(), num_hidden_layers=config.n_layers, add_pooling_layer=False, attn_implementation="eager"
+        )
+        config.bert = bert.config.to_dict()
+    else:
+        if not config.bert:
+            raise RerankerError("config has no `bert` section")
+        bert_cfg = BertConfig.from_dict({**config.bert, "num_hidden_layers": config.n_layers})
+        bert_cfg._attn_implementation = "eager"  # plain masked softmax: identical math in torch and ONNX
+        bert = BertModel(bert_cfg, add_pooling_layer=False)
+    return CrossEncoder(bert, config.pooling)
+
+
+# ---------------------------------------------------------------------------------------------
+# pair formatting
+# ---------------------------------------------------------------------------------------------
+def load_tokenizer(path: str | Path | None = None):
+    """The MiniLM wordpiece tokenizer (from a re-ranker folder, else from the packaged MiniLM)."""
+    _offline()
+    from transformers import AutoTokenizer
+
+    if path is None:
+        from models.minilm import minilm_path
+
+        path = minilm_path()
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def encode_pairs(tokenizer, queries: Sequence[str], candidates: Sequence[str], max_len: int) -> dict[str, np.ndarray]:
+    """`[CLS] query [SEP] candidate [SEP]` wordpieces, token types 0 for the query part and 1 for the
+    candidate part, padded to the longest pair of THIS batch (dynamic padding), int64 arrays."""
+    if len(queries) != len(candidates):
+        raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
+    enc = tokenizer(
+        list(queries), list(candidates), truncation="longest_first", max_length=max_len,
+        padding="longest", return_tensors="np", return_token_type_ids=True,
+    )
+    return {k: np.ascontiguousarray(enc[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def format_pair(tokenizer, query: str, candidate: str, max_len: int = 64) -> str:
+    """The model's view of one pair as text (for tests and debugging): `[CLS] q [SEP] c [SEP]`."""
+    ids = encode_pairs(tokenizer, [query], [candidate], max_len)["input_ids"][0]
+    return tokenizer.decode(ids.tolist())
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=np.float64)
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# runtimes
+# ---------------------------------------------------------------------------------------------
+class _TorchRuntime:
+    name = "torch"
+
+    def __init__(self, module, device: str):
+        self.module = module.eval().to(device)
+        self.device = device
+
+    def logits(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        torch = _torch()
+        with torch.inference_mode():
+            t = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+            return self.module(t["input_ids"], t["attention_mask"], t["token_type_ids"]).float().cpu().numpy()
+
+
+class _OnnxRuntime:
+    def __init__(self, path: Path, threads: int | None, name: str):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.name = name
+
+    def logits(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        feed = {k: v for k, v in batch.items() if k in self.inputs}
+        return np.asarray(self.session.run(None, feed)[0], dtype=np.float32).reshape(-1)
+
+
+class Reranker:
+    """A loaded re-ranker: `score(query, candidates)` for the service, `score_pairs` for evaluations."""
+
+    def __init__(self, config: RerankerConfig, tokenizer, runtime, path: str | None = None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.runtime = runtime
+        self.path = path
+        cal = config.calibration or {}
+        self.cal_a = float(cal.get("a", 1.0))
+        self.cal_b = float(cal.get("b", 0.0))
+        # HF fast tokenizers are not thread-safe and a forward pass already uses every intra-op thread:
+        # one pass at a time
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        return f"cross-encoder-minilm-L{self.config.n_layers}:{self.runtime.name}"
+
+    # -- the service entry point ---------------------------------------------------------------
+    def score(self, query: str, candidates: Sequence[str]) -> np.ndarray:
+        """Calibrated P(candidate means the same as query), float32 (len(candidates),), ONE forward pass."""
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float32)
+        logits = self.logits([query] * len(candidates), list(candidates))
+        return self.calibrate(logits)
+
+    # -- building blocks -----------------------------------------------------------------------
+    def logits(self, queries: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+        """Raw head outputs for pairs, one forward pass (no batching: the caller sizes the batch)."""
+        with self._lock:
+            batch = encode_pairs(self.tokenizer, queries, candidates, self.config.max_len)
+            return self.runtime.logits(batch).astype(np.float32)
+
+    def calibrate(self, logits: np.ndarray) -> np.ndarray:
+        return _sigmoid(self.cal_a * np.asarray(logits, dtype=np.float64) + self.cal_b).astype(np.float32)
+
+    def pair_logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Logits for many pairs, batched by similar length (less padding); order preserved."""
+        n = len(pairs)
+        out = np.zeros(n, dtype=np.float32)
+        if n == 0:
+            return out
+        order = sorted(range(n), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        bar = None
+        if progress:
+            import sys
+
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, unit="pair", desc="scoring", file=sys.stderr, mininterval=5)
+        for start in range(0, n, batch_size):
+            idx = order[start:start + batch_size]
+            out[idx] = self.logits([pairs[i][0] for i in idx], [pairs[i][1] for i in idx])
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
+        return out
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Calibrated probabilities for many (query, candidate) pairs."""
+        return self.calibrate(self.pair_logits(pairs, batch_size, progress))
+
+    def similarity(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """sigmoid(logit): the STS-B regression output in 0..1 (= score / 5), uncalibrated."""
+        return _sigmoid(self.pair_logits(pairs, batch_size, progress)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# folders
+# ---------------------------------------------------------------------------------------------
+def read_config(path: str | Path) -> RerankerConfig:
+    path = Path(path)
+    cfg_file = path / CONFIG_FILE
+    if not cfg_file.exists():
+        raise RerankerError(f"no re-ranker at {path}: {CONFIG_FILE} missing (make one with `faq train reranker --out {path}`)")
+    data = json.loads(cfg_file.read_text())
+    if data.get("format") != FORMAT:
+        raise RerankerError(f"{cfg_file}: format {data.get('format')!r} is not {FORMAT!r}")
+    known = set(RerankerConfig.__dataclass_fields__)
+    config = RerankerConfig(**{k: v for k, v in data.items() if k in known})
+    config.validate()
+    return config
+
+
+def save_reranker(module, config: RerankerConfig, tokenizer, path: str | Path, extra: dict | None = None) -> Path:
+    """Write config.json + model.safetensors (fp32) + tokenizer files. ONNX files are `export_onnx`'s."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
+    save_file(state, str(path / WEIGHTS_FILE))
+    tokenizer.save_pretrained(str(path))
+    data = asdict(config)
+    if extra:
+        data.update(extra)
+    (path / CONFIG_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    # stale exports would serve the previous weights
+    for name in (ONNX_FILE, ONNX_INT8_FILE):
+        (path / name).unlink(missing_ok=True)
+    return path
+
+
+def load_module(path: str | Path, config: RerankerConfig | None = None):
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    config = config or read_config(path)
+    if not (path / WEIGHTS_FILE).exists():
+        raise RerankerError(f"{path}: {WEIGHTS_FILE} missing")
+    module = build_module(config)
+    missing, unexpected = module.load_state_dict(load_file(str(path / WEIGHTS_FILE)), strict=False)
+    # position_ids buffers differ between transformers versions; anything else is a real mismatch
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    unexpected = [k for k in unexpected if not k.endswith("position_ids")]
+    if missing or unexpected:
+        raise RerankerError(f"{path}: weights do not fit the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+    return module.eval()
+
+
+def load_reranker(path: str | Path, runtime: str = "auto", threads: int | None = None, device: str | None = None) -> Reranker:
+    """Load a re-ranker folder. runtime: "auto" (int8 ONNX if the folder has it and onnxruntime is
+    installed, else fp32 ONNX, else PyTorch), "onnx-int8", "onnx" or "torch". `threads` caps the
+    intra-op threads (ONNX Runtime's own pool; PyTorch uses the process setting)."""
+    if runtime not in RUNTIMES:
+        raise RerankerError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
+    path = Path(path)
+    config = read_config(path)
+    tokenizer = load_tokenizer(path)
+    try:
+        import onnxruntime  # noqa: F401
+
+        have_ort = True
+    except ImportError:
+        have_ort = False
+    from models.encoder import pick_device
+
+    device = pick_device(device)
+    if runtime == "auto":
+        if device == "cuda" or not have_ort:
+            runtime = "torch"
+        elif (path / ONNX_INT8_FILE).exists():
+            runtime = "onnx-int8"
+        elif (path / ONNX_FILE).exists():
+            runtime = "onnx"
+        else:
+            runtime = "torch"
+    if runtime == "torch":
+        rt = _TorchRuntime(load_module(path, config), device)
+    else:
+        file = path / (ONNX_INT8_FILE if runtime == "onnx-int8" else ONNX_FILE)
+        if not file.exists():
+            raise RerankerError(f"{path}: {file.name} missing (run `faq train reranker --export-only --out {path}`)")
+        if not have_ort:
+            raise RerankerError(f"runtime {runtime!r} needs the onnxruntime package")
+        rt = _OnnxRuntime(file, threads, runtime)
+    return Reranker(config, tokenizer, rt, str(path))
+
+
+def export_onnx(path: str | Path, quantize: bool = True) -> list[Path]:
+    """Export the folder's weights to model.onnx (fp32, dynamic batch and length) and, with
+    `quantize`, model.int8.onnx (dynamic int8 quantisation of the MatMul weights)."""
+    torch = _torch()
+    path = Path(path)
+    module = load_module(path)
+    tokenizer = load_tokenizer(path)
+    sample = encode_pairs(tokenizer, ["how do i reset my password"] * 2, ["i forgot my password", "close my account"], 64)
+    args = tuple(torch.from_numpy(sample[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    tmp = path / (ONNX_FILE + ".tmp")
+    torch.onnx.export(
+        module, args, str(tmp), input_names=names, output_names=["logit"],
+        dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, "logit": {0: "batch"}},
+        opset_version=17, dynamo=False,
+    )
+    os.replace(tmp, path / ONNX_FILE)
+    written = [path / ONNX_FILE]
+    if quantize:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        tmp = path / (ONNX_INT8_FILE + ".tmp.onnx")
+        quantize_dynamic(str(path / ONNX_FILE), str(tmp), weight_type=QuantType.QInt8)
+        os.replace(tmp, path / ONNX_INT8_FILE)
+        written.append(path / ONNX_INT8_FILE)
+    return written

@@ -1,0 +1,72 @@
+"""`/match` with `rerank: true` through the real service: a temporary store, MiniLM, an Annoy build and a
+tiny real re-ranker folder (FAQ_RERANKER). The served scores must be the re-ranker's own probabilities for
+the candidates' best phrasings, in that order; without a re-ranker (or with a broken folder) the answer is
+a 409 that says what to do."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api.main import create_app
+from models.reranker import load_reranker
+from tests.reranker_helpers import make_tiny_reranker
+from tests.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+
+
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory):
+    return make_tiny_reranker(tmp_path_factory.mktemp("rr") / "tiny")
+
+
+def _client(tmp_path, encoder, **settings_overrides):
+    settings = make_settings(tmp_path, **settings_overrides)
+    store = make_store(settings)
+    build(store, encoder, settings)
+    return TestClient(create_app(settings, store=store, encoder=encoder))
+
+
+def test_rerank_true_scores_with_the_installed_reranker(tmp_path, encoder, reranker_dir):
+    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=6) as client:
+        query = "I can't remember my password"
+        plain = client.post("/match", json={"query": query, "top_k": 3}).json()
+        r = client.post("/match", json={"query": query, "top_k": 3, "rerank": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["arm"] == "ann+rerank" and plain["arm"] == "ann"
+        assert body["timings_ms"]["rerank"] > 0 and plain["timings_ms"]["rerank"] == 0
+        matches = body["matches"]
+        assert len(matches) == 3
+        # the scores are the re-ranker's calibrated probabilities of (query, best phrasing), best first
+        model = load_reranker(reranker_dir)
+        expected = model.score(query, [m["question"] for m in matches])
+        np.testing.assert_allclose([m["score"] for m in matches], expected, atol=0.02)  # int8: batch-mates move it a little
+        assert [m["score"] for m in matches] == sorted((m["score"] for m in matches), reverse=True)
+        assert all(0.0 <= m["score"] <= 1.0 for m in matches)
+        # the explicit arm is the same thing
+        same = client.post("/match", json={"query": query, "top_k": 3, "arm": "ann+rerank"}).json()
+        assert [m["faq_id"] for m in same["matches"]] == [m["faq_id"] for m in matches]
+
+
+def test_rerank_without_a_reranker_is_a_clear_409(tmp_path, encoder):
+    with _client(tmp_path, encoder) as client:
+        r = client.post("/match", json={"query": "refund", "rerank": True})
+        assert r.status_code == 409
+        assert "FAQ_RERANKER" in r.json()["error"] and "faq train reranker" in r.json()["error"]
+        assert client.post("/match", json={"query": "refund"}).status_code == 200
+
+
+def test_a_broken_reranker_folder_does_not_stop_the_service(tmp_path, encoder):
+    with _client(tmp_path, encoder, reranker=str(tmp_path / "nowhere")) as client:
+        assert client.post("/match", json={"query": "refund"}).status_code == 200
+        r = client.post("/match", json={"query": "refund", "rerank": True})
+        assert r.status_code == 409 and "could not be loaded" in r.json()["error"]
+
+
+def test_rerank_k_is_validated():
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+
+    with pytest.raises(ValidationError, match="rerank_k"):
+        Settings(rerank_k=0)

@@ -1,0 +1,181 @@
+"""The cross-encoder re-ranker (models/reranker.py): pair formatting, batching that does not change a
+pair's score, calibration, save/load/export round trips, and the phase A data rules
+(models/train_reranker.py). Uses a tiny real model (tests/reranker_helpers.py); one test trains a
+1-layer model for a few steps through the real trainer."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from models.reranker import (
+    RerankerError, encode_pairs, format_pair, load_reranker, load_tokenizer, read_config,
+)
+from tests.reranker_helpers import make_tiny_reranker
+
+CANDIDATES = [
+    "I forgot my password",
+    "How do I close my account?",
+    "Why was my card declined at the shop yesterday even though I have enough money on it?",
+    "refund",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_reranker(tmp_path_factory.mktemp("reranker") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_pair_format_is_cls_query_sep_candidate_sep(tokenizer):
+    assert format_pair(tokenizer, "How do I reset my password?", "I forgot my password") == \
+        "[CLS] how do i reset my password? [SEP] i forgot my password [SEP]"
+    enc = encode_pairs(tokenizer, ["reset password"], ["forgot password"], 64)
+    ids, types = enc["input_ids"][0].tolist(), enc["token_type_ids"][0].tolist()
+    first_sep = ids.index(tokenizer.sep_token_id)
+    assert types[: first_sep + 1] == [0] * (first_sep + 1)  # [CLS] query [SEP] is segment A
+    assert set(types[first_sep + 1:]) == {1}  # candidate [SEP] is segment B
+
+
+def test_dynamic_padding_and_truncation(tokenizer):
+    enc = encode_pairs(tokenizer, ["a b", "a b"], ["c", "c d e f g h"], 64)
+    assert enc["input_ids"].shape[1] == int(enc["attention_mask"].sum(1).max())  # padded to the longest pair only
+    long = " ".join(["word"] * 200)
+    enc = encode_pairs(tokenizer, [long], [long], 32)
+    assert enc["input_ids"].shape == (1, 32)
+    assert enc["input_ids"][0, -1] == tokenizer.sep_token_id
+    with pytest.raises(ValueError, match="2 queries but 1 candidates"):
+        encode_pairs(tokenizer, ["a", "b"], ["c"], 32)
+
+
+# fp32 runtimes: exact up to float rounding. Dynamic int8 quantises each activation matrix with ONE scale
+# taken from the whole batch, so batch-mates move a pair's score by quantisation noise (measured <= 0.005
+# here); that bound is what the int8 runtime promises.
+@pytest.mark.parametrize("runtime,atol", [("torch", 1e-5), ("onnx", 1e-5), ("onnx-int8", 0.02)])
+def test_scores_do_not_depend_on_batch_composition(tiny, runtime, atol):
+    model = load_reranker(tiny, runtime=runtime)
+    query = "how do I reset my password"
+    together = model.score(query, CANDIDATES)
+    alone = np.array([model.score(query, [c])[0] for c in CANDIDATES])
+    reordered = model.score(query, CANDIDATES[::-1])[::-1]
+    np.testing.assert_allclose(together, alone, atol=atol)
+    np.testing.assert_allclose(together, reordered, atol=atol)
+    assert together.dtype == np.float32 and together.shape == (len(CANDIDATES),)
+    assert np.all((together > 0) & (together < 1))
+    assert np.ptp(together) > 1e-3  # different candidates, different scores
+    assert model.score(query, []).shape == (0,)
+
+
+def test_score_is_the_calibrated_logit(tiny):
+    model = load_reranker(tiny, runtime="torch")
+    logits = model.logits(["q"] * 2, ["a question", "another one"])
+    expected = 1 / (1 + np.exp(-(2.0 * logits.astype(np.float64) + 0.25)))  # the folder's calibration
+    np.testing.assert_allclose(model.score("q", ["a question", "another one"]), expected, atol=1e-6)
+    np.testing.assert_allclose(model.similarity([("q", "a question"), ("q", "another one")]),
+                               1 / (1 + np.exp(-logits)), atol=1e-6)
+    # many pairs: batched by length, order preserved
+    pairs = [("q", c) for c in CANDIDATES] * 3
+    np.testing.assert_allclose(model.score_pairs(pairs, batch_size=5), np.tile(model.score("q", CANDIDATES), 3), atol=1e-5)
+
+
+def test_save_load_and_onnx_exports_agree(tiny):
+    torch_scores = load_reranker(tiny, runtime="torch").score("where is my parcel", CANDIDATES)
+    onnx_scores = load_reranker(tiny, runtime="onnx").score("where is my parcel", CANDIDATES)
+    int8_scores = load_reranker(tiny, runtime="onnx-int8").score("where is my parcel", CANDIDATES)
+    np.testing.assert_allclose(onnx_scores, torch_scores, atol=1e-5)
+    np.testing.assert_allclose(int8_scores, torch_scores, atol=0.05)  # quantised weights: close, not equal
+    assert load_reranker(tiny).runtime.name == "onnx-int8"  # auto picks the fastest export the folder has
+    assert read_config(tiny).calibration["a"] == 2.0
+
+
+def test_folder_errors_are_clear(tmp_path, tiny):
+    with pytest.raises(RerankerError, match="faq train reranker"):
+        load_reranker(tmp_path / "missing")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(RerankerError, match="format"):
+        load_reranker(bad)
+    with pytest.raises(RerankerError, match="runtime"):
+        load_reranker(tiny, runtime="tensorrt")
+    no_onnx = make_tiny_reranker(tmp_path / "no_onnx", onnx=False)
+    assert load_reranker(no_onnx).runtime.name == "torch"
+    with pytest.raises(RerankerError, match="model.int8.onnx missing"):
+        load_reranker(no_onnx, runtime="onnx-int8")
+
+
+# -- phase A data --------------------------------------------------------------------------------
+def test_minimal_edits_change_one_thing_and_rewordings_keep_it():
+    from models.train_reranker import augmentation_pairs, perturb, reword
+
+    rng = random.Random(0)
+    kinds = {}
+    for text in ["How do I increase my credit limit?", "transfer $500 from my checking to my savings",
+                 "i don't recognize this charge", "my card is blocked", "can I get 2 cards"]:
+        kind, changed = perturb(text, rng)
+        kinds[text] = kind
+        assert changed != text and len(set(changed.lower().split()) ^ set(text.lower().split())) <= 4
+    assert kinds["transfer $500 from my checking to my savings"] in ("role", "numeric")
+    assert perturb("hello", rng) is None
+    assert reword("How do I reset my password?", rng) not in (None, "How do I reset my password?")
+    aug = augmentation_pairs(["How do I increase my credit limit?", "Why was my card declined?",
+                              "I can't log in to my account", "Can I pay with 2 cards?"] * 3, 6, rng)
+    assert aug and all(p.label in (0.0, 1.0) and p.q1 != p.q2 for p in aug)
+
+
+def test_mrpc_test_pairs_are_refused(tmp_path):
+    from models.train_reranker import RerankTrainConfig, RerankTrainError, build_phase_a
+
+    mrpc = tmp_path / "mrpc"
+    mrpc.mkdir()
+    (mrpc / "pairs_test.tsv").write_text("1\ta b\ta c\n")
+    with pytest.raises(RerankTrainError, match="STS-B"):
+        build_phase_a([], [str(mrpc / "pairs_test.tsv")], RerankTrainConfig())
+
+
+def test_platt_fit_and_threshold():
+    from models.train_reranker import best_threshold, fit_platt
+
+    rng = np.random.default_rng(0)
+    logits = np.concatenate([rng.normal(2, 1, 400), rng.normal(-2, 1, 400)])
+    labels = np.concatenate([np.ones(400), np.zeros(400)])
+    a, b = fit_platt(logits, labels)
+    assert a > 0.5 and abs(b) < 0.5  # symmetric classes around 0: no offset, a positive slope
+    t, acc = best_threshold(logits, labels)
+    assert -1 < t < 1 and acc > 0.9
+
+
+def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
+    """Two phases, a few steps of a 1-layer MiniLM cross-encoder, calibration, save, ONNX export, resume."""
+    from models.train_reranker import RerankTrainConfig, train_reranker
+
+    pairs = tmp_path / "qqp" / "pairs_dev.tsv"
+    pairs.parent.mkdir()
+    lines = []
+    for i in range(12):
+        lines.append(f"1\tHow do I reset my password {i}?\tI forgot my password {i}")
+        lines.append(f"0\tHow do I reset my password {i}?\tWhere is my parcel number {i}?")
+    pairs.write_text("\n".join(lines) + "\n")
+    stsb = tmp_path / "stsb"
+    stsb.mkdir()
+    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i % 6}.000\tA man plays a guitar {i}.\tA man plays music {i}."
+            for i in range(12)]
+    (stsb / "sts-train.csv").write_text("\n".join(rows) + "\n")
+    (stsb / "sts-dev.csv").write_text("\n".join(rows[:6]) + "\n")
+    cfg = RerankTrainConfig(n_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8, augment=True,
+                            augment_max=6, holdout_fraction=0.25, checkpoint_every=2)
+    out = tmp_path / "rr"
+    summary = train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu")
+    assert (out / "checkpoint.pt").exists() and (out / "model.int8.onnx").exists()
+    assert summary["data"]["heldout_pairs"] == 6 and summary["calibration"]["source"].startswith("platt")
+    model = load_reranker(out)
+    assert model.config.n_layers == 1 and model.config.calibration == summary["calibration"]
+    assert model.score("How do I reset my password 3?", ["I forgot my password 3", "parcel"]).shape == (2,)
+    again = train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu", resume=True)  # a finished run
+    assert again["history"] == summary["history"]
