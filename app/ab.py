@@ -562,7 +562,7 @@ def plot_threshold_curves(report: dict, path: Path) -> None:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].legend(title="arm (dot: dev-tuned threshold)", fontsize=8)
-    fig.suptitle(f"Test set: {Path(report['queries']).name}, KB {Path(report['kb']).name}", fontsize=10)
+    fig.suptitle(f"test {report['queries']} on KB {report['kb']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

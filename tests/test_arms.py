@@ -223,3 +223,22 @@ def test_rerank_arms_with_a_reranker(tmp_path, encoder, tiny_reranker_dir):  # n
         # the re-ranker sees max(rerank_k, top_k) candidates: 6 here
         assert len(client.post("/match", json={"query": query, "arm": "ann+rerank", "top_k": 8}).json()["matches"]) == 8
         assert len(client.post("/match", json={"query": query, "arm": "ann+rerank", "top_k": 2}).json()["matches"]) == 2
+
+
+def test_build_survives_an_unreachable_elasticsearch(tmp_path, encoder):  # noqa: F811
+    """The ANN index is the product: an Elasticsearch outage during `faq index build` is recorded in the
+    manifest (and served as a 503 of the lexical arms), not a failed build."""
+    settings = make_settings(tmp_path, es_url="http://127.0.0.1:9", es_timeout_s=1.0)
+    store = make_store(settings)
+    manifest = build_with(store, encoder, settings, es_url=settings.es_url)
+    es = manifest["lexical"]["elasticsearch"]
+    assert "unreachable" in es["error"] and es["index"] == f"faq-{manifest['version']}".lower()
+    assert manifest["lexical"]["tantivy"]["n_docs"] == sum(len(qs) for _, qs in KB.values())
+    assert BuildRegistry(settings.index_dir).current() == manifest["version"]
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        assert client.post("/match", json={"query": "refund", "arm": "lexical"}).status_code == 503
+        assert client.post("/match", json={"query": "refund", "arm": "ann"}).status_code == 200
+    # the embedded engine of the same build still works when chosen explicitly
+    tantivy_settings = make_settings(tmp_path, es_url="http://127.0.0.1:9", lexical_engine="tantivy")
+    with TestClient(create_app(tantivy_settings, store=store, encoder=encoder)) as client:
+        assert client.post("/match", json={"query": "refund", "arm": "lexical"}).json()["matches"][0]["faq_id"] == "refund"
