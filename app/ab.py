@@ -19,8 +19,9 @@ Per arm:
 Outputs in --out: report.md, report.json, pr_threshold.png (answer precision / recall / F1 against the
 threshold per arm) and latency.png (latency distribution per arm).
 
-Re-running is cheap: --out/work keeps the scratch store, the build and the encoded queries, reused
-while the KB file, the encoder and the index parameters are unchanged (`--fresh` rebuilds).
+Re-running is cheap: --out/work (or --workdir) keeps the scratch store, the build and the encoded
+queries, reused while the KB file, the encoder and the index parameters are unchanged (`--fresh`
+rebuilds); runs that only change search options (--arms, --lexical-k, --rerank-k) can share one.
 """
 from __future__ import annotations
 
@@ -305,6 +306,7 @@ def run_eval_ab(
     latency_sample: int = DEFAULT_LATENCY_SAMPLE,
     batch_size: int = 256,
     fresh: bool = False,
+    workdir: str | Path | None = None,
     progress: bool = True,
     settings: Any = None,
     say: Callable[[str], None] | None = None,
@@ -322,7 +324,7 @@ def run_eval_ab(
     base = settings or get_settings()
     torch.set_num_threads(max(1, int(base.torch_threads)))
     out = Path(out_dir)
-    work = out / WORK_DIR
+    work = Path(workdir) if workdir else out / WORK_DIR
     arms = list(arms)
     es_url = es_url if es_url is not None else base.es_url
     engine = resolve_engine(lexical_engine or base.lexical_engine, es_url)

@@ -69,7 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rerank-k", type=int, help="FAQs the re-ranker scores (default: FAQ_RERANK_K, 20)")
     p.add_argument("--latency-sample", type=int, default=200, help="test queries timed one by one per arm (default 200)")
     p.add_argument("--batch-size", type=int, default=256, help="queries per matcher call (default 256)")
-    p.add_argument("--fresh", action="store_true", help="rebuild the store, index and query vectors in --out/work")
+    p.add_argument("--fresh", action="store_true", help="rebuild the store, index and query vectors in the work folder")
+    p.add_argument("--workdir", help="work folder (scratch store, build, query vectors; default --out/work): runs that "
+                   "differ only in --arms/--lexical-k/--rerank-k can share one")
     p.set_defaults(func=cmd_ab)
 
     p = ev_sub.add_parser(
@@ -164,7 +166,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         report = run_eval_ab(
             args.kb, args.queries, args.out, dev_path=args.dev, arms=arms, model=args.model, reranker_path=args.reranker,
             es_url=args.es_url, lexical_engine=args.lexical_engine, lexical_k=args.lexical_k, rerank_k=args.rerank_k,
-            latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh, progress=True,
+            latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh, workdir=args.workdir,
+            progress=True,
         )
     except LexicalUnavailable as exc:
         print(f"error: lexical engine unavailable: {exc}", file=sys.stderr)
