@@ -42,6 +42,7 @@ from app.arms import ARMS, base_arm, uses_reranker
 from app.evaluate import (
     QueryOutcome,
     _known_faq_check,
+    keep_first_variants,
     all_metrics,
     answer_metrics,
     apply_threshold,
@@ -150,7 +151,7 @@ class Prepared:
 
 def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: Path, settings: Any, *,
             engine: str, es_url: str | None, fresh: bool, batch_size: int, progress: bool,
-            say: Callable[[str], None]) -> Prepared:
+            say: Callable[[str], None], variants_per_faq: int | None = None) -> Prepared:
     """A store with the KB and a current build (Annoy + lexical) in `work`, reused when unchanged."""
     from app.store import FaqStore
     from index.artifacts import BuildRegistry
@@ -165,6 +166,8 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
         "n_trees": settings.ann_n_trees, "search_k": settings.ann_search_k, "elasticsearch": bool(es_url),
         "es_index_prefix": settings.es_index_prefix,
     }
+    if variants_per_faq is not None:  # only when used: work folders of full-KB runs stay reusable
+        fingerprint["variants_per_faq"] = variants_per_faq
     fp_path = work / FINGERPRINT_FILE
     registry = BuildRegistry(index_dir)
     reusable = (not fresh and fp_path.is_file() and db_file.is_file() and registry.current() is not None
@@ -307,6 +310,7 @@ def run_eval_ab(
     batch_size: int = 256,
     fresh: bool = False,
     workdir: str | Path | None = None,
+    variants_per_faq: int | None = None,
     progress: bool = True,
     settings: Any = None,
     say: Callable[[str], None] | None = None,
@@ -335,6 +339,8 @@ def run_eval_ab(
     t_all = time.perf_counter()
 
     records = read_kb(kb_path)
+    if variants_per_faq is not None:
+        records = keep_first_variants(records, variants_per_faq)
     queries = read_queries(queries_path)
     dev = read_queries(dev_path) if dev_path else []
     faq_ids = {r.faq_id for r in records}
@@ -368,7 +374,7 @@ def run_eval_ab(
 
     t = time.perf_counter()
     prep = prepare(kb_path, records, encoder, spec, work, settings_eval, engine=engine, es_url=es_url, fresh=fresh,
-                   batch_size=batch_size, progress=progress, say=say)
+                   batch_size=batch_size, progress=progress, say=say, variants_per_faq=variants_per_faq)
     timings["prepare_s"] = time.perf_counter() - t
     try:
         t = time.perf_counter()
@@ -439,6 +445,7 @@ def run_eval_ab(
         es_block = (prep.manifest.get("lexical") or {}).get("elasticsearch") or {}
         report = {
             "kb": str(kb_path), "queries": str(queries_path), "dev": str(dev_path) if dev_path else None,
+            "variants_per_faq": variants_per_faq,
             "model": spec, "encoder_id": encoder.id,
             "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
@@ -492,7 +499,8 @@ def format_ab_markdown(report: dict) -> str:
     lines = [
         "# Offline A/B evaluation of the retrieval arms",
         "",
-        f"- KB `{report['kb']}`: {c['faqs']} FAQs, {c['variants']} question variants",
+        f"- KB `{report['kb']}`: {c['faqs']} FAQs, {c['variants']} question variants"
+        + (f" (each FAQ's first {report['variants_per_faq']} phrasings)" if report.get("variants_per_faq") else ""),
         f"- test `{report['queries']}`: {c['test_queries']} queries ({c['test_in_scope']} in scope, {c['test_oos']} out of scope)",
         f"- thresholds tuned per arm on dev `{report['dev']}` ({c['dev_queries']} queries) for answer F1"
         if report["dev"] else "- no dev file: every arm answers at the default threshold",

@@ -193,6 +193,17 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
     return results, time.perf_counter() - t
 
 
+def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
+    """Each FAQ's first `n` phrasings (n=1: a KB written with a single question per FAQ)."""
+    seen: dict[str, int] = {}
+    kept = []
+    for r in records:
+        seen[r.faq_id] = seen.get(r.faq_id, 0) + 1
+        if seen[r.faq_id] <= n:
+            kept.append(r)
+    return kept
+
+
 def _known_faq_check(name: str, golds: Sequence[str | None], faq_ids: set[str]) -> None:
     unknown = sorted({g for g in golds if g is not None and g not in faq_ids})
     if unknown:
@@ -238,13 +249,7 @@ def run_eval_match(
 
     records = read_kb(kb_path)
     if variants_per_faq is not None:
-        seen: dict[str, int] = {}
-        kept = []
-        for r in records:
-            seen[r.faq_id] = seen.get(r.faq_id, 0) + 1
-            if seen[r.faq_id] <= variants_per_faq:
-                kept.append(r)
-        records = kept
+        records = keep_first_variants(records, variants_per_faq)
     queries = read_queries(queries_path)
     dev = read_queries(dev_path) if dev_path else None
     faq_ids = {r.faq_id for r in records}

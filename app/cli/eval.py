@@ -72,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="rebuild the store, index and query vectors in the work folder")
     p.add_argument("--workdir", help="work folder (scratch store, build, query vectors; default --out/work): runs that "
                    "differ only in --arms/--lexical-k/--rerank-k can share one")
+    p.add_argument("--variants-per-faq", type=int, help="keep only each FAQ's first N phrasings of the KB "
+                   "(1 = a KB with a single question per FAQ, as in the paper's FAQ)")
     p.set_defaults(func=cmd_ab)
 
     p = ev_sub.add_parser(
@@ -154,7 +156,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for name in ("lexical_k", "rerank_k", "batch_size"):
+    for name in ("lexical_k", "rerank_k", "batch_size", "variants_per_faq"):
         value = getattr(args, name)
         if value is not None and value < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
@@ -167,6 +169,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             args.kb, args.queries, args.out, dev_path=args.dev, arms=arms, model=args.model, reranker_path=args.reranker,
             es_url=args.es_url, lexical_engine=args.lexical_engine, lexical_k=args.lexical_k, rerank_k=args.rerank_k,
             latency_sample=args.latency_sample, batch_size=args.batch_size, fresh=args.fresh, workdir=args.workdir,
+            variants_per_faq=args.variants_per_faq,
             progress=True,
         )
     except LexicalUnavailable as exc:
