@@ -77,6 +77,11 @@ class MsemConfig:
     pooling: str = "attentive"  # "attentive" (paper) | "max"
     use_highway: bool = True
     use_char: bool = True
+    # ---- ours: similarity fused with MiniLM's own sentence embedding (word_repr="minilm" only)
+    #: weight w of all-MiniLM-L6-v2's sentence embedding (masked mean of the token states MSEM reads):
+    #: sentence vector = [sqrt(1-w)·û ; sqrt(w)·m̂], so cos = (1-w)·cos_MSEM + w·cos_MiniLM.
+    #: 0 = MSEM alone (paper). Keeps MiniLM's generality on FAQs far from the training data.
+    minilm_fusion: float = 0.0
 
     def __post_init__(self) -> None:
         positive = [
@@ -113,6 +118,10 @@ class MsemConfig:
             raise ValueError(f"MsemConfig.pooling must be 'attentive' or 'max', got {self.pooling!r}")
         if self.word_repr not in WORD_REPRESENTATIONS:
             raise ValueError(f"MsemConfig.word_repr must be one of {WORD_REPRESENTATIONS}, got {self.word_repr!r}")
+        if not 0.0 <= self.minilm_fusion < 1.0:
+            raise ValueError(f"MsemConfig.minilm_fusion must be in [0, 1), got {self.minilm_fusion}")
+        if self.minilm_fusion > 0 and self.word_repr != "minilm":
+            raise ValueError("MsemConfig.minilm_fusion needs word_repr='minilm' (it fuses MiniLM's own sentence vector)")
         if self.word_repr == "minilm" and self.max_len > MINILM_MAX_POSITIONS:
             raise ValueError(
                 f"MsemConfig.max_len={self.max_len}: word_repr='minilm' reads at most {MINILM_MAX_POSITIONS} wordpieces"
@@ -128,8 +137,14 @@ class MsemConfig:
         return self.pool_heads_r * self.d_model if self.pooling == "attentive" else self.d_model
 
     @property
-    def sentence_dim(self) -> int:
+    def u_dim(self) -> int:
+        """MSEM's sentence vector u (highway and intent head width)."""
         return self.out_dim if self.out_dim is not None else self.pooled_dim
+
+    @property
+    def sentence_dim(self) -> int:
+        """What the encoder outputs: u, or u ++ MiniLM's sentence vector with `minilm_fusion`."""
+        return self.u_dim + (MINILM_DIM if self.minilm_fusion > 0 else 0)
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -417,9 +432,9 @@ class MSEM(nn.Module):
         self.pool = AttentivePooling(config) if config.pooling == "attentive" else None
         self.pool_dropout = nn.Dropout(config.dropout)
         self.project = nn.Linear(config.pooled_dim, config.out_dim) if config.out_dim is not None else None
-        self.highway = Highway(config.sentence_dim, config.highway_layers) if config.use_highway else None
+        self.highway = Highway(config.u_dim, config.highway_layers) if config.use_highway else None
         self.intent_head: nn.Linear | None = (
-            nn.Linear(config.sentence_dim, config.n_intents) if config.use_multitask and config.n_intents > 0 else None
+            nn.Linear(config.u_dim, config.n_intents) if config.use_multitask and config.n_intents > 0 else None
         )
 
     def forward(
@@ -430,7 +445,7 @@ class MSEM(nn.Module):
         *,
         token_states: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Sentence vectors (B, sentence_dim) from what the configured word representation reads:
+        """MSEM sentence vectors u (B, u_dim) from what the configured word representation reads:
 
         - `word_repr="glove_char"`: (B,T) word ids, (B,T,C) char ids, (B,T) bool mask (left-aligned);
         - `word_repr="minilm"`: `token_states=` (B,T,384) frozen MiniLM states and `mask=` (B,T).
@@ -463,6 +478,20 @@ class MSEM(nn.Module):
         if self.highway is not None:
             u = self.highway(u)
         return u
+
+    def sentence_vectors(self, u: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """u (B, u_dim) -> the L2-normalised vectors the index stores and the matching layer compares,
+        (B, sentence_dim): û, or with `minilm_fusion` w, [sqrt(1-w)·û ; sqrt(w)·m̂] where m is MiniLM's own
+        sentence embedding (sentence-transformers' mean pooling over the same token states and mask)."""
+        u_hat = F.normalize(u.float(), dim=-1, eps=1e-12)
+        w = self.config.minilm_fusion
+        if w <= 0:
+            return u_hat
+        states, mask = inputs["token_states"].float(), inputs["mask"]
+        keep = mask.unsqueeze(-1).to(states.dtype)
+        m = (states * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)  # (B, 384)
+        m_hat = F.normalize(m, dim=-1, eps=1e-12)
+        return torch.cat([math.sqrt(1.0 - w) * u_hat, math.sqrt(w) * m_hat], dim=-1)
 
     def intent_logits(self, u: torch.Tensor) -> torch.Tensor:
         """W u + b of (1), (2); the softmax/cross-entropy is the trainer's."""

@@ -21,7 +21,6 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from models.encoder import pick_device
 from models.glove import GloVe, load_glove
@@ -131,7 +130,7 @@ class MsemEncoder:
                     # minilm: the frozen transformer runs here, on the same length-sorted batch
                     inputs = self.text.batch_inputs([texts[i] for i in idx], [items[i] for i in idx], self.device)
                     u = self.model(**inputs)
-                    out[idx] = F.normalize(u.float(), dim=-1, eps=1e-12).cpu().numpy()
+                    out[idx] = self.model.sentence_vectors(u, inputs).cpu().numpy()
         finally:
             if was_training:
                 self.model.train()

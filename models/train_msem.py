@@ -607,7 +607,9 @@ class Trainer:
                 with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=self.use_amp):
                     sent = model(**inputs)
                 sent = sent.float()  # losses in fp32: the cosine and BCE are sensitive at gamma ~ 10
-                u, v = sent[:n], sent[n:]
+                # the matching layer compares what the index will store (u alone, or fused with MiniLM)
+                vecs = model.sentence_vectors(sent, inputs)
+                u, v = vecs[:n], vecs[n:]
                 cos = F.cosine_similarity(u, v, dim=-1, eps=1e-8)
                 match_loss = F.binary_cross_entropy_with_logits(mc.gamma * (cos - mc.alpha), y)
                 loss = lam * match_loss

@@ -199,3 +199,41 @@ def test_one_epoch_training_smoke_resume_and_init(tmp_path, kb_file):
                        train_config=TrainConfig(epochs=1, **cfg), device="cpu")
     assert tuned["epochs_done"] == 1 and tuned["init"] == str(out)
     assert MsemEncoder.load(tmp_path / "tuned").config.word_repr == "minilm"
+
+
+# ---- minilm_fusion (ours): similarity fused with MiniLM's own sentence embedding --------------------
+
+
+def test_fusion_vector_is_msem_and_minilm_sentence_embedding(minilm, minilm_encoder):
+    """[sqrt(1-w)·û ; sqrt(w)·m̂]: the MiniLM half equals all-MiniLM-L6-v2's own (sentence-transformers)
+    embedding, the MSEM half the unfused model's vector, so cos = (1-w)·cos_MSEM + w·cos_MiniLM."""
+    w = 0.4
+    # max_len 64 so no test sentence is cut (MiniLM alone reads up to 256 wordpieces, MSEM max_len)
+    plain = make_encoder(minilm, max_len=64)
+    fused = make_encoder(minilm, max_len=64, minilm_fusion=w)
+    fused.model.load_state_dict(plain.model.state_dict())
+    texts = [t for t in SENTENCES if t]
+    v = fused.encode(texts)
+    assert v.shape == (len(texts), TINY["out_dim"] + MINILM_DIM) == (len(texts), fused.dim)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    u, m = plain.encode(texts), minilm_encoder.encode(texts)
+    np.testing.assert_allclose(v[:, : TINY["out_dim"]], np.sqrt(1 - w) * u, atol=1e-5)
+    np.testing.assert_allclose(v[:, TINY["out_dim"]:], np.sqrt(w) * m, atol=2e-4)
+    np.testing.assert_allclose(v @ v.T, (1 - w) * (u @ u.T) + w * (m @ m.T), atol=2e-4)
+    # padding does not change a sentence's fused vector either
+    np.testing.assert_allclose(fused.encode(texts[:1]), fused.encode(texts)[:1], atol=1e-5)
+
+
+def test_fusion_config_errors_and_init_adds_fusion(tmp_path, minilm):
+    with pytest.raises(ValueError, match="minilm_fusion must be in"):
+        MsemConfig(**{**TINY, "minilm_fusion": 1.0}, word_vocab_size=10, char_vocab_size=10)
+    with pytest.raises(ValueError, match="needs word_repr='minilm'"):
+        MsemConfig(minilm_fusion=0.3, word_vocab_size=10, char_vocab_size=10)
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
+    cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.0)
+    train_msem(kb, tmp_path / "base", config_overrides=TINY, train_config=cfg, device="cpu")
+    # fusion has no weights: --init of an unfused model may switch it on
+    summary = train_msem(kb, tmp_path / "fused", init_dir=tmp_path / "base", config_overrides={"minilm_fusion": 0.5},
+                         train_config=cfg, device="cpu")
+    assert summary["model_config"]["minilm_fusion"] == 0.5
+    assert MsemEncoder.load(tmp_path / "fused").dim == TINY["out_dim"] + MINILM_DIM
