@@ -226,6 +226,8 @@ def run_eval_match(
     variants_per_faq: int | None = None,
     reranker: str | None = None,
     rerank_k: int | None = None,
+    rerank_weight: float | None = None,
+    tune_rerank_weight: bool = False,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
 
@@ -234,7 +236,7 @@ def run_eval_match(
     `reranker`: a re-ranker folder; the queries then run the `ann+rerank` arm (the cross-encoder re-scores
     the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities."""
     from app.kb_io import read_kb, read_queries
-    from app.matcher import Matcher
+    from app.matcher import Matcher, calibration_for
     from app.settings import get_settings
     from app.store import FaqStore
     from index.artifacts import BuildRegistry
@@ -295,7 +297,21 @@ def run_eval_match(
             reranker_model = load_reranker(reranker, threads=getattr(base, "torch_threads", None))
             arm = "ann+rerank"
         matcher = Matcher(encoder, retriever, reranker=reranker_model,
-                          rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)))
+                          rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)),
+                          rerank_weight=rerank_weight if rerank_weight is not None else getattr(base, "rerank_weight", None))
+        weight_report = None
+        if reranker_model is not None and tune_rerank_weight and dev:
+            # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
+            from app.rerank_tuning import tune_weight
+
+            pure = Matcher(encoder, retriever, reranker=reranker_model, rerank_k=matcher.rerank_k, rerank_weight=1.0)
+            t = time.perf_counter()
+            results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
+                                   max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
+            timings["rerank_weight_tuning_s"] = time.perf_counter() - t
+            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder), top_k)
+            matcher.rerank_weight = best
+            weight_report = {"chosen": best, "dev_f1_by_weight": f1s}
 
         default_threshold = float(base.default_threshold)
         threshold, threshold_source, dev_report = default_threshold, "default", None
@@ -327,7 +343,10 @@ def run_eval_match(
             "model": spec,
             "encoder_id": encoder.id,
             "arm": arm,
-            "reranker": {"path": reranker, "id": reranker_model.id, "rerank_k": matcher.rerank_k} if reranker_model else None,
+            "reranker": {"path": reranker, "id": reranker_model.id, "rerank_k": matcher.rerank_k,
+                         "weight": matcher.rerank_weight if matcher.rerank_weight is not None
+                         else reranker_model.config.fusion_weight, "weight_tuning": weight_report}
+            if reranker_model else None,
             "index": {
                 "version": manifest["version"],
                 "n_trees": manifest.get("n_trees"),

@@ -13,7 +13,8 @@ Steps for a batch of queries:
    p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
 5. answer = the best FAQ when its probability >= threshold, otherwise None.
    `+rerank` arms put a step 4b before it: the cross-encoder scores the query against the best phrasing of
-   the top `max(rerank_k, top_k)` FAQs, and its probability becomes the score and the order.
+   the top `max(rerank_k, top_k)` FAQs, and its probability (pooled with the calibrated cosine by
+   `rerank_weight`, models/reranker.py `pool`) becomes the score and the order.
 
 Arms (app/arms.py): `MatchQuery.arm` picks the recall stage of step 2: `ann` (above) or `lexical`
 (BM25 top-K FAQs from the build's lexical index, their variants scored with the same stored vectors,
@@ -122,11 +123,14 @@ class Matcher:
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
-                 reranker: Any = None, rerank_k: int = 20):
+                 reranker: Any = None, rerank_k: int = 20, rerank_weight: float | None = None):
         self.encoder = encoder
         # the `+rerank` arms: models.reranker.Reranker (score(query, candidates) -> probabilities); None = none
         self.reranker = reranker
         self.rerank_k = rerank_k
+        # weight of the cross-encoder in its pool with the first-stage probability (None: the re-ranker's own
+        # default, models/reranker.py `fusion_weight`; 1 = the cross-encoder's probability alone)
+        self.rerank_weight = rerank_weight
         # the lexical arms: retriever -> the LexicalIndex of its build version (raises LexicalUnavailable)
         self.lexical = lexical
         self.lexical_k = lexical_k
@@ -222,7 +226,9 @@ class Matcher:
         if not candidates:
             return []
         head = candidates[: max(request.top_k, self.rerank_k)]
-        probs = np.asarray(self.reranker.score(request.query, [m.question for m in head]), dtype=np.float64)
+        probs = np.asarray(self.reranker.score(request.query, [m.question for m in head],
+                                               prior=[m.score for m in head], weight=self.rerank_weight),
+                           dtype=np.float64)
         rescored = [replace(m, score=float(p)) for m, p in zip(head, probs.tolist())]
         rescored.sort(key=lambda m: (-m.score, m.faq_id))
         return rescored[: request.top_k]

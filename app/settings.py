@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
     reranker: str | None = None
     rerank_k: int = Field(default=20, ge=1, le=200)
+    # cross-encoder weight in its pool with the calibrated cosine (models/reranker.py `pool`); unset: the
+    # re-ranker folder's `fusion_weight`
+    rerank_weight: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("lexical_engine")
     @classmethod

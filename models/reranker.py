@@ -6,10 +6,12 @@ across the pair) and can see the one word that flips the meaning. Built as in
 `../shared/papers/stl-cross-encoder-qqp-stsb.txt` (sequential transfer: binary paraphrase pairs, then
 STS-B regression; training lives in `train_reranker.py`).
 
-    CrossEncoder      BertModel (first `n_layers` of all-MiniLM-L6-v2) -> masked mean pool -> Linear -> logit
+    CrossEncoder      BertModel (first `n_layers` of all-MiniLM-L6-v2) -> masked mean pool -> Linear heads:
+                        column 0: the match logit (phase A, binary equivalence)
+                        column 1: the STS logit (phase B, regression on STS-B), when `sts_head`
     Reranker          tokenizer + a runtime (ONNX Runtime int8 / fp32, or PyTorch) + calibration
-                      .score(query, candidates) -> float32 probabilities in 0..1 (one batched forward pass)
-                      .similarity(pairs) -> sigmoid(logit): the STS-B regression output (score / 5)
+                      .score(query, candidates) -> float32 P(match) in 0..1 from the match logit (one forward pass)
+                      .similarity(pairs) -> sigmoid(STS logit): the STS-B regression output (score / 5)
     load_reranker(path)   a model folder: config.json, model.safetensors, tokenizer files,
                           model.onnx / model.int8.onnx (written by `export_onnx`)
 
@@ -18,8 +20,20 @@ trained with mean pooling, whose [CLS] state was never trained for anything. Pad
 pair's score (attention masks padded keys, the pool ignores them), so a pair scores the same whatever
 its batch-mates are (tested).
 
-Calibration: the trained head outputs an STS-like similarity; the service needs P(same intent). After
-training, `p = sigmoid(a * logit + b)` is fitted on held-out binary pairs (config.json `calibration`).
+Two heads (`sts_head`, ours): the paper replaces the classification head by a regression head in phase
+B; measured here, that regression erased the phase A sensitivity to one flipped word (STS-B scores
+"increase" vs "decrease" as fairly similar), so the default keeps the phase A head for matching and adds
+a regression head for STS-B (phase B rehearses phase A batches; `train_reranker.py`). A folder with a
+single head (`sts_head: false`, the paper's recipe) serves its one logit for both.
+
+Calibration: `p = sigmoid(a * match_logit + b)` is fitted after training on held-out binary pairs
+(config.json `calibration`).
+
+Fusion with the first stage (`score(..., prior=p_first, weight=w)`): the service's candidates already
+carry a calibrated probability from the encoder's cosine. The returned score is then the logarithmic
+opinion pool sigmoid(w * logit(p_cross) + (1 - w) * logit(p_first)), still a probability in 0..1;
+w = 1 is the cross-encoder alone (the paper), w = 0 the first stage alone. Default w: config
+`fusion_weight` (1.0 unless a measurement set it), overridden by FAQ_RERANK_WEIGHT.
 """
 from __future__ import annotations
 
@@ -51,6 +65,8 @@ class RerankerConfig:
     n_layers: int = 4  # first layers of all-MiniLM-L6-v2 kept (6 = all)
     max_len: int = 64  # pair length in wordpieces, [CLS]/[SEP]s included; longer pairs are truncated
     pooling: str = "mean"  # "mean" (masked) or "cls"
+    sts_head: bool = False  # a second, regression head for STS (see the module docstring)
+    fusion_weight: float = 1.0  # w of the pool with the first stage's probability (1 = cross-encoder alone)
     bert: dict[str, Any] = field(default_factory=dict)  # transformers BertConfig.to_dict()
     # p(match) = sigmoid(a * logit + b); identity until fitted after training
     calibration: dict[str, Any] = field(default_factory=lambda: {"a": 1.0, "b": 0.0, "source": "identity"})
@@ -89,13 +105,17 @@ def build_module(config: RerankerConfig, init_from_minilm: bool = False):
     from transformers import BertConfig, BertModel
 
     class CrossEncoder(nn.Module):
-        def __init__(self, bert: BertModel, pooling: str):
+        def __init__(self, bert: BertModel, pooling: str, sts_head: bool):
             super().__init__()
             self.bert = bert
             self.pooling = pooling
             self.head = nn.Linear(bert.config.hidden_size, 1)
             nn.init.normal_(self.head.weight, std=0.02)
             nn.init.zeros_(self.head.bias)
+            self.sts_head = nn.Linear(bert.config.hidden_size, 1) if sts_head else None
+            if self.sts_head is not None:
+                nn.init.normal_(self.sts_head.weight, std=0.02)
+                nn.init.zeros_(self.sts_head.bias)
 
         def forward(self, input_ids, attention_mask, token_type_ids):
             states = self.bert(
@@ -106,7 +126,10 @@ def build_module(config: RerankerConfig, init_from_minilm: bool = False):
             else:
                 mask = attention_mask.unsqueeze(-1).to(states.dtype)
                 pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-            return self.head(pooled).squeeze(-1)
+            out = self.head(pooled)
+            if self.sts_head is not None:
+                out = torch.cat([out, self.sts_head(pooled)], dim=-1)
+            return out  # (batch, 1 or 2): match logit [, STS logit]
 
     if init_from_minilm:
         from models.minilm import minilm_path
@@ -121,7 +144,7 @@ def build_module(config: RerankerConfig, init_from_minilm: bool = False):
         bert_cfg = BertConfig.from_dict({**config.bert, "num_hidden_layers": config.n_layers})
         bert_cfg._attn_implementation = "eager"  # plain masked softmax: identical math in torch and ONNX
         bert = BertModel(bert_cfg, add_pooling_layer=False)
-    return CrossEncoder(bert, config.pooling)
+    return CrossEncoder(bert, config.pooling, config.sts_head)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +180,19 @@ def format_pair(tokenizer, query: str, candidate: str, max_len: int = 64) -> str
     return tokenizer.decode(ids.tolist())
 
 
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1 - 1e-7)
+    return np.log(p) - np.log1p(-p)
+
+
+def pool(p_cross: np.ndarray, p_first: np.ndarray, weight: float) -> np.ndarray:
+    """Logarithmic opinion pool of two probabilities of the same event: sigmoid(w*logit(a) + (1-w)*logit(b))."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"fusion weight must be in 0..1, got {weight}")
+    z = weight * _logit(p_cross) + (1.0 - weight) * _logit(p_first)
+    return _sigmoid(z).astype(np.float32)
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     out = np.empty_like(z)
@@ -181,7 +217,8 @@ class _TorchRuntime:
         torch = _torch()
         with torch.inference_mode():
             t = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
-            return self.module(t["input_ids"], t["attention_mask"], t["token_type_ids"]).float().cpu().numpy()
+            out = self.module(t["input_ids"], t["attention_mask"], t["token_type_ids"]).float().cpu().numpy()
+            return out.reshape(len(out), -1)
 
 
 class _OnnxRuntime:
@@ -199,7 +236,8 @@ class _OnnxRuntime:
 
     def logits(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         feed = {k: v for k, v in batch.items() if k in self.inputs}
-        return np.asarray(self.session.run(None, feed)[0], dtype=np.float32).reshape(-1)
+        out = np.asarray(self.session.run(None, feed)[0], dtype=np.float32)
+        return out.reshape(len(out), -1)  # (batch, heads)
 
 
 class Reranker:
@@ -222,24 +260,32 @@ class Reranker:
         return f"cross-encoder-minilm-L{self.config.n_layers}:{self.runtime.name}"
 
     # -- the service entry point ---------------------------------------------------------------
-    def score(self, query: str, candidates: Sequence[str]) -> np.ndarray:
-        """Calibrated P(candidate means the same as query), float32 (len(candidates),), ONE forward pass."""
+    def score(self, query: str, candidates: Sequence[str], prior: Sequence[float] | None = None,
+              weight: float | None = None) -> np.ndarray:
+        """Calibrated P(candidate means the same as query), float32 (len(candidates),), ONE forward pass.
+        With `prior` (the candidates' first-stage probabilities), the pool of both with weight `weight`
+        (default config.fusion_weight) on the cross-encoder."""
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float32)
-        logits = self.logits([query] * len(candidates), list(candidates))
-        return self.calibrate(logits)
+        probs = self.calibrate(self.logits([query] * len(candidates), list(candidates)))
+        w = self.config.fusion_weight if weight is None else float(weight)
+        if prior is None or w >= 1.0:
+            return probs
+        return pool(probs, np.asarray(prior, dtype=np.float64), w)
 
     # -- building blocks -----------------------------------------------------------------------
-    def logits(self, queries: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
-        """Raw head outputs for pairs, one forward pass (no batching: the caller sizes the batch)."""
+    def logits(self, queries: Sequence[str], candidates: Sequence[str], head: int = 0) -> np.ndarray:
+        """One head's raw outputs for pairs (0 = match, -1 = STS, the same with one head), one forward pass
+        (no batching: the caller sizes the batch)."""
         with self._lock:
             batch = encode_pairs(self.tokenizer, queries, candidates, self.config.max_len)
-            return self.runtime.logits(batch).astype(np.float32)
+            return self.runtime.logits(batch)[:, head].astype(np.float32)
 
     def calibrate(self, logits: np.ndarray) -> np.ndarray:
         return _sigmoid(self.cal_a * np.asarray(logits, dtype=np.float64) + self.cal_b).astype(np.float32)
 
-    def pair_logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+    def pair_logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False,
+                    head: int = 0) -> np.ndarray:
         """Logits for many pairs, batched by similar length (less padding); order preserved."""
         n = len(pairs)
         out = np.zeros(n, dtype=np.float32)
@@ -255,7 +301,7 @@ class Reranker:
             bar = tqdm(total=n, unit="pair", desc="scoring", file=sys.stderr, mininterval=5)
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
-            out[idx] = self.logits([pairs[i][0] for i in idx], [pairs[i][1] for i in idx])
+            out[idx] = self.logits([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], head=head)
             if bar is not None:
                 bar.update(len(idx))
         if bar is not None:
@@ -267,8 +313,8 @@ class Reranker:
         return self.calibrate(self.pair_logits(pairs, batch_size, progress))
 
     def similarity(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """sigmoid(logit): the STS-B regression output in 0..1 (= score / 5), uncalibrated."""
-        return _sigmoid(self.pair_logits(pairs, batch_size, progress)).astype(np.float32)
+        """sigmoid(STS logit): the STS-B regression output in 0..1 (= score / 5), uncalibrated."""
+        return _sigmoid(self.pair_logits(pairs, batch_size, progress, head=-1)).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +421,8 @@ def export_onnx(path: str | Path, quantize: bool = True) -> list[Path]:
     names = ["input_ids", "attention_mask", "token_type_ids"]
     tmp = path / (ONNX_FILE + ".tmp")
     torch.onnx.export(
-        module, args, str(tmp), input_names=names, output_names=["logit"],
-        dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, "logit": {0: "batch"}},
+        module, args, str(tmp), input_names=names, output_names=["logits"],
+        dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, "logits": {0: "batch"}},
         opset_version=17, dynamo=False,
     )
     os.replace(tmp, path / ONNX_FILE)

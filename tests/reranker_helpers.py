@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def make_tiny_reranker(path: Path, onnx: bool = True, calibration: dict | None = None) -> Path:
+def make_tiny_reranker(path: Path, onnx: bool = True, calibration: dict | None = None, sts_head: bool = False) -> Path:
     import torch
     from transformers import BertConfig
 
@@ -14,7 +14,7 @@ def make_tiny_reranker(path: Path, onnx: bool = True, calibration: dict | None =
 
     bert = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
-    config = RerankerConfig(n_layers=1, max_len=48, bert=bert.to_dict(),
+    config = RerankerConfig(n_layers=1, max_len=48, bert=bert.to_dict(), sts_head=sts_head,
                             calibration=calibration or {"a": 2.0, "b": 0.25, "source": "test"})
     torch.manual_seed(0)
     module = build_module(config)

@@ -70,3 +70,14 @@ def test_rerank_k_is_validated():
 
     with pytest.raises(ValidationError, match="rerank_k"):
         Settings(rerank_k=0)
+
+
+def test_rerank_weight_zero_serves_the_first_stage_probability(tmp_path, encoder, reranker_dir):
+    """FAQ_RERANK_WEIGHT=0: the pool is the calibrated cosine alone, so the scores are the ann arm's."""
+    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=8, rerank_weight=0.0) as client:
+        query = "when do you open"
+        plain = client.post("/match", json={"query": query, "top_k": 8}).json()
+        pooled = client.post("/match", json={"query": query, "top_k": 8, "rerank": True}).json()
+        assert [m["faq_id"] for m in pooled["matches"]] == [m["faq_id"] for m in plain["matches"]]
+        np.testing.assert_allclose([m["score"] for m in pooled["matches"]], [m["score"] for m in plain["matches"]],
+                                   atol=1e-5)

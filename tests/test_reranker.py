@@ -179,3 +179,70 @@ def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
     assert model.score("How do I reset my password 3?", ["I forgot my password 3", "parcel"]).shape == (2,)
     again = train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu", resume=True)  # a finished run
     assert again["history"] == summary["history"]
+
+
+def test_eval_reranker_command_reports_stsb_and_qqp(tmp_path, tiny):
+    from app.cli.main import main
+
+    stsb = tmp_path / "stsb"
+    stsb.mkdir()
+    (stsb / "sts-test.csv").write_text("".join(
+        f"main-news\theadlines\t2015\t{i:04d}\t{i % 6}.000\tPrices rose by {i} percent.\tPrices fell {i} points.\n"
+        for i in range(20)))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{i % 2}\tHow do I reset my password {i}?\tI forgot password {i}\n" for i in range(20)))
+    out = tmp_path / "eval.json"
+    assert main(["eval", "reranker", "--reranker", str(tiny), "--stsb", str(stsb), "--qqp-test", str(pairs),
+                 "--tune-pairs", str(pairs), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["stsb_test"]["n"] == 20 and -1 <= report["stsb_test"]["pearson"] <= 1
+    assert report["qqp_test"]["n"] == 20 and report["qqp_test"]["accuracy"] >= report["qqp_test"]["tune_accuracy"] - 1e-9
+    # no held-out file in the folder and no --tune-pairs: a clear error, not a traceback
+    assert main(["eval", "reranker", "--reranker", str(tiny), "--qqp-test", str(pairs), "--json", str(out)]) == 2
+
+
+def test_train_reranker_command_checks_its_arguments(tmp_path, capsys):
+    from app.cli.main import main
+
+    assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path), "--layers", "7"]) == 2
+    assert "--layers" in capsys.readouterr().err
+    assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path)]) == 2
+    assert "sts-train.csv" in capsys.readouterr().err
+
+
+def test_pool_is_a_weighted_mean_of_log_odds(tiny):
+    from models.reranker import pool
+
+    a, b = np.array([0.9, 0.2, 0.5]), np.array([0.6, 0.7, 0.5])
+    np.testing.assert_allclose(pool(a, b, 1.0), a, atol=1e-6)
+    np.testing.assert_allclose(pool(a, b, 0.0), b, atol=1e-6)
+    mid = pool(a, b, 0.5)
+    assert np.all((mid >= np.minimum(a, b) - 1e-6) & (mid <= np.maximum(a, b) + 1e-6))
+    with pytest.raises(ValueError, match="0..1"):
+        pool(a, b, 1.5)
+    model = load_reranker(tiny, runtime="torch")
+    alone = model.score("q", ["a", "b"])
+    np.testing.assert_allclose(model.score("q", ["a", "b"], prior=[0.3, 0.8], weight=0.25),
+                               pool(alone, np.array([0.3, 0.8]), 0.25), atol=1e-6)
+    np.testing.assert_allclose(model.score("q", ["a", "b"], prior=[0.3, 0.8]), alone, atol=1e-6)  # fusion_weight 1
+
+
+def test_weight_tuning_prefers_the_stage_that_ranks_the_gold_first():
+    from app.matcher import Calibration, FaqMatch, MatchResult
+    from app.rerank_tuning import tune_weight
+
+    def result(cross: list[float], cosines: list[float]) -> MatchResult:
+        matches = [FaqMatch(f, f, "", s, c) for f, s, c in zip(["a", "b"], cross, cosines)]
+        matches.sort(key=lambda m: -m.score)
+        return MatchResult("q", matches, None, "v1")
+
+    calibration = Calibration(10.0, -5.0)
+    # the cross-encoder is wrong, the cosine right: log-odds a: 4 (cos) / -1.4 (cross), b: -2 / 2.2, so "a"
+    # stays first while w < 6 / 9.6; ties go to the largest such weight
+    results = [result([0.2, 0.9], [0.9, 0.3])] * 5
+    best, f1s = tune_weight(results, ["a"] * 5, calibration, top_k=2)
+    assert f1s[0.0] == 1.0 and f1s[1.0] == 0.0 and best == 0.6
+    # the other way round: weight 1 wins
+    results = [result([0.9, 0.2], [0.3, 0.9])] * 5
+    best, _ = tune_weight(results, ["a"] * 5, calibration, top_k=2)
+    assert best > 0.5

@@ -337,7 +337,8 @@ class ServiceState:
                 self.reranker_problem = f"FAQ_RERANKER={reranker_path} could not be loaded: {exc}"
         self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
                                lexical_k=self.settings.lexical_k, reranker=self.reranker,
-                               rerank_k=int(getattr(self.settings, "rerank_k", 20)))
+                               rerank_k=int(getattr(self.settings, "rerank_k", 20)),
+                               rerank_weight=getattr(self.settings, "rerank_weight", None))
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why

@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(1 = a KB with a single question per FAQ)")
     p.add_argument("--reranker", help="re-ranker folder (faq train reranker): run the ann+rerank arm")
     p.add_argument("--rerank-k", type=int, help="FAQs the re-ranker re-scores per query (default: settings.rerank_k)")
+    p.add_argument("--rerank-weight", type=float, help="cross-encoder weight in the pool with the calibrated cosine "
+                   "(0..1; default: FAQ_RERANK_WEIGHT, else the re-ranker's fusion_weight)")
+    p.add_argument("--tune-rerank-weight", action="store_true", help="choose the weight on --dev (grid 0, 0.1, .., 1; "
+                   "max answer F1) before the dev/test runs")
     p.set_defaults(func=cmd_match)
 
     p = ev_sub.add_parser(
@@ -105,6 +109,9 @@ def cmd_match(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         print("error: --batch-size must be >= 1", file=sys.stderr)
         return 2
+    if args.rerank_weight is not None and not 0 <= args.rerank_weight <= 1:
+        print("error: --rerank-weight must be in 0..1", file=sys.stderr)
+        return 2
     if args.rerank_k is not None and args.rerank_k < 1:
         print("error: --rerank-k must be >= 1", file=sys.stderr)
         return 2
@@ -116,7 +123,8 @@ def cmd_match(args: argparse.Namespace) -> int:
                                 top_k=args.top_k, batch_size=args.batch_size,
                                 n_trees=args.n_trees, search_k=args.search_k,
                                 variants_per_faq=args.variants_per_faq,
-                                reranker=args.reranker, rerank_k=args.rerank_k)
+                                reranker=args.reranker, rerank_k=args.rerank_k,
+                                rerank_weight=args.rerank_weight, tune_rerank_weight=args.tune_rerank_weight)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)

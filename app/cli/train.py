@@ -123,8 +123,12 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=64, help="pair length in wordpieces (default 64)")
     p.add_argument("--epochs-a", type=int, default=2, help="phase A epochs (default 2)")
     p.add_argument("--epochs-b", type=int, default=3, help="phase B epochs (default 3)")
-    p.add_argument("--anchors-per-faq", type=int, default=24, help="KB variants sampled per FAQ (default 24)")
+    p.add_argument("--anchors-per-faq", type=int, default=40, help="KB variants sampled per FAQ (default 40)")
     p.add_argument("--no-augment", action="store_true", help="no rule-based minimal-edit pairs in phase A")
+    p.add_argument("--holdout-fraction", type=float, default=0.2, help="share of every pair file and of the KB anchors "
+                   "held out for calibration / the QQP threshold (default 0.2)")
+    p.add_argument("--paper-head", action="store_true", help="the paper's recipe: phase B turns the one head into the "
+                   "regression head (default: a separate STS head + phase A rehearsal in phase B)")
     p.add_argument("--max-minutes", type=float, help="wall-clock budget for the whole run (phase A is planned to fit)")
     p.add_argument("--checkpoint-every", type=int, default=200, help="steps between checkpoints (default 200)")
     p.add_argument("--seed", type=int, default=0)
@@ -152,13 +156,17 @@ def cmd_reranker(args: argparse.Namespace) -> int:
     if args.layers < 1 or args.layers > 6:
         print("error: --layers must be 1..6 (all-MiniLM-L6-v2 has 6)", file=sys.stderr)
         return 2
+    if not 0 <= args.holdout_fraction < 1:
+        print("error: --holdout-fraction must be in [0, 1)", file=sys.stderr)
+        return 2
     if args.max_minutes is not None and args.max_minutes <= 0:
         print("error: --max-minutes must be > 0", file=sys.stderr)
         return 2
     cfg = RerankTrainConfig(
         n_layers=args.layers, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
         anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, max_minutes=args.max_minutes,
-        checkpoint_every=args.checkpoint_every, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, seed=args.seed, holdout_fraction=args.holdout_fraction,
+        sts_head=not args.paper_head,
     )
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:

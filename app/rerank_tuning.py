@@ -1,0 +1,45 @@
+"""Choosing the re-ranker's fusion weight on dev queries (`faq eval match --reranker DIR --tune-rerank-weight`).
+
+One pass of the dev queries through the matcher with the cross-encoder alone (weight 1) and every one of
+the `rerank_k` candidates kept gives, per candidate, the cross-encoder probability and the encoder's
+cosine. The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
+threshold then follow without running the model again, so the grid costs one dev pass.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+WEIGHT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
+
+
+def pooled_results(results: Sequence[Any], calibration: Any, weight: float, top_k: int) -> list[Any]:
+    """Results of the pure cross-encoder pass re-scored with weight `weight`, re-sorted, cut to top_k."""
+    from models.reranker import pool
+
+    out = []
+    for r in results:
+        if not r.matches:
+            out.append(r)
+            continue
+        p_cross = np.array([m.score for m in r.matches])
+        p_first = np.array([calibration.probability(m.cosine) for m in r.matches])
+        scores = pool(p_cross, p_first, weight)
+        matches = sorted((replace(m, score=float(s)) for m, s in zip(r.matches, scores)), key=lambda m: (-m.score, m.faq_id))
+        out.append(replace(r, matches=matches[:top_k], answer=None))
+    return out
+
+
+def tune_weight(results: Sequence[Any], golds: Sequence[str | None], calibration: Any, top_k: int,
+                grid: Sequence[float] = WEIGHT_GRID) -> tuple[float, dict[float, float]]:
+    """(best weight, {weight: dev answer F1 at its tuned threshold}); ties go to the larger weight."""
+    from app.evaluate import outcomes_from_results, tune_threshold
+
+    f1s = {}
+    for w in grid:
+        _, f1 = tune_threshold(outcomes_from_results(pooled_results(results, calibration, w, top_k), golds))
+        f1s[float(w)] = f1
+    best = max(f1s, key=lambda w: (round(f1s[w], 6), w))
+    return best, f1s
