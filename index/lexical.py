@@ -200,8 +200,7 @@ class TantivyLexicalIndex(LexicalIndex):
         self.path = Path(path)
         self.location = str(self.path)
         self._analyzer = english_analyzer()
-        self._index: Any = None
-        self._searcher: Any = None
+        self._opened: tuple[Any, Any] | None = None  # (tantivy.Index, Searcher) once opened
         self._lock = threading.Lock()
 
     # -- building ------------------------------------------------------------------------------
@@ -222,28 +221,30 @@ class TantivyLexicalIndex(LexicalIndex):
             n += 1
         writer.commit()
         writer.wait_merging_threads()
-        self._index, self._searcher = None, None  # reopened read-only on first search
+        self._opened = None  # reopened read-only on first search
         return n
 
     # -- searching -----------------------------------------------------------------------------
-    def _open(self) -> Any:
-        searcher = self._searcher
-        if searcher is not None:
-            return searcher
+    def _open(self) -> tuple[Any, Any]:
+        """(index, searcher), opened once; callers keep the pair, so a concurrent close() cannot pull
+        it from under a search in progress."""
+        opened = self._opened
+        if opened is not None:
+            return opened
         import tantivy
 
         with self._lock:
-            if self._searcher is None:
+            if self._opened is None:
                 if not (self.path / "meta.json").is_file():
                     raise LexicalUnavailable(
                         f"no lexical index at {self.path}: the build predates lexical indexing; run `faq index build`")
                 index = tantivy.Index.open(str(self.path))
                 index.register_tokenizer(ANALYZER_NAME, self._analyzer)  # analyzers are not stored with the index
-                self._index, self._searcher = index, index.searcher()
-            return self._searcher
+                self._opened = (index, index.searcher())
+            return self._opened
 
     def count(self) -> int:
-        return int(self._open().num_docs)
+        return int(self._open()[1].num_docs)
 
     def analyze(self, text: str) -> list[str]:
         return list(self._analyzer.analyze(normalise_for_tantivy(text)))
@@ -251,8 +252,8 @@ class TantivyLexicalIndex(LexicalIndex):
     def _search_batch(self, queries: Sequence[str], size: int) -> list[list[LexicalHit]]:
         import tantivy
 
-        searcher = self._open()
-        schema = self._index.schema
+        index, searcher = self._open()
+        schema = index.schema
         out = []
         for text in queries:
             terms = self.analyze(text)
@@ -270,7 +271,7 @@ class TantivyLexicalIndex(LexicalIndex):
         return out
 
     def close(self) -> None:
-        self._index, self._searcher = None, None
+        self._opened = None
 
 
 # -- Elasticsearch -----------------------------------------------------------------------------

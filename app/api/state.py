@@ -475,7 +475,9 @@ class ServiceState:
                     raise LexicalUnavailable(str(exc)) from exc
                 index = open_lexical(retriever.build_dir, retriever.manifest, engine, es_url=self.settings.es_url,
                                      es_prefix=self.settings.es_index_prefix, es_timeout_s=self.settings.es_timeout_s)
-                served = {str(getattr(self.retriever, "version", "")), version}
+                # keep the served version's and the one opened before it (requests pinned to the previous
+                # retriever may still be searching it); close older ones
+                served = {str(getattr(self.retriever, "version", "")), version, *list(self._lexical)[-1:]}
                 for old in [v for v in self._lexical if v not in served]:
                     self._lexical.pop(old).close()
                 self._lexical[version] = index
