@@ -10,10 +10,13 @@ One interface, `LexicalIndex`, two engines with the same semantics:
 
 Same semantics on both:
 - one document per question variant: `variant_id`, `faq_id` (keyword) and `question` (English analyzer);
-- English analysis as Elasticsearch's built-in `english` analyzer does it: lower-case, Lucene's English
-  stop words, English stemming, possessive `'s` removed (tantivy gets the same token stream from
-  `normalise_for_tantivy` + `english_analyzer()`; the remaining differences are tokenizer edge cases
-  such as `3.5`, which Elasticsearch keeps as one token, and Porter vs Porter2 on rare words);
+- English analysis, one pipeline written twice: the same three regex rewrites (`TEXT_REWRITES`: drop a
+  possessive `'s`; join `don't`, `3.5`, `foo_bar`, `progress.i`; join `1,000`), then lower-case,
+  Lucene's English stop words (`_english_`) and the Porter2 ("snowball English") stemmer. In
+  Elasticsearch it is a custom analyzer (the rewrites as `pattern_replace` char filters, the standard
+  tokenizer); in tantivy `normalise_text` + `english_analyzer()` (simple tokenizer). This is
+  Elasticsearch's built-in `english` analyzer with Porter2 in place of Porter (tantivy has only
+  Porter2), and with the rewrites both tokenizers cut the same words;
 - BM25 (k1 1.2, b 0.75, one shard so the statistics are the whole KB's): scores agree to float
   precision on the same documents (tests/test_lexical.py checks it);
 - the query is an OR over its analysed terms (`multi_match` on `question`), ties broken by variant_id;
@@ -155,15 +158,27 @@ class LexicalIndex(ABC):
 
 
 # -- tantivy --------------------------------------------------------------------------------------
-_POSSESSIVE = re.compile(r"(\w)['\u2019]s\b", re.UNICODE)
-_INNER_APOSTROPHE = re.compile(r"(\w)['\u2019](\w)", re.UNICODE)
+#: (Elasticsearch/Java pattern, Python pattern, replacement group numbers), applied in order, each one
+#: left-to-right pass without overlaps (Java's replaceAll = Python's re.sub): `John's` -> `John`;
+#: `don't` -> `dont`, `3.5` -> `35`, `foo_bar` -> `foobar`; `1,000` -> `1000`. Without them the standard
+#: tokenizer keeps `don't` whole while tantivy's simple tokenizer splits it into `don` + `t`.
+_WORD_ES = r"[\p{L}\p{N}_]"
+_APOSTROPHES = "'\u2019"  # the characters themselves, not escapes: regex dialects spell escapes differently
+TEXT_REWRITES = (
+    (rf"({_WORD_ES})[{_APOSTROPHES}][sS]\b", rf"(\w)[{_APOSTROPHES}][sS]\b", (1,)),
+    (rf"({_WORD_ES})[{_APOSTROPHES}._]({_WORD_ES})", rf"(\w)[{_APOSTROPHES}._](\w)", (1, 2)),
+    (r"(\p{N}),(\p{N})", r"(\d),(\d)", (1, 2)),
+)
+_PY_REWRITES = [(re.compile(py), "".join(f"\\{g}" for g in groups)) for _, py, groups in TEXT_REWRITES]
 
 
-def normalise_for_tantivy(text: str) -> str:
-    """Make tantivy's simple tokenizer see the words Elasticsearch's standard tokenizer sees:
-    `John's` -> `John` (ES: possessive filter) and `don't` -> `dont` (ES keeps `don't` as one token;
-    splitting it would add a stray `t` term)."""
-    return _INNER_APOSTROPHE.sub(r"\1\2", _POSSESSIVE.sub(r"\1", text))
+def normalise_text(text: str) -> str:
+    """The char-filter stage of the analyzer (Elasticsearch runs the same rewrites server-side)."""
+    for pattern, replacement in _PY_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 
 
 def english_analyzer() -> Any:
@@ -217,7 +232,7 @@ class TantivyLexicalIndex(LexicalIndex):
         for doc in docs:
             writer.add_document(tantivy.Document(
                 variant_id=int(doc.variant_id), faq_id=str(doc.faq_id),
-                question=normalise_for_tantivy(doc.question)))
+                question=normalise_text(doc.question)))
             n += 1
         writer.commit()
         writer.wait_merging_threads()
@@ -247,7 +262,7 @@ class TantivyLexicalIndex(LexicalIndex):
         return int(self._open()[1].num_docs)
 
     def analyze(self, text: str) -> list[str]:
-        return list(self._analyzer.analyze(normalise_for_tantivy(text)))
+        return list(self._analyzer.analyze(normalise_text(text)))
 
     def _search_batch(self, queries: Sequence[str], size: int) -> list[list[LexicalHit]]:
         import tantivy
@@ -284,13 +299,32 @@ ES_SETTINGS = {
     # one shard: BM25 statistics are the whole KB's (as in tantivy), not a shard's sample
     "number_of_shards": 1,
     "number_of_replicas": 0,
+    # the built-in `english` analyzer rebuilt as a custom one: the TEXT_REWRITES as char filters (tantivy
+    # runs them in Python) and the Porter2 stemmer (tantivy's English stemmer) in place of Porter
+    "analysis": {
+        "filter": {
+            "faq_english_stop": {"type": "stop", "stopwords": "_english_"},
+            "faq_english_stemmer": {"type": "stemmer", "language": "porter2"},
+        },
+        "char_filter": {
+            f"faq_rewrite_{i}": {"type": "pattern_replace", "pattern": es_pattern,
+                                 "replacement": "".join(f"${g}" for g in groups)}
+            for i, (es_pattern, _, groups) in enumerate(TEXT_REWRITES)
+        },
+        "analyzer": {
+            ANALYZER_NAME: {
+                "type": "custom", "char_filter": [f"faq_rewrite_{i}" for i in range(len(TEXT_REWRITES))],
+                "tokenizer": "standard", "filter": ["lowercase", "faq_english_stop", "faq_english_stemmer"],
+            },
+        },
+    },
 }
 ES_MAPPINGS = {
     "dynamic": "strict",
     "properties": {
         "variant_id": {"type": "long"},
         "faq_id": {"type": "keyword"},
-        "question": {"type": "text", "analyzer": "english"},
+        "question": {"type": "text", "analyzer": ANALYZER_NAME},
     },
 }
 
@@ -457,7 +491,7 @@ def build_lexical(staging: Path, version: str, docs: Sequence[Any], *, es_url: s
     """
     import time
 
-    block: dict[str, Any] = {"analyzer": "english", "recall_k": DEFAULT_RECALL_K}
+    block: dict[str, Any] = {"analyzer": "english (Porter2 stemmer)", "recall_k": DEFAULT_RECALL_K}
     t = time.perf_counter()
     n = TantivyLexicalIndex(Path(staging) / TANTIVY_DIR).build(docs)
     block["tantivy"] = {"dir": TANTIVY_DIR, "n_docs": n, "build_s": round(time.perf_counter() - t, 4)}
