@@ -138,6 +138,15 @@ def _sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def analysis_fingerprint() -> str:
+    """Changes whenever the lexical analysis changes, so a reused build never has a stale BM25 index."""
+    from index import lexical
+
+    spec = json.dumps([lexical.TEXT_REWRITES, lexical.ENGLISH_STOP_WORDS, lexical.ES_SETTINGS, lexical.ES_MAPPINGS],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass
 class Prepared:
     store: Any
@@ -164,7 +173,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
     fingerprint = {
         "kb_sha256": _sha256(kb_path), "encoder_spec": spec, "encoder_id": encoder.id,
         "n_trees": settings.ann_n_trees, "search_k": settings.ann_search_k, "elasticsearch": bool(es_url),
-        "es_index_prefix": settings.es_index_prefix,
+        "es_index_prefix": settings.es_index_prefix, "lexical_analysis": analysis_fingerprint(),
     }
     if variants_per_faq is not None:  # only when used: work folders of full-KB runs stay reusable
         fingerprint["variants_per_faq"] = variants_per_faq
@@ -193,9 +202,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
         db_file.unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
             Path(str(db_file) + suffix).unlink(missing_ok=True)
-        shutil.rmtree(index_dir, ignore_errors=True)
-        for old in work.glob("queries-*.npy"):
-            old.unlink()
+        shutil.rmtree(index_dir, ignore_errors=True)  # query vectors stay: their cache key is encoder + texts
         store = FaqStore.from_settings(settings)
         store.import_records(records)
         manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
