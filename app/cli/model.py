@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="destination folder (e.g. models/default)")
     p.add_argument("--fp32", action="store_true", help="keep fp32 weights")
     p.add_argument("--keep-intent-head", action="store_true", help="keep the intent classifier")
+    p.add_argument("--minilm-fusion", type=float, help="set minilm_fusion w (word_repr='minilm' models; no weights "
+                   "change): cos = (1-w)·cos_MSEM + w·cos_MiniLM")
     p.set_defaults(func=cmd_export)
     model.set_defaults(func=lambda args: (model.print_help(), 2)[1])
 
@@ -39,6 +41,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         print("error: --out must differ from the source folder", file=sys.stderr)
         return 2
     encoder = MsemEncoder.load(src, device="cpu")
+    if args.minilm_fusion is not None:
+        import dataclasses
+
+        from models.msem import MSEM
+
+        try:
+            config = dataclasses.replace(encoder.config, minilm_fusion=args.minilm_fusion)
+        except ValueError as exc:
+            print(f"error: --minilm-fusion: {exc}", file=sys.stderr)
+            return 2
+        model = MSEM(config)
+        model.load_state_dict(encoder.model.state_dict())
+        model.eval()
+        encoder = MsemEncoder(model, encoder.text, device="cpu", name=encoder.name)
     staging = out.with_name(out.name + ".tmp-export")
     shutil.rmtree(staging, ignore_errors=True)
     readme = (src / "README.md").read_text(encoding="utf-8") if (src / "README.md").is_file() else None
@@ -53,6 +69,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         print(f"error: exported vectors differ by {drift:.2e} (> 5e-3) from the source", file=sys.stderr)
         return 1
+    for f in staging.iterdir():  # safetensors writes 0600; a shipped file must be readable by a non-root service user
+        if f.is_file():
+            f.chmod(0o644)
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)
