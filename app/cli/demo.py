@@ -1,11 +1,11 @@
 """`faq quickstart`: the main job on embedded defaults, as the same commands an operator runs by hand.
 
 1. `faq kb import` the bundled demo FAQ (or --kb FILE);
-2. with `--fine-tune` only: `faq train msem` on that KB starting from the shipped model (its phrasings
-   are the paraphrase clusters), unless that model folder already exists;
-3. `faq index build` with the encoder: `--encoder`, else the fine-tuned folder, else the shipped
-   general MSEM (models/default; MiniLM in a checkout without it). The manifest records it, so the
-   service serves with it;
+2. `faq train msem` on that KB, fine-tuning the shipped general MSEM (models/default; its phrasings
+   are the paraphrase clusters; a few minutes on a CPU), unless that model folder already exists,
+   `--no-fine-tune` is given or `--encoder` names one;
+3. `faq index build` with that encoder (`--no-fine-tune`: the shipped model as it is). The manifest
+   records it, so the service serves with it;
 4. `faq serve`.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _quickstart(args: argparse.Namespace) -> int:
         return rc
     settings = get_settings()
     encoder = args.encoder
-    if encoder is None and args.fine_tune:
+    if encoder is None and not args.no_fine_tune:
         model_dir = settings.data_dir / "models" / "msem-finetuned"
         if not (model_dir / "config.json").exists():
             rc = _run(["train", "msem", "--kb", kb, "--out", str(model_dir), "--epochs", str(args.epochs),
@@ -48,12 +48,12 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quickstart", help="import the demo FAQ (or --kb FILE), build the index with the shipped MSEM, "
-                       "serve /match")
+    p = sub.add_parser("quickstart", help="import the demo FAQ (or --kb FILE), fine-tune the shipped MSEM on it, "
+                       "build the index, serve /match")
     p.add_argument("--kb", help="knowledge base JSONL/CSV (default: the bundled demo FAQ)")
     p.add_argument("--encoder", help="build with this encoder ('msem', 'minilm' or a model folder)")
-    p.add_argument("--fine-tune", action="store_true", help="first fine-tune the shipped MSEM on the KB "
-                   "(var/models/msem-finetuned; minutes on a CPU)")
+    p.add_argument("--no-fine-tune", action="store_true", help="build with the shipped MSEM as it is "
+                   "(no training; fine-tuning goes to var/models/msem-finetuned)")
     p.add_argument("--epochs", type=int, default=15, help="fine-tuning epochs (default 15)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
