@@ -390,8 +390,10 @@ def run_eval_ab(
         timings["encode_queries_s"] = time.perf_counter() - t
 
         lexical = prep.lexical
+        # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
+        rerank_weight = getattr(base, "rerank_weight", None)
         matcher = Matcher(encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
-                          reranker=reranker, rerank_k=rerank_k)
+                          reranker=reranker, rerank_k=rerank_k, rerank_weight=rerank_weight)
         # first-stage arms return their whole candidate list (recall@K); re-ranked arms NDCG_K FAQs
         first_stage_k = max(NDCG_K, lexical_k)
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall
@@ -456,7 +458,9 @@ def run_eval_ab(
             "model": spec, "encoder_id": encoder.id,
             "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
-            "reranker": {"path": reranker_path, "id": getattr(reranker, "id", None), "rerank_k": rerank_k} if reranker else None,
+            "reranker": {"path": reranker_path, "id": getattr(reranker, "id", None), "rerank_k": rerank_k,
+                         "weight": rerank_weight if rerank_weight is not None
+                         else getattr(getattr(reranker, "config", None), "fusion_weight", None)} if reranker else None,
             "index": {"version": prep.manifest["version"], "n_trees": prep.manifest.get("n_trees"),
                       "search_k": prep.manifest.get("search_k"), "calibration": prep.manifest.get("calibration"),
                       "reused": prep.reused},
@@ -514,7 +518,8 @@ def format_ab_markdown(report: dict) -> str:
         f"- encoder `{report['encoder_id']}`; index {report['index']['version']} (Annoy n_trees {report['index']['n_trees']}, "
         f"search_k {report['index']['search_k']}){' (reused)' if report['index']['reused'] else ''}",
         f"- lexical engine **{lex['engine']}** ({lex['location']}), BM25 top-{lex['k']} FAQs, English analyzer",
-        f"- re-ranker `{rr['id']}` on the top {rr['rerank_k']} FAQs" if rr else "- no re-ranker",
+        f"- re-ranker `{rr['id']}` on the top {rr['rerank_k']} FAQs, weight {rr.get('weight')} on its probability "
+        "in the pool with the first-stage score (1 = the cross-encoder alone)" if rr else "- no re-ranker",
         "",
         "## Answer quality (paper Table VIII form)",
         "",
