@@ -49,26 +49,27 @@ class FixedPadding:
         self.runtime = reranker.runtime
 
     def _logits(self, queries, candidates) -> np.ndarray:
+        """(pairs, heads): column 0 the match logit, the last one the STS logit."""
         enc = self.inner.tokenizer(list(queries), list(candidates), truncation="longest_first",
                                    max_length=self.inner.config.max_len, padding="max_length", return_tensors="np")
         batch = {k: np.ascontiguousarray(enc[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
         return self.runtime.logits(batch)
 
-    def _pair_logits(self, pairs, batch_size=64) -> np.ndarray:
+    def _pair_logits(self, pairs, head: int, batch_size=64) -> np.ndarray:
         out = np.zeros(len(pairs), dtype=np.float32)
         for s in range(0, len(pairs), batch_size):
             chunk = pairs[s:s + batch_size]
-            out[s:s + batch_size] = self._logits([p[0] for p in chunk], [p[1] for p in chunk])
+            out[s:s + batch_size] = self._logits([p[0] for p in chunk], [p[1] for p in chunk])[:, head]
         return out
 
     def score(self, query, candidates):
-        return self.inner.calibrate(self._logits([query] * len(candidates), candidates))
+        return self.inner.calibrate(self._logits([query] * len(candidates), candidates)[:, 0])
 
     def score_pairs(self, pairs, batch_size=64):
-        return self.inner.calibrate(self._pair_logits(pairs, batch_size))
+        return self.inner.calibrate(self._pair_logits(pairs, 0, batch_size))
 
     def similarity(self, pairs, batch_size=64):
-        return 1 / (1 + np.exp(-self._pair_logits(pairs, batch_size).astype(np.float64)))
+        return 1 / (1 + np.exp(-self._pair_logits(pairs, -1, batch_size).astype(np.float64)))
 
 
 def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: int) -> list[tuple[str, list[str]]]:
