@@ -257,6 +257,21 @@ def _read_tsv_rows(path: Path, encoding: str = "utf-8") -> list[list[str]]:
         return [line.rstrip("\r\n").split("\t") for line in fh if line.strip()]
 
 
+def read_stsb_scores(path: Path) -> list[tuple[float, str, str]]:
+    """Raw STS-B csv rows (genre, file, year, id, score 0..5, sentence1, sentence2[, licence fields])
+    -> (score, sentence1, sentence2); a malformed row raises DatasetError naming file:line."""
+    rows = []
+    for line_no, cols in enumerate(_read_tsv_rows(Path(path)), start=1):
+        if len(cols) < 7:
+            raise DatasetError(f"{path}:{line_no}: expected at least 7 tab-separated columns, got {len(cols)}")
+        try:
+            score = float(cols[4])
+        except ValueError as exc:
+            raise DatasetError(f"{path}:{line_no}: score {cols[4]!r} is not a number") from exc
+        rows.append((score, cols[5], cols[6]))
+    return rows
+
+
 def _parse_label(value: str, path: Path, line_no: int) -> int:
     if value not in ("0", "1"):
         raise DatasetError(f"{path}:{line_no}: label must be 0 or 1, got {value!r}")
@@ -308,15 +323,7 @@ def prepare_stsb(src: Path, out: Path, min_score: float = STSB_PARAPHRASE_MIN_SC
     report = PrepareReport("stsb", str(src), str(out))
     for split in ("train", "dev", "test"):
         path = _require(src / f"sts-{split}.csv")
-        pairs = []
-        for line_no, cols in enumerate(_read_tsv_rows(path), start=1):
-            if len(cols) < 7:
-                raise DatasetError(f"{path}:{line_no}: expected at least 7 tab-separated columns, got {len(cols)}")
-            try:
-                score = float(cols[4])
-            except ValueError as exc:
-                raise DatasetError(f"{path}:{line_no}: score {cols[4]!r} is not a number") from exc
-            pairs.append((int(score >= min_score), cols[5], cols[6]))
+        pairs = [(int(score >= min_score), s1, s2) for score, s1, s2 in read_stsb_scores(path)]
         report.files[f"pairs_{split}.tsv"] = write_pairs_tsv(out / f"pairs_{split}.tsv", pairs)
         report.counts[f"{split}_positive"] = sum(p[0] for p in pairs)
     report.notes.append(f"labels binarised: score >= {min_score} -> 1 (paraphrase), else 0")

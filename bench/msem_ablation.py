@@ -23,6 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from app.evaluate import keep_first_variants  # noqa: E402
+from app.kb_io import read_kb, write_kb  # noqa: E402
 DEFAULT_OUT = REPO / "bench" / "results" / "msem_ablation.json"
 #: the paper-faithful word representation (GloVe ++ char-CNN) at compact sizes, so 7 runs fit on a CPU
 BASE = {"word_repr": "glove_char", "hidden": 150, "ffn_dim": 600, "pool_da": 150, "out_dim": 300}
@@ -66,13 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_faq:
         train_kb = out / f"kb_first{args.per_faq}.jsonl"
         out.mkdir(parents=True, exist_ok=True)
-        counts: dict[str, int] = {}
-        with (data / "kb.jsonl").open(encoding="utf-8") as src, train_kb.open("w", encoding="utf-8") as dst:
-            for line in src:
-                faq_id = json.loads(line)["faq_id"]
-                counts[faq_id] = counts.get(faq_id, 0) + 1
-                if counts[faq_id] <= args.per_faq:
-                    dst.write(line)
+        write_kb(train_kb, keep_first_variants(read_kb(data / "kb.jsonl"), args.per_faq))
     rows = []
     for name in names:
         vdir = out / name

@@ -97,19 +97,14 @@ class LabelledPair:
 # data
 # ---------------------------------------------------------------------------------------------
 def read_stsb(path: str | Path) -> list[LabelledPair]:
-    """Raw STS-B csv: genre, file, year, id, score (0..5), sentence1, sentence2[, licence fields]."""
-    pairs = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) < 7:
-                raise RerankTrainError(f"{path}:{line_no}: expected >= 7 tab-separated columns, got {len(cols)}")
-            try:
-                score = float(cols[4])
-            except ValueError as exc:
-                raise RerankTrainError(f"{path}:{line_no}: score {cols[4]!r} is not a number") from exc
-            pairs.append(LabelledPair(cols[5].strip(), cols[6].strip(), score / 5.0, "stsb"))
-    return pairs
+    """Raw STS-B csv -> pairs with score / 5 in [0, 1] (parsing shared with `faq data prepare stsb`)."""
+    from app.datasets import DatasetError, read_stsb_scores
+
+    try:
+        rows = read_stsb_scores(Path(path))
+    except DatasetError as exc:
+        raise RerankTrainError(str(exc)) from exc
+    return [LabelledPair(s1.strip(), s2.strip(), score / 5.0, "stsb") for score, s1, s2 in rows]
 
 
 def read_pairs_file(path: str | Path) -> list[LabelledPair]:
