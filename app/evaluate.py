@@ -294,7 +294,8 @@ def run_eval_match(
         if reranker:
             from models.reranker import load_reranker
 
-            reranker_model = load_reranker(reranker, threads=getattr(base, "torch_threads", None))
+            reranker_model = load_reranker(reranker, runtime=getattr(base, "rerank_runtime", "auto"),
+                                           threads=getattr(base, "torch_threads", None))
             arm = "ann+rerank"
         matcher = Matcher(encoder, retriever, reranker=reranker_model,
                           rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)),

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-WEIGHT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
+# finer where the choice usually falls (a strong first stage wants a light cross-encoder weight)
+WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def pooled_results(results: Sequence[Any], calibration: Any, weight: float, top_k: int) -> list[Any]:

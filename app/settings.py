@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     # cross-encoder weight in its pool with the calibrated cosine (models/reranker.py `pool`); unset: the
     # re-ranker folder's `fusion_weight`
     rerank_weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    # how the re-ranker runs (models/reranker.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
+    # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
+    rerank_runtime: str = "auto"
+
+    @field_validator("rerank_runtime")
+    @classmethod
+    def _known_runtime(cls, value: str) -> str:
+        if value not in ("auto", "onnx-int8", "onnx", "torch"):
+            raise ValueError(f"FAQ_RERANK_RUNTIME must be auto, onnx-int8, onnx or torch, got {value!r}")
+        return value
 
     @field_validator("lexical_engine")
     @classmethod

@@ -4,7 +4,9 @@ One sentence -> one vector, so FAQ questions can be encoded offline into an ANN 
 encoded online with the same network. Reading order = data flow:
 
     WordRepresentation   GloVe vector ++ char-CNN (max-pooled over characters)          (III-C)
-      or MiniLMTokenStates frozen all-MiniLM-L6-v2 token states (ours, `word_repr="minilm"`)
+      or MiniLMTokenStates all-MiniLM-L6-v2 token states (ours, `word_repr="minilm"`), the frozen
+                         transformer's, or with `minilm_train_layers` N its lower 6-N layers' through
+                         N MiniLMLayer copies of its top layers that train with MSEM
     nn.GRU (bidirectional)                                                              (6)-(9)
     AttentionRecurrentUnit
         PosMultiHeadAttention  C = PosMultiHead(x, x, x), softmax(QK^T/sqrt(d_k) + M_pos)V  (10), (13), (14)
@@ -36,6 +38,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 MINILM_DIM = 384
 #: position embeddings of the MiniLM transformer: the longest wordpiece sequence it can read
 MINILM_MAX_POSITIONS = 512
+#: all-MiniLM-L6-v2's transformer (config.json of the package): layers, heads, FFN width, LayerNorm eps
+MINILM_LAYERS, MINILM_HEADS, MINILM_FFN, MINILM_LN_EPS, MINILM_DROPOUT = 6, 12, 1536, 1e-12, 0.1
 WORD_REPRESENTATIONS = ("glove_char", "minilm")
 
 
@@ -82,6 +86,9 @@ class MsemConfig:
     #: sentence vector = [sqrt(1-w)·û ; sqrt(w)·m̂], so cos = (1-w)·cos_MSEM + w·cos_MiniLM.
     #: 0 = MSEM alone (paper). Keeps MiniLM's generality on FAQs far from the training data.
     minilm_fusion: float = 0.0
+    #: ours: the top N of MiniLM's 6 layers are part of MSEM (initialised from MiniLM, trained with it,
+    #: saved in its weights); the frozen text side stops below them. 0 = MiniLM entirely frozen.
+    minilm_train_layers: int = 0
 
     def __post_init__(self) -> None:
         positive = [
@@ -122,6 +129,11 @@ class MsemConfig:
             raise ValueError(f"MsemConfig.minilm_fusion must be in [0, 1), got {self.minilm_fusion}")
         if self.minilm_fusion > 0 and self.word_repr != "minilm":
             raise ValueError("MsemConfig.minilm_fusion needs word_repr='minilm' (it fuses MiniLM's own sentence vector)")
+        if not isinstance(self.minilm_train_layers, int) or not 0 <= self.minilm_train_layers <= MINILM_LAYERS:
+            raise ValueError(f"MsemConfig.minilm_train_layers must be an int in [0, {MINILM_LAYERS}], "
+                             f"got {self.minilm_train_layers!r}")
+        if self.minilm_train_layers and self.word_repr != "minilm":
+            raise ValueError("MsemConfig.minilm_train_layers needs word_repr='minilm'")
         if self.word_repr == "minilm" and self.max_len > MINILM_MAX_POSITIONS:
             raise ValueError(
                 f"MsemConfig.max_len={self.max_len}: word_repr='minilm' reads at most {MINILM_MAX_POSITIONS} wordpieces"
@@ -222,25 +234,78 @@ class WordRepresentation(nn.Module):
         return self.dropout(x)
 
 
-class MiniLMTokenStates(nn.Module):
-    """Word representation of the `word_repr="minilm"` variant (ours): the last-layer wordpiece states
-    of the frozen packaged all-MiniLM-L6-v2, optionally through a Linear(384, word_dim).
+class MiniLMLayer(nn.Module):
+    """One BERT encoder layer as all-MiniLM-L6-v2 has it (post-LN), for `minilm_train_layers`:
 
-    The transformer itself runs outside this module (`models.text.MiniLMText`): it is frozen, so it has
+        a = LayerNorm(x + Dropout(W_o MultiHead(x W_q, x W_k, x W_v)))      padding masked as keys
+        y = LayerNorm(a + Dropout(W_2 gelu(a W_1)))
+
+    Same parameter names as the HF checkpoint's `encoder.layer.{i}` (see `load_hf_state`), so a copy of
+    MiniLM's layer computes exactly what MiniLM computes (tested against the transformer).
+    """
+
+    def __init__(self, dim: int = MINILM_DIM, heads: int = MINILM_HEADS, ffn_dim: int = MINILM_FFN):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.attn_out = nn.Linear(dim, dim)
+        self.attn_norm = nn.LayerNorm(dim, eps=MINILM_LN_EPS)
+        self.ffn_in, self.ffn_out = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
+        self.ffn_norm = nn.LayerNorm(dim, eps=MINILM_LN_EPS)
+        self.dropout = nn.Dropout(MINILM_DROPOUT)
+
+    #: HF name -> ours
+    HF_NAMES = {
+        "attention.self.query": "query", "attention.self.key": "key", "attention.self.value": "value",
+        "attention.output.dense": "attn_out", "attention.output.LayerNorm": "attn_norm",
+        "intermediate.dense": "ffn_in", "output.dense": "ffn_out", "output.LayerNorm": "ffn_norm",
+    }
+
+    def load_hf_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy one HF `BertLayer` state dict (keys like `attention.self.query.weight`)."""
+        ours = {}
+        for key, value in state.items():
+            module, _, param = key.rpartition(".")
+            ours[f"{self.HF_NAMES[module]}.{param}"] = value
+        self.load_state_dict(ours)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, 384), (B, T) bool -> (B, T, 384)."""
+        B, T, D = x.shape
+        split = lambda t: t.view(B, T, self.heads, D // self.heads).transpose(1, 2)  # (B, h, T, dh)
+        att = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)), split(self.value(x)),
+                                             attn_mask=mask[:, None, None, :])
+        a = self.attn_norm(x + self.dropout(self.attn_out(att.transpose(1, 2).reshape(B, T, D))))
+        return self.ffn_norm(a + self.dropout(self.ffn_out(F.gelu(self.ffn_in(a)))))
+
+
+class MiniLMTokenStates(nn.Module):
+    """Word representation of the `word_repr="minilm"` variant (ours): all-MiniLM-L6-v2's last-layer
+    wordpiece states, optionally through a Linear(384, word_dim).
+
+    The frozen part of the transformer runs outside this module (`models.text.MiniLMText`): it has
     nothing to learn and nothing to save (a model folder references the package by name), and training
-    computes its states once per distinct sentence and caches them. This module receives those states
-    (B, T, 384) with a left-aligned mask; [CLS] and [SEP] are kept as tokens (they are part of what
-    MiniLM was trained on, and attentive pooling may use them as sentence summaries).
+    computes its states once per distinct sentence and caches them. With `minilm_train_layers` N the
+    text side stops after layer 6-N and `top` (N MiniLMLayer, initialised from MiniLM's top layers by
+    `models.msem_encoder`) finishes the job here, trainable. States arrive (B, T, 384) with a
+    left-aligned mask; [CLS] and [SEP] are kept as tokens (attentive pooling may use them as summaries).
     """
 
     def __init__(self, config: MsemConfig):
         super().__init__()
+        self.top = nn.ModuleList(MiniLMLayer() for _ in range(config.minilm_train_layers))
         self.project = nn.Linear(MINILM_DIM, config.word_dim) if config.word_dim != MINILM_DIM else None
         self.dropout = nn.Dropout(config.embed_dropout)
         self.out_dim = config.word_dim
 
+    def finish(self, token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The text side's states -> MiniLM's last-layer states (identity when no layer trains)."""
+        for layer in self.top:
+            token_states = layer(token_states, mask)
+        return token_states
+
     def forward(self, token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, T, 384) float states, (B, T) mask -> (B, T, word_dim); zeros at padding."""
+        """(B, T, 384) last-layer states (after `finish`), (B, T) mask -> (B, T, word_dim); zeros at padding."""
         keep = mask.unsqueeze(-1).to(token_states.dtype)
         x = token_states * keep
         if self.project is not None:
@@ -448,16 +513,30 @@ class MSEM(nn.Module):
         """MSEM sentence vectors u (B, u_dim) from what the configured word representation reads:
 
         - `word_repr="glove_char"`: (B,T) word ids, (B,T,C) char ids, (B,T) bool mask (left-aligned);
-        - `word_repr="minilm"`: `token_states=` (B,T,384) frozen MiniLM states and `mask=` (B,T).
+        - `word_repr="minilm"`: `token_states=` (B,T,384) MiniLM states from the text side and `mask=` (B,T).
 
         Both are what the matching text encoder's `batch_inputs` returns, so `model(**inputs)` works for
         either.
         """
+        return self._encode(word_ids, char_ids, mask, token_states)[0]
+
+    def encode_inputs(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, sentence vectors) for `batch_inputs` output: what training and encoding both need, with
+        MiniLM's trainable top layers (if any) run once for both."""
+        u, final = self._encode(inputs.get("word_ids"), inputs.get("char_ids"), inputs.get("mask"),
+                                inputs.get("token_states"))
+        return u, self._fuse(u, final)
+
+    def _encode(self, word_ids, char_ids, mask, token_states):
+        """-> (u, (MiniLM last-layer states, mask) or None)."""
+        final = None
         if self.config.word_repr == "minilm":
             if word_ids is not None or char_ids is not None:
                 raise ValueError("word_repr='minilm' reads token_states= and mask=, not word_ids/char_ids")
             token_states, mask = self._check_states(token_states, mask)
-            x = self.embed(token_states, mask)
+            states = self.embed.finish(token_states, mask)
+            final = (states, mask)
+            x = self.embed(states, mask)
         else:
             if token_states is not None:
                 raise ValueError("token_states= is for word_repr='minilm'; this model reads word_ids, char_ids, mask")
@@ -477,17 +556,26 @@ class MSEM(nn.Module):
             u = self.project(u)
         if self.highway is not None:
             u = self.highway(u)
-        return u
+        return u, final
 
     def sentence_vectors(self, u: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """u (B, u_dim) -> the L2-normalised vectors the index stores and the matching layer compares,
         (B, sentence_dim): û, or with `minilm_fusion` w, [sqrt(1-w)·û ; sqrt(w)·m̂] where m is MiniLM's own
-        sentence embedding (sentence-transformers' mean pooling over the same token states and mask)."""
+        sentence embedding (sentence-transformers' mean pooling over its last-layer states and the mask).
+        With `minilm_train_layers` this re-runs the top layers: `encode_inputs` does both in one pass."""
+        final = None
+        if self.config.minilm_fusion > 0:
+            states, mask = self._check_states(inputs.get("token_states"), inputs.get("mask"))
+            final = (self.embed.finish(states, mask), mask)
+        return self._fuse(u, final)
+
+    def _fuse(self, u: torch.Tensor, final: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         u_hat = F.normalize(u.float(), dim=-1, eps=1e-12)
         w = self.config.minilm_fusion
         if w <= 0:
             return u_hat
-        states, mask = inputs["token_states"].float(), inputs["mask"]
+        assert final is not None
+        states, mask = final[0].float(), final[1]
         keep = mask.unsqueeze(-1).to(states.dtype)
         m = (states * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)  # (B, 384)
         m_hat = F.normalize(m, dim=-1, eps=1e-12)

@@ -66,6 +66,8 @@ class MsemEncoder:
         self.model = model.to(self.device)
         self.text = text
         if isinstance(text, MiniLMText):
+            # MiniLM's top `minilm_train_layers` layers belong to the model: the text side stops below them
+            text.stop_after(text_layers(model.config, text))
             text.to(self.device)
         self.name = name
         self._weights_sha: str | None = None  # set by save/load; None = hash the live weights on demand
@@ -129,8 +131,7 @@ class MsemEncoder:
                     idx = order[start : start + batch_size]
                     # minilm: the frozen transformer runs here, on the same length-sorted batch
                     inputs = self.text.batch_inputs([texts[i] for i in idx], [items[i] for i in idx], self.device)
-                    u = self.model(**inputs)
-                    out[idx] = self.model.sentence_vectors(u, inputs).cpu().numpy()
+                    out[idx] = self.model.encode_inputs(inputs)[1].cpu().numpy()
         finally:
             if was_training:
                 self.model.train()
@@ -267,10 +268,27 @@ class MsemEncoder:
             n_learned_words=2,
             **{"word_dim": MINILM_DIM, "use_char": False, **overrides},
         )
-        return cls(MSEM(config), text, device=device)
+        model = MSEM(config)
+        init_minilm_layers(model, text)
+        return cls(model, text, device=device)
 
     def __repr__(self) -> str:
         return f"MsemEncoder(id={self.id!r}, dim={self.dim}, device={self.device!r}, text={self.text!r})"
+
+
+def text_layers(config: MsemConfig, text: MiniLMText) -> int:
+    """How many MiniLM layers the text side runs for this config."""
+    return len(text._all_layers) - config.minilm_train_layers
+
+
+def init_minilm_layers(model: MSEM, text: MiniLMText, only: Sequence[int] | None = None) -> None:
+    """Copy MiniLM's top `minilm_train_layers` layers into the model's trainable `embed.top` (all of
+    them, or the `only` indices of `embed.top`)."""
+    n = model.config.minilm_train_layers
+    first = len(text._all_layers) - n
+    for i, layer in enumerate(model.embed.top):
+        if only is None or i in only:
+            layer.load_hf_state(text.layer_state(first + i))
 
 
 def read_config(path: Path) -> MsemConfig:

@@ -409,7 +409,7 @@ def load_reranker(path: str | Path, runtime: str = "auto", threads: int | None =
     return Reranker(config, tokenizer, rt, str(path))
 
 
-def export_onnx(path: str | Path, quantize: bool = True) -> list[Path]:
+def export_onnx(path: str | Path, quantize: bool = True, per_channel: bool = False) -> list[Path]:
     """Export the folder's weights to model.onnx (fp32, dynamic batch and length) and, with
     `quantize`, model.int8.onnx (dynamic int8 quantisation of the MatMul weights)."""
     torch = _torch()
@@ -431,7 +431,7 @@ def export_onnx(path: str | Path, quantize: bool = True) -> list[Path]:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         tmp = path / (ONNX_INT8_FILE + ".tmp.onnx")
-        quantize_dynamic(str(path / ONNX_FILE), str(tmp), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(path / ONNX_FILE), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
         os.replace(tmp, path / ONNX_INT8_FILE)
         written.append(path / ONNX_INT8_FILE)
     return written

@@ -348,9 +348,27 @@ class MiniLMText:
         if hidden != MINILM_DIM:
             raise ValueError(f"{model_path}: hidden size {hidden}, expected {MINILM_DIM} (all-MiniLM-L6-v2)")
         self.max_positions = int(self.transformer.config.max_position_embeddings)
+        self._all_layers = self.transformer.encoder.layer
+        self.n_layers = len(self._all_layers)  # layers this side runs; MSEM runs the rest (minilm_train_layers)
         self.device = torch.device("cpu")
         self.to(device)
         self.cache: dict[str, torch.Tensor] | None = None
+
+    def stop_after(self, n_layers: int) -> None:
+        """Run only the first `n_layers` transformer layers: the model's `minilm_train_layers` top layers
+        are MSEM's own. Refused once states are cached at another depth."""
+        if not 0 <= n_layers <= len(self._all_layers):
+            raise ValueError(f"n_layers must be in [0, {len(self._all_layers)}], got {n_layers}")
+        if n_layers == self.n_layers:
+            return
+        if self.cache:
+            raise ValueError(f"MiniLMText holds states of layer {self.n_layers} in its cache; cannot switch to {n_layers}")
+        self.transformer.encoder.layer = torch.nn.ModuleList(list(self._all_layers)[:n_layers])
+        self.n_layers = n_layers
+
+    def layer_state(self, index: int) -> dict[str, torch.Tensor]:
+        """Weights of transformer layer `index` (0-based, HF names), to initialise MSEM's trainable copy."""
+        return {k: v.detach().clone() for k, v in self._all_layers[index].state_dict().items()}
 
     @property
     def vocab_size(self) -> int:
@@ -359,6 +377,7 @@ class MiniLMText:
     def to(self, device: str | torch.device) -> "MiniLMText":
         self.device = torch.device(device)
         self.transformer.to(self.device)
+        self._all_layers.to(self.device)
         return self
 
     # ---- the batching interface shared with TextEncoder -------------------------------------------
@@ -371,7 +390,8 @@ class MiniLMText:
         return list(self.tokenizer(list(texts), truncation=True, max_length=max_len)["input_ids"])
 
     def token_states(self, items: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Wordpiece id lists (from `prepare`) -> each sentence's last-layer states (len, 384) float32
+        """Wordpiece id lists (from `prepare`) -> each sentence's states after `n_layers` layers (the
+        last one unless `stop_after`), (len, 384) float32
         on the CPU. One transformer call for the batch, padding masked (a sentence's states do not
         depend on its batch-mates beyond float rounding)."""
         if len(items) == 0:

@@ -48,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.msem import MSEM, MsemConfig
-from models.msem_encoder import MsemEncoder
+from models.msem_encoder import MsemEncoder, init_minilm_layers
 from models.pairs import (
     IntentClasses,
     KbPairSampler,
@@ -99,6 +99,7 @@ class TrainConfig:
     grad_clip: float = 5.0  # ours: global norm clip, keeps the GRU stable under SGD
     eval_batch_size: int = 512
     min_delta: float = 1e-4  # an improvement smaller than this counts as no improvement
+    minilm_lr_scale: float = 0.1  # ours: learning-rate factor of MiniLM's trainable top layers
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "patience_switch", "patience", "hard_pool", "hard_k",
@@ -253,11 +254,18 @@ def reconfigure_heads(encoder: MsemEncoder, config_updates: Mapping[str, Any]) -
     bad_arch = sorted(k for k, v in config_updates.items() if k in ARCHITECTURE_FIELDS and getattr(old_cfg, k) != v)
     if bad_arch:
         raise TrainError(f"--config cannot change architecture fields of an --init model: {bad_arch}")
-    model = MSEM(dataclasses.replace(old_cfg, **dict(config_updates)))
+    new_cfg = dataclasses.replace(old_cfg, **dict(config_updates))
+    if old_cfg.minilm_train_layers and new_cfg.minilm_train_layers != old_cfg.minilm_train_layers:
+        raise TrainError(f"--config minilm_train_layers={new_cfg.minilm_train_layers}: the --init model already trains "
+                         f"{old_cfg.minilm_train_layers} MiniLM layers (only a model with none can add them)")
+    model = MSEM(new_cfg)
     state = {k: v for k, v in encoder.model.state_dict().items() if not k.startswith("intent_head.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or set(missing) - {"intent_head.weight", "intent_head.bias"}:
+    if unexpected or {m for m in missing if not m.startswith("embed.top.")} - {"intent_head.weight", "intent_head.bias"}:
         raise TrainError(f"--init weights do not fit: missing {missing}, unexpected {unexpected}")
+    if not old_cfg.minilm_train_layers and new_cfg.minilm_train_layers:
+        # MiniLM's own top layers: the model computes exactly what --init computed, then trains them
+        init_minilm_layers(model, encoder.text)
     return MsemEncoder(model, encoder.text, device=encoder.device, name=encoder.name)
 
 
@@ -366,10 +374,16 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _make_optimizer(kind: str, params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr)
-    return torch.optim.SGD(params, lr=cfg.sgd_lr)
+def _make_optimizer(kind: str, model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam or SGD over the trainable parameters; MiniLM's pretrained layers (`minilm_train_layers`)
+    learn at `minilm_lr_scale` times the rate, as pretrained transformers are fine-tuned gently."""
+    lr = cfg.lr if kind == "adam" else cfg.sgd_lr
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in named if not n.startswith("embed.top.")], "lr": lr}]
+    top = [p for n, p in named if n.startswith("embed.top.")]
+    if top:
+        groups.append({"params": top, "lr": lr * cfg.minilm_lr_scale})
+    return torch.optim.Adam(groups) if kind == "adam" else torch.optim.SGD(groups)
 
 
 class Trainer:
@@ -438,7 +452,7 @@ class Trainer:
         self.device = self.encoder.device
         self.use_amp = str(self.device).startswith("cuda")
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = _make_optimizer("adam", self.params, cfg)
+        self.optimizer = _make_optimizer("adam", self.model, cfg)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -496,7 +510,7 @@ class Trainer:
 
     def _restore(self, ck: dict) -> None:
         self.optimizer_kind = ck["optimizer_kind"]
-        self.optimizer = _make_optimizer(self.optimizer_kind, self.params, self.cfg)
+        self.optimizer = _make_optimizer(self.optimizer_kind, self.model, self.cfg)
         self.optimizer.load_state_dict(ck["optimizer"])
         if ck.get("scaler") and self.use_amp:
             self.scaler.load_state_dict(ck["scaler"])
@@ -605,10 +619,9 @@ class Trainer:
                 inputs = self._batch([p.q1 for p in batch] + [p.q2 for p in batch])
                 y = torch.tensor([float(p.label) for p in batch], device=self.device)
                 with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=self.use_amp):
-                    sent = model(**inputs)
-                sent = sent.float()  # losses in fp32: the cosine and BCE are sensitive at gamma ~ 10
-                # the matching layer compares what the index will store (u alone, or fused with MiniLM)
-                vecs = model.sentence_vectors(sent, inputs)
+                    # the matching layer compares what the index will store (u alone, or fused with MiniLM)
+                    sent, vecs = model.encode_inputs(inputs)
+                sent, vecs = sent.float(), vecs.float()  # losses in fp32: cosine and BCE are sensitive at gamma ~ 10
                 u, v = vecs[:n], vecs[n:]
                 cos = F.cosine_similarity(u, v, dim=-1, eps=1e-8)
                 match_loss = F.binary_cross_entropy_with_logits(mc.gamma * (cos - mc.alpha), y)
@@ -720,7 +733,7 @@ class Trainer:
                 if not improved and not stats["partial"]:
                     if self.optimizer_kind == "adam" and self.bad_epochs >= cfg.patience_switch:
                         self.optimizer_kind = "sgd"
-                        self.optimizer = _make_optimizer("sgd", self.params, cfg)
+                        self.optimizer = _make_optimizer("sgd", self.model, cfg)
                         self.bad_epochs = 0
                         log.info("dev metric stalled: switching Adam -> SGD lr %g", cfg.sgd_lr)
                     elif self.optimizer_kind == "sgd" and self.bad_epochs >= cfg.patience:

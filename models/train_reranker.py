@@ -71,7 +71,7 @@ class RerankTrainConfig:
     lr_a: float = 7e-5
     anchors_per_faq: int = 40  # sampled KB variants per FAQ (each -> 1 positive + 1 hard negative)
     augment: bool = True
-    augment_max: int = 10000  # rule-based pairs at most
+    augment_max: int = 16000  # rule-based pairs at most
     # phase B
     epochs_b: int = 3
     batch_b: int = 16
@@ -161,26 +161,47 @@ def intent_pairs(groups: dict[str, list[str]], anchors_per_faq: int, rng: random
 
 
 # -- rule-based minimal edits ------------------------------------------------------------------
-_ANTONYMS = [
+# word flips by the stress suite's perturbation types; `perturb` picks a type first, then a rule, so
+# that a sentence offering many antonyms does not drown the rarer types
+_INC_DEC = [
     ("increase", "decrease"), ("increased", "decreased"), ("raise", "lower"), ("add", "remove"),
     ("added", "removed"), ("enable", "disable"), ("activate", "deactivate"), ("lock", "unlock"),
-    ("open", "close"), ("start", "stop"), ("buy", "sell"), ("send", "receive"), ("sent", "received"),
-    ("deposit", "withdraw"), ("upload", "download"), ("accept", "decline"), ("more", "less"),
-    ("higher", "lower"), ("maximum", "minimum"), ("before", "after"), ("early", "late"),
-    ("first", "last"), ("better", "worse"), ("faster", "slower"), ("bigger", "smaller"),
-    ("cheaper", "pricier"), ("longer", "shorter"), ("north", "south"), ("east", "west"), ("up", "down"),
-    ("left", "right"), ("incoming", "outgoing"), ("import", "export"), ("always", "never"),
-    ("all", "some"), ("every", "no"), ("must", "might"), ("will", "might"), ("required", "optional"),
-    ("allowed", "forbidden"), ("possible", "impossible"), ("legal", "illegal"), ("above", "below"),
-    ("win", "lose"), ("true", "false"), ("old", "new"), ("cheap", "expensive"), ("private", "public"),
+    ("open", "close"), ("start", "stop"), ("buy", "sell"), ("deposit", "withdraw"), ("accept", "decline"),
+    ("extend", "shorten"), ("upgrade", "downgrade"), ("join", "leave"), ("allowed", "forbidden"),
+    ("possible", "impossible"), ("legal", "illegal"), ("win", "lose"), ("true", "false"), ("old", "new"),
+    ("cheap", "expensive"), ("private", "public"), ("early", "late"), ("first", "last"), ("before", "after"),
+    ("maximum", "minimum"), ("include", "exclude"), ("included", "excluded"), ("approve", "reject"),
+    ("approved", "rejected"), ("charge", "refund"), ("charged", "refunded"), ("connect", "disconnect"),
+    ("subscribe", "unsubscribe"), ("hide", "show"), ("pause", "resume"), ("block", "unblock"),
 ]
-# prepositions alone are too noisy to flip ("friends in real life"); these phrases are not
-_PHRASE_SWAPS = [("log in", "log out"), ("sign in", "sign out"), ("turn on", "turn off"), ("check in", "check out"),
-                 ("switch on", "switch off"), ("opt in", "opt out"), ("top up", "cash out")]
-_SWAP = {}
-for _a, _b in _ANTONYMS:
-    _SWAP.setdefault(_a, _b)
-    _SWAP.setdefault(_b, _a)
+_COMPARATIVE = [
+    ("more", "less"), ("higher", "lower"), ("better", "worse"), ("faster", "slower"), ("bigger", "smaller"),
+    ("larger", "smaller"), ("cheaper", "pricier"), ("longer", "shorter"), ("greater", "smaller"),
+    ("earlier", "later"), ("easier", "harder"), ("safer", "riskier"), ("newer", "older"), ("best", "worst"),
+    ("highest", "lowest"), ("cheapest", "most expensive"), ("fastest", "slowest"), ("more", "fewer"),
+]
+_QUANTIFIER = [
+    ("all", "some"), ("all", "none of"), ("every", "no"), ("every", "some"), ("always", "never"),
+    ("always", "sometimes"), ("any", "no"), ("most", "few"), ("both", "neither of"), ("everyone", "no one"),
+    ("everything", "nothing"), ("each", "no"), ("many", "few"),
+]
+_MODAL = [
+    ("must", "might"), ("must", "can"), ("have to", "can"), ("need to", "can"),
+    ("required", "optional"), ("required", "allowed"), ("mandatory", "optional"),
+    ("should", "could"), ("will", "might"), ("can", "must"), ("may", "must"), ("allowed to", "required to"),
+]
+_DIRECTION = [
+    ("north", "south"), ("east", "west"), ("up", "down"), ("left", "right"), ("incoming", "outgoing"),
+    ("import", "export"), ("upload", "download"), ("send", "receive"), ("sent", "received"),
+    ("above", "below"), ("inbound", "outbound"), ("arrivals", "departures"), ("into", "out of"),
+    ("log in", "log out"), ("sign in", "sign out"), ("turn on", "turn off"), ("check in", "check out"),
+    ("switch on", "switch off"), ("opt in", "opt out"), ("top up", "cash out"), ("upstairs", "downstairs"),
+]
+# prepositions alone are too noisy to flip ("friends in real life"): only the phrases above
+_FLIPS = {"inc_dec": _INC_DEC, "comparative": _COMPARATIVE, "quantifier": _QUANTIFIER, "modal": _MODAL,
+          "direction": _DIRECTION}
+_COMPARATIVE_OF = {a: b for a, b in _COMPARATIVE} | {b: a for a, b in _COMPARATIVE} | {"more expensive": "cheaper"}
+_DETERMINERS = r"(?:my|the|a|an|your|our|their|his|her)"
 _AUX = {"is", "are", "was", "were", "can", "could", "should", "will", "would", "do", "does", "did", "has", "have", "must"}
 _NT = {"can": "can't", "will": "won't", "do": "don't", "does": "doesn't", "did": "didn't", "is": "isn't",
        "are": "aren't", "was": "wasn't", "were": "weren't", "could": "couldn't", "should": "shouldn't",
@@ -197,6 +218,10 @@ _SAME_MEANING = [
     (r"^how do i\b", "how can i"), (r"^how can i\b", "how do i"), (r"^can you\b", "could you"),
     (r"^could you\b", "can you"), (r"\bi want to\b", "i would like to"), (r"\bi would like to\b", "i want to"),
     (r"\bis it possible to\b", "can i"), (r"\bhelp me\b", "help me please"),
+    (r"\bdo i have to\b", "do i need to"), (r"\bdo i need to\b", "do i have to"), (r"\bmust i\b", "do i have to"),
+    (r"\bis it required\b", "is it mandatory"), (r"\bquickly\b", "fast"), (r"\bpurchase\b", "buy"),
+    (r"\bfunds\b", "money"), (r"\bmoney\b", "funds"), (r"\bphone\b", "mobile"), (r"\bcancel\b", "call off"),
+    (r"\bget\b", "receive"), (r"\breceive\b", "get"), (r"\bfix\b", "repair"), (r"\bstart\b", "begin"),
 ]
 
 
@@ -236,16 +261,33 @@ def perturb(text: str, rng: random.Random) -> tuple[str, str] | None:
             if w in _AUX and i > 0 and low[i - 1] not in _WH and low[i - 1] not in _AUX and nxt not in _PRONOUNS:
                 options.append(("negation", " ".join(words[:i + 1] + ["not"] + words[i + 1:])))
                 break
-    # antonym / direction / quantifier / modal swaps
-    for i, w in enumerate(low):
-        if w in _SWAP:
-            punct = words[i][len(words[i].rstrip("?.!,")):]
-            new = words[:i] + [_match_case(words[i], _SWAP[w]) + punct] + words[i + 1:]
-            options.append(("swap", " ".join(new)))
-    for a, b in _PHRASE_SWAPS:
-        for x, y in ((a, b), (b, a)):
-            if re.search(rf"\b{x}\b", text, flags=re.I):
-                options.append(("swap", re.sub(rf"\b{x}\b", y, text, count=1, flags=re.I)))
+    # increase/decrease, comparative, quantifier, modal and direction flips (one word or phrase)
+    for kind, table in _FLIPS.items():
+        for x, y in table:
+            for src, dst in ((x, y), (y, x)):
+                m = re.search(rf"\b{src}\b", text, flags=re.I)
+                if m:
+                    new = dst.capitalize() if m.group(0)[:1].isupper() else dst
+                    options.append((kind, text[:m.start()] + new + text[m.end():]))
+    # comparative with its two sides swapped: "is A cheaper than B" -> "is B cheaper than A"
+    m = re.search(r"\b(is|are|was|were|does|do) (.+?) (\w+er|more \w+|less \w+) than (.+?)([?.!]*)$", text, flags=re.I)
+    if m and m.group(2).lower() != m.group(4).lower():
+        options.append(("comparative", text[:m.start(2)] + f"{m.group(4)} {m.group(3)} than {m.group(2)}{m.group(5)}"))
+    # role swap: two determiner + noun phrases trade places ("the owner removes a co-owner")
+    nps = list(re.finditer(rf"\b{_DETERMINERS} (\w+(?:-\w+)?)\b", text, flags=re.I))
+    if len(nps) >= 2:
+        i, j = sorted(rng.sample(range(len(nps)), 2))
+        n1, n2 = nps[i].group(1), nps[j].group(1)
+        if n1.lower() != n2.lower():
+            new = text[:nps[i].start(1)] + n2 + text[nps[i].end(1):nps[j].start(1)] + n1 + text[nps[j].end(1):]
+            options.append(("role", new))
+    # role swap: "I charged my landlord" <-> "my landlord charged me"
+    m = re.match(r"^(i) (\w+ed) (my|the) (\w+)(.*)$", text, flags=re.I)
+    if m:
+        options.append(("role", f"{_match_case(text, m.group(3))} {m.group(4)} {m.group(2)} me{m.group(5)}"))
+    m = re.match(r"^(my|the) (\w+) (\w+ed) me\b(.*)$", text, flags=re.I)
+    if m:
+        options.append(("role", f"{_match_case(text, 'I')} {m.group(3)} {m.group(1).lower()} {m.group(2)}{m.group(4)}"))
     # numbers
     for i, w in enumerate(low):
         if re.fullmatch(r"\d+(\.\d+)?", w):
@@ -274,6 +316,15 @@ def reword(text: str, rng: random.Random) -> str | None:
     for pattern, repl in _SAME_MEANING:
         if re.search(pattern, text, flags=re.I):
             options.append(re.sub(pattern, repl, text, count=1, flags=re.I))
+    # the converse comparative keeps the meaning: "is A cheaper than B" == "is B pricier than A"
+    m = re.search(r"\b(is|are|was|were) (.+?) (\w+er|more \w+) than (.+?)([?.!]*)$", text, flags=re.I)
+    if m and m.group(3).lower() in _COMPARATIVE_OF and m.group(2).lower() != m.group(4).lower():
+        opposite = _COMPARATIVE_OF[m.group(3).lower()]
+        options.append(text[:m.start(2)] + f"{m.group(4)} {opposite} than {m.group(2)}{m.group(5)}")
+    # "A and B" -> "B and A" between two determiner phrases: a symmetric swap, unlike a role swap
+    m = re.search(rf"\b({_DETERMINERS} \w+) and ({_DETERMINERS} \w+)\b", text, flags=re.I)
+    if m and m.group(1).lower() != m.group(2).lower():
+        options.append(text[:m.start()] + f"{m.group(2)} and {m.group(1)}" + text[m.end():])
     stripped = text.rstrip("?.! ")
     options.append(stripped + "?" if stripped == text.strip() else stripped)
     options.append("please, " + text[:1].lower() + text[1:] if not text.lower().startswith("please") else text[8:])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from app.rerank_tuning import WEIGHT_GRID
 from tests.reranker_helpers import make_tiny_reranker
 from tests.test_evaluate import tiny_msem_dir  # noqa: F401  (fixture)
 
@@ -31,7 +32,7 @@ def test_eval_match_with_a_reranker_tunes_the_weight_on_dev(tmp_path, tiny_msem_
     report = json.loads(out.read_text())
     assert report["arm"] == "ann+rerank" and report["reranker"]["rerank_k"] == 20
     tuning = report["reranker"]["weight_tuning"]
-    assert len(tuning["dev_f1_by_weight"]) == 11 and report["reranker"]["weight"] == tuning["chosen"]
+    assert len(tuning["dev_f1_by_weight"]) == len(WEIGHT_GRID) and report["reranker"]["weight"] == tuning["chosen"]
     # dev == test: the real matcher run at the chosen weight reproduces the grid's dev F1
     assert abs(report["dev_metrics"]["tuned_f1"] - tuning["dev_f1_by_weight"][str(tuning["chosen"])]) < 1e-9
     assert main(base + ["--rerank-weight", "1.5"]) == 2

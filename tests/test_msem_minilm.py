@@ -237,3 +237,48 @@ def test_fusion_config_errors_and_init_adds_fusion(tmp_path, minilm):
                          train_config=cfg, device="cpu")
     assert summary["model_config"]["minilm_fusion"] == 0.5
     assert MsemEncoder.load(tmp_path / "fused").dim == TINY["out_dim"] + MINILM_DIM
+
+
+# ---- minilm_train_layers (ours): MiniLM's top layers train with MSEM ----------------------------------
+
+
+def test_trainable_top_layers_compute_what_minilm_computes(tmp_path, minilm_encoder):
+    """The text side stops after 6-N layers and MSEM's MiniLMLayer copies finish the job: at creation the
+    fused MiniLM half is still all-MiniLM-L6-v2's own embedding; the copies are saved and loaded with
+    MSEM, and a sentence's vector does not depend on its batch-mates."""
+    text = MiniLMText()  # not the shared fixture: stop_after changes the depth it runs
+    enc = MsemEncoder.create({**TINY, "max_len": 64, "minilm_fusion": 0.5, "minilm_train_layers": 2}, [],
+                             device="cpu", seed=0, minilm=text)
+    enc.model.eval()
+    assert text.n_layers == 4 and len(enc.model.embed.top) == 2
+    texts = [t for t in SENTENCES if t]
+    v = enc.encode(texts)
+    np.testing.assert_allclose(v[:, TINY["out_dim"]:], np.sqrt(0.5) * minilm_encoder.encode(texts), atol=2e-4)
+    np.testing.assert_allclose(np.stack([enc.encode([t])[0] for t in texts]), v, atol=1e-5)
+    enc.save(tmp_path / "m")
+    loaded = MsemEncoder.load(tmp_path / "m")
+    assert loaded.text.n_layers == 4
+    np.testing.assert_allclose(loaded.encode(texts), v, atol=1e-5)
+    with pytest.raises(ValueError, match="minilm_train_layers must be"):
+        MsemConfig(**{**TINY, "minilm_train_layers": 7}, word_vocab_size=10, char_vocab_size=10)
+    with pytest.raises(ValueError, match="needs word_repr='minilm'"):
+        MsemConfig(minilm_train_layers=1, word_vocab_size=10, char_vocab_size=10)
+
+
+def test_init_adds_trainable_layers_and_training_moves_them(tmp_path):
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
+    cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.0)
+    train_msem(kb, tmp_path / "base", config_overrides=TINY, train_config=cfg, device="cpu")
+    base = MsemEncoder.load(tmp_path / "base")
+    top = MiniLMText().layer_state(5)
+    summary = train_msem(kb, tmp_path / "tuned", init_dir=tmp_path / "base", config_overrides={"minilm_train_layers": 1},
+                         train_config=cfg, device="cpu")
+    assert summary["model_config"]["minilm_train_layers"] == 1
+    tuned = MsemEncoder.load(tmp_path / "tuned")
+    trained = tuned.model.embed.top[0].query.weight
+    assert not torch.allclose(trained, top["attention.self.query.weight"])  # it learned
+    assert torch.allclose(trained, top["attention.self.query.weight"], atol=0.05)  # gently (lr x minilm_lr_scale)
+    assert base.encode(["hi"]).shape == tuned.encode(["hi"]).shape
+    with pytest.raises(Exception, match="already trains 1"):
+        train_msem(kb, tmp_path / "again", init_dir=tmp_path / "tuned", config_overrides={"minilm_train_layers": 2},
+                   train_config=cfg, device="cpu")

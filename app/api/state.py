@@ -331,7 +331,8 @@ class ServiceState:
             from models.reranker import load_reranker
 
             try:
-                self.reranker = load_reranker(reranker_path, threads=self.settings.torch_threads)
+                self.reranker = load_reranker(reranker_path, runtime=getattr(self.settings, "rerank_runtime", "auto"),
+                                              threads=self.settings.torch_threads)
             except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
                 log.exception("could not load the re-ranker %s", reranker_path)
                 self.reranker_problem = f"FAQ_RERANKER={reranker_path} could not be loaded: {exc}"
