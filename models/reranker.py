@@ -409,9 +409,10 @@ def load_reranker(path: str | Path, runtime: str = "auto", threads: int | None =
     return Reranker(config, tokenizer, rt, str(path))
 
 
-def export_onnx(path: str | Path, quantize: bool = True, per_channel: bool = False) -> list[Path]:
+def export_onnx(path: str | Path, quantize: bool = True, per_channel: bool = True) -> list[Path]:
     """Export the folder's weights to model.onnx (fp32, dynamic batch and length) and, with
-    `quantize`, model.int8.onnx (dynamic int8 quantisation of the MatMul weights)."""
+    `quantize`, model.int8.onnx (dynamic int8 quantisation of the MatMul weights, one scale per output
+    channel: measured on the stress suite, per-tensor scales cost 0.056 accuracy, per-channel nothing)."""
     torch = _torch()
     path = Path(path)
     module = load_module(path)

@@ -6,11 +6,12 @@ Phase A, binary equivalence (BCE on the logit) on paraphrase pairs:
   - intent KBs (`--kb`): variants of one faq_id are paraphrases; each sampled anchor gets one positive
     (another variant of its FAQ) and one hard negative (its all-MiniLM-L6-v2 nearest neighbour among
     the other FAQs' sampled variants);
-  - rule-based minimal edits (`augment`, ours, not in the paper): training sentences with one word
-    flipped (not/n't, increase/decrease, more/less, from X to Y -> from Y to X, a changed number,
-    all/some, must/might, north/south, ...) as negatives, and meaning-preserving rewrites
-    (do not/don't, how do i/how can i, please, punctuation) as positives, so the model learns that
-    one flipped word can change the answer but a reworded question does not.
+  - rule-based minimal edits (`augment`, ours, not in the paper): training sentences with one word or
+    phrase changed by the stress suite's perturbation types (negation, increase/decrease, comparative,
+    also with its two sides swapped, quantifier, modal, direction, number, role swap of two noun
+    phrases) as negatives, and meaning-preserving rewrites (contractions, synonyms, the converse
+    comparative, "A and B" -> "B and A", punctuation) as positives, so the model learns that one
+    flipped word can change the answer but a reworded question does not. No stress-suite pair is used.
 Phase B, STS-B regression: MSE between sigmoid(STS logit) and score / 5 (raw `sts-train.csv`).
   - default (`sts_head`, ours): a separate regression head, and every STS-B batch is followed by a
     rehearsal batch of phase A pairs on the match head, so the encoder keeps what phase A taught it.

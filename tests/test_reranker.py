@@ -129,6 +129,24 @@ def test_minimal_edits_change_one_thing_and_rewordings_keep_it():
     assert aug and all(p.label in (0.0, 1.0) and p.q1 != p.q2 for p in aug)
 
 
+def test_edits_cover_the_stress_types_and_keep_converse_comparatives():
+    from models.train_reranker import perturb, reword
+
+    def all_edits(fn, text, n=60):
+        return {fn(text, random.Random(seed)) for seed in range(n)} - {None}
+
+    comparative = "Is the basic plan cheaper than the premium plan?"
+    edits = all_edits(perturb, comparative)
+    assert ("comparative", "Is the basic plan pricier than the premium plan?") in edits
+    assert any(t == "Is the premium plan cheaper than the basic plan?" for _, t in edits)  # sides swapped
+    assert "Is the premium plan pricier than the basic plan?" in all_edits(reword, comparative)  # converse: same meaning
+    kinds = {k for text in ["Do I have to pay a deposit?", "Do all plans include support?",
+                            "Can the admin remove a member?", "My bank charged me a fee"]
+             for k, _ in all_edits(perturb, text)}
+    assert {"modal", "quantifier", "role", "inc_dec"} <= kinds
+    assert ("role", "I charged my bank a fee") in all_edits(perturb, "My bank charged me a fee")
+
+
 def test_mrpc_test_pairs_are_refused(tmp_path):
     from models.train_reranker import RerankTrainConfig, RerankTrainError, build_phase_a
 
