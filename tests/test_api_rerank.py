@@ -70,6 +70,17 @@ def test_rerank_k_is_validated():
 
     with pytest.raises(ValidationError, match="rerank_k"):
         Settings(rerank_k=0)
+    with pytest.raises(ValidationError, match="FAQ_RERANK_RUNTIME"):
+        Settings(rerank_runtime="gpu")
+
+
+def test_rerank_runtime_setting_picks_fp32_onnx(tmp_path, encoder, reranker_dir):
+    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=6, rerank_runtime="onnx") as client:
+        assert client.app.state.service.reranker.runtime.name == "onnx"
+        query = "I can't remember my password"
+        matches = client.post("/match", json={"query": query, "top_k": 3, "rerank": True}).json()["matches"]
+        expected = load_reranker(reranker_dir, runtime="onnx").score(query, [m["question"] for m in matches])
+        np.testing.assert_allclose([m["score"] for m in matches], expected, atol=1e-5)  # fp32: exact
 
 
 def test_rerank_weight_zero_serves_the_first_stage_probability(tmp_path, encoder, reranker_dir):
