@@ -8,7 +8,8 @@ them alike:
     torch fp32, padded to max_len       the naive baseline (every pair padded to 64 wordpieces)
     torch fp32, dynamic padding         padded to the longest pair of the request
     ONNX Runtime fp32                   model.onnx
-    ONNX Runtime int8                   model.int8.onnx (dynamic int8 quantisation of the MatMul weights)
+    ONNX Runtime int8                   model.int8.onnx (dynamic int8 quantisation, per-channel weight scales)
+    ONNX Runtime int8, per-tensor       the same with one scale per weight matrix (the earlier export)
     + untrained 6/3-layer exports       latency only, to show what fewer layers buy (`--layers-latency`)
 
 Quality per variant (same folder, so only the runtime differs): STS-B test Pearson/Spearman, stress
@@ -98,6 +99,18 @@ def untrained_export(n_layers: int, workdir: Path) -> Path:
     return path
 
 
+def per_tensor_copy(folder: Path, out: Path) -> Path:
+    """The folder with model.int8.onnx re-quantised with one scale per weight matrix (what
+    `export_onnx` did before per-channel scales), to show what the per-channel scales buy."""
+    import shutil
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    shutil.copytree(folder, out, ignore=shutil.ignore_patterns("checkpoint*", "*.tsv", "phase_a", "model.int8.onnx"))
+    quantize_dynamic(str(folder / "model.onnx"), str(out / "model.int8.onnx"), weight_type=QuantType.QInt8, per_channel=False)
+    return out
+
+
 def quality(model, stsb_pairs, stress_pairs, qqp_tune, qqp_test) -> dict:
     from app.stress import evaluate_scorer
     from models.train_reranker import best_threshold, pearson_spearman
@@ -148,8 +161,10 @@ def main() -> int:
     variants[f"L{n_layers} torch fp32, dynamic padding"] = base_torch
     variants[f"L{n_layers} ONNX Runtime fp32"] = load_reranker(folder, runtime="onnx", threads=args.threads)
     variants[f"L{n_layers} ONNX Runtime int8"] = load_reranker(folder, runtime="onnx-int8", threads=args.threads)
-    trained = set(variants)
     tmp = Path(tempfile.mkdtemp(prefix="rerank-bench-"))
+    variants[f"L{n_layers} ONNX Runtime int8, per-tensor weight scales"] = load_reranker(
+        per_tensor_copy(folder, tmp / "per-tensor"), runtime="onnx-int8", threads=args.threads)
+    trained = set(variants)
     for n in [int(x) for x in args.layers_latency.split(",") if x.strip()]:
         if n == n_layers:
             continue
