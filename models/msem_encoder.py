@@ -278,14 +278,14 @@ class MsemEncoder:
 
 def text_layers(config: MsemConfig, text: MiniLMText) -> int:
     """How many MiniLM layers the text side runs for this config."""
-    return len(text._all_layers) - config.minilm_train_layers
+    return text.total_layers - config.minilm_train_layers
 
 
 def init_minilm_layers(model: MSEM, text: MiniLMText, only: Sequence[int] | None = None) -> None:
     """Copy MiniLM's top `minilm_train_layers` layers into the model's trainable `embed.top` (all of
     them, or the `only` indices of `embed.top`)."""
     n = model.config.minilm_train_layers
-    first = len(text._all_layers) - n
+    first = text.total_layers - n
     for i, layer in enumerate(model.embed.top):
         if only is None or i in only:
             layer.load_hf_state(text.layer_state(first + i))

@@ -366,6 +366,11 @@ class MiniLMText:
         self.transformer.encoder.layer = torch.nn.ModuleList(list(self._all_layers)[:n_layers])
         self.n_layers = n_layers
 
+    @property
+    def total_layers(self) -> int:
+        """MiniLM's transformer layers (6), whatever `stop_after` set."""
+        return len(self._all_layers)
+
     def layer_state(self, index: int) -> dict[str, torch.Tensor]:
         """Weights of transformer layer `index` (0-based, HF names), to initialise MSEM's trainable copy."""
         return {k: v.detach().clone() for k, v in self._all_layers[index].state_dict().items()}
