@@ -33,7 +33,8 @@ Fusion with the first stage (`score(..., prior=p_first, weight=w)`): the service
 carry a calibrated probability from the encoder's cosine. The returned score is then the logarithmic
 opinion pool sigmoid(w * logit(p_cross) + (1 - w) * logit(p_first)), still a probability in 0..1;
 w = 1 is the cross-encoder alone (the paper), w = 0 the first stage alone. Default w: config
-`fusion_weight` (1.0 unless a measurement set it), overridden by FAQ_RERANK_WEIGHT.
+`fusion_weight` (`faq train reranker` writes 0.3, the weight dev data chose on CLINC150; 1.0 in a bare
+config), overridden by FAQ_RERANK_WEIGHT.
 """
 from __future__ import annotations
 

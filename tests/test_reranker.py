@@ -194,6 +194,7 @@ def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
     assert summary["data"]["heldout_pairs"] == 6 and summary["calibration"]["source"].startswith("platt")
     model = load_reranker(out)
     assert model.config.n_layers == 1 and model.config.calibration == summary["calibration"]
+    assert model.config.fusion_weight == 0.3  # the dev-tuned served blend, not the cross-encoder alone
     assert model.score("How do I reset my password 3?", ["I forgot my password 3", "parcel"]).shape == (2,)
     again = train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu", resume=True)  # a finished run
     assert again["history"] == summary["history"]

@@ -126,6 +126,9 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--anchors-per-faq", type=int, default=40, help="KB variants sampled per FAQ (default 40)")
     p.add_argument("--no-augment", action="store_true", help="no rule-based minimal-edit pairs in phase A")
     p.add_argument("--augment-max", type=int, default=16000, help="rule-based minimal-edit pairs at most (default 16000)")
+    p.add_argument("--fusion-weight", type=float, default=0.3,
+                   help="the folder's served cross-encoder weight in its pool with the first stage (default 0.3, "
+                        "tuned on dev; FAQ_RERANK_WEIGHT overrides it; 1 = the cross-encoder alone)")
     p.add_argument("--holdout-fraction", type=float, default=0.2, help="share of every pair file and of the KB anchors "
                    "held out for calibration / the QQP threshold (default 0.2)")
     p.add_argument("--paper-head", action="store_true", help="the paper's recipe: phase B turns the one head into the "
@@ -165,7 +168,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         return 2
     cfg = RerankTrainConfig(
         n_layers=args.layers, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
-        anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, augment_max=args.augment_max, max_minutes=args.max_minutes,
+        anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, augment_max=args.augment_max, fusion_weight=args.fusion_weight, max_minutes=args.max_minutes,
         checkpoint_every=args.checkpoint_every, seed=args.seed, holdout_fraction=args.holdout_fraction,
         sts_head=not args.paper_head,
     )
