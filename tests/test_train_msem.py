@@ -214,6 +214,7 @@ def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, caps
     (shipped / "config.json").write_text(json.dumps({"hidden": 150, "word_repr": "minilm"}))
     assert _default_init(None) == (str(shipped), None)
     assert _default_init('{"hidden": 150, "dropout": 0.2}') == (str(shipped), None)  # same architecture
+    assert _default_init('{"minilm_train_layers": 2}') == (str(shipped), None)  # adds layers, same function at init
     init, error = _default_init('{"hidden": 64}')
     assert init is None and "--from-scratch" in error and "hidden" in error
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)

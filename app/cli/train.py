@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sgd-lr", type=float, default=1e-3, help="SGD learning rate after the switch (default 1e-3)")
     p.add_argument("--patience", type=int, default=2, help="stalled epochs after the SGD switch before stopping")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", help="MsemConfig overrides: a JSON object or a JSON file (e.g. '{\"hidden\": 150}')")
+    p.add_argument("--config", help="MsemConfig overrides: a JSON object or a JSON file (e.g. '{\"hidden\": 150}'; "
+                                     "'{\"minilm_train_layers\": 2}' also trains MiniLM's top 2 layers, the best in-domain setting)")
     p.add_argument("--max-minutes", type=float, help="wall-clock budget; the running epoch is cut short")
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--hard-refresh", type=int, default=1, help="re-mine hard negatives with the model every N epochs")
