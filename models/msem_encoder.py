@@ -67,7 +67,7 @@ class MsemEncoder:
         self.text = text
         if isinstance(text, MiniLMText):
             # MiniLM's top `minilm_train_layers` layers belong to the model: the text side stops below them
-            text.stop_after(text_layers(model.config, text))
+            text.stop_after(text.total_layers - model.config.minilm_train_layers)
             text.to(self.device)
         self.name = name
         self._weights_sha: str | None = None  # set by save/load; None = hash the live weights on demand
@@ -276,19 +276,11 @@ class MsemEncoder:
         return f"MsemEncoder(id={self.id!r}, dim={self.dim}, device={self.device!r}, text={self.text!r})"
 
 
-def text_layers(config: MsemConfig, text: MiniLMText) -> int:
-    """How many MiniLM layers the text side runs for this config."""
-    return text.total_layers - config.minilm_train_layers
-
-
-def init_minilm_layers(model: MSEM, text: MiniLMText, only: Sequence[int] | None = None) -> None:
-    """Copy MiniLM's top `minilm_train_layers` layers into the model's trainable `embed.top` (all of
-    them, or the `only` indices of `embed.top`)."""
-    n = model.config.minilm_train_layers
-    first = text.total_layers - n
+def init_minilm_layers(model: MSEM, text: MiniLMText) -> None:
+    """Copy MiniLM's top `minilm_train_layers` layers into the model's trainable `embed.top`."""
+    first = text.total_layers - model.config.minilm_train_layers
     for i, layer in enumerate(model.embed.top):
-        if only is None or i in only:
-            layer.load_hf_state(text.layer_state(first + i))
+        layer.load_hf_state(text.layer_state(first + i))
 
 
 def read_config(path: Path) -> MsemConfig:

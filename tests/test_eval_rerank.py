@@ -6,24 +6,13 @@ import json
 
 from app.rerank_tuning import WEIGHT_GRID
 from tests.reranker_helpers import make_tiny_reranker
-from tests.test_evaluate import tiny_msem_dir  # noqa: F401  (fixture)
+from tests.test_evaluate import tiny_msem_dir, write_tiny_kb_and_queries  # noqa: F401  (tiny_msem_dir: fixture)
 
 
 def test_eval_match_with_a_reranker_tunes_the_weight_on_dev(tmp_path, tiny_msem_dir):  # noqa: F811
     from app.cli.main import main
 
-    kb = tmp_path / "kb.jsonl"
-    kb.write_text("\n".join(json.dumps(r) for r in [
-        {"faq_id": "password", "question": "how do i reset my password", "answer": "Use the link."},
-        {"faq_id": "password", "question": "i forgot my password"},
-        {"faq_id": "hours", "question": "when are you open", "answer": "9 to 5."},
-        {"faq_id": "refund", "question": "i want a refund", "answer": "5 days."},
-    ]) + "\n")
-    queries = tmp_path / "q.jsonl"
-    queries.write_text("\n".join(json.dumps(r) for r in [
-        {"query": "password reset", "faq_id": "password"}, {"query": "opening hours", "faq_id": "hours"},
-        {"query": "money back", "faq_id": "refund"}, {"query": "capital of peru", "faq_id": None},
-    ]) + "\n")
+    kb, queries = write_tiny_kb_and_queries(tmp_path)
     rr = make_tiny_reranker(tmp_path / "rr", onnx=False)
     out = tmp_path / "r.json"
     base = ["eval", "match", "--kb", str(kb), "--queries", str(queries), "--dev", str(queries),

@@ -124,9 +124,8 @@ def tiny_msem_dir(tmp_path):
     return encoder.save(tmp_path / "tiny-msem")
 
 
-def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem_dir, capsys):
-    from app.cli.main import main
-
+def write_tiny_kb_and_queries(tmp_path):
+    """(kb.jsonl, q.jsonl): 3 FAQs / 4 phrasings and 4 queries, one out of scope (also the dev split)."""
     kb = tmp_path / "kb.jsonl"
     kb.write_text("\n".join(json.dumps(r) for r in [
         {"faq_id": "password", "question": "how do i reset my password", "answer": "Use the link."},
@@ -141,6 +140,13 @@ def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem
         {"query": "money back", "faq_id": "refund"},
         {"query": "capital of peru", "faq_id": None},
     ]) + "\n")
+    return kb, queries
+
+
+def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem_dir, capsys):
+    from app.cli.main import main
+
+    kb, queries = write_tiny_kb_and_queries(tmp_path)
     work = tmp_path / "work"
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
     args = ["eval", "match", "--kb", str(kb), "--queries", str(queries), "--dev", str(queries),
