@@ -100,13 +100,14 @@ class TrainConfig:
     eval_batch_size: int = 512
     min_delta: float = 1e-4  # an improvement smaller than this counts as no improvement
     minilm_lr_scale: float = 0.1  # ours: learning-rate factor of MiniLM's trainable top layers
+    lr_decay: float = 1.0  # ours: Adam epoch e (0-based) runs at lr * lr_decay**e (1 = the paper's constant rate)
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "patience_switch", "patience", "hard_pool", "hard_k",
                      "hard_refresh_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "sgd_lr"):
+        for name in ("lr", "sgd_lr", "lr_decay"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_minutes is not None and self.max_minutes <= 0:
@@ -384,6 +385,14 @@ def _make_optimizer(kind: str, model: nn.Module, cfg: TrainConfig) -> torch.opti
     if top:
         groups.append({"params": top, "lr": lr * cfg.minilm_lr_scale})
     return torch.optim.Adam(groups) if kind == "adam" else torch.optim.SGD(groups)
+
+
+def _set_epoch_lr(optimizer: torch.optim.Optimizer, kind: str, epoch: int, cfg: TrainConfig) -> None:
+    """The rate of 0-based `epoch`: Adam decays by `lr_decay` per epoch (set from the config, not the
+    checkpoint, so `--resume` can continue a run on a new schedule); SGD keeps `sgd_lr`."""
+    lr = cfg.lr * cfg.lr_decay ** epoch if kind == "adam" else cfg.sgd_lr
+    for i, group in enumerate(optimizer.param_groups):  # groups as `_make_optimizer` orders them
+        group["lr"] = lr * (cfg.minilm_lr_scale if i else 1.0)
 
 
 class Trainer:
@@ -701,6 +710,7 @@ class Trainer:
                 t = time.perf_counter()
                 pairs, hard_source = self.epoch_pairs(self.epoch)
                 sample_s = time.perf_counter() - t
+                _set_epoch_lr(self.optimizer, self.optimizer_kind, self.epoch, cfg)
                 stats = self.train_epoch(pairs, deadline)
                 t = time.perf_counter()
                 metric_name, metric = self.dev_metric()

@@ -91,6 +91,21 @@ def test_resume_continues_epoch_counter(tmp_path, kb_file, fake_glove):
         train_msem(kb_file, tmp_path / "elsewhere", train_config=tiny_cfg(), resume=True, glove=fake_glove)
 
 
+def test_lr_decay_schedule_applies_on_resume(tmp_path, kb_file, fake_glove):
+    """Adam epoch e runs at lr * lr_decay**e, taken from the config even when the checkpoint was
+    written on another schedule (so a finished run can be continued at a lower rate)."""
+    out = tmp_path / "model"
+    overrides = {**TINY, "word_dim": 8}
+    first = train_msem(kb_file, out, config_overrides=overrides, train_config=tiny_cfg(epochs=1),
+                       device="cpu", glove=fake_glove)
+    assert first["history"][0]["lr"] == pytest.approx(3e-3)
+    second = train_msem(kb_file, out, config_overrides=overrides, train_config=tiny_cfg(epochs=3, lr_decay=0.5),
+                        resume=True, device="cpu", glove=fake_glove)
+    assert [row["lr"] for row in second["history"]] == pytest.approx([3e-3, 1.5e-3, 7.5e-4])
+    with pytest.raises(TrainError, match="lr_decay must be > 0"):
+        tiny_cfg(lr_decay=0.0).validate()
+
+
 def test_dev_queries_select_by_top1_and_sgd_switch(tmp_path, kb_file, fake_glove):
     dev = tmp_path / "dev.jsonl"
     dev.write_text("\n".join(json.dumps(r) for r in [
