@@ -155,11 +155,6 @@ def _require(path: Path) -> Path:
 # converters
 
 
-#: CLINC150's files: the same in-scope train/val/test and out-of-scope val/test in `full` and
-#: `oos_plus`, which has 250 out-of-scope training queries instead of 100; `small`/`imbalanced` cut train
-CLINC_VARIANTS = ("full", "oos_plus", "small", "imbalanced")
-
-
 def prepare_clinc150(
     src: Path, out: Path, variant: str = "data_full.json",
     domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None,
@@ -342,7 +337,7 @@ def prepare_stsb(src: Path, out: Path, min_score: float = STSB_PARAPHRASE_MIN_SC
 
 def prepare(
     name: str, src: str | Path, out: str | Path, seed: int = 0,
-    domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None, variant: str | None = None,
+    domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None,
 ) -> PrepareReport:
     """Convert dataset `name` found in folder `src` into the exchange files in `out`."""
     src, out = Path(src), Path(out)
@@ -352,13 +347,8 @@ def prepare(
         raise DatasetError(f"--src {src} is not a folder")
     if (domains or exclude_domains) and name != "clinc150":
         raise DatasetError("--domains / --exclude-domains apply to clinc150 only")
-    if variant is not None and name != "clinc150":
-        raise DatasetError("--variant applies to clinc150 only")
-    if variant is not None and variant not in CLINC_VARIANTS:
-        raise DatasetError(f"--variant must be one of {', '.join(CLINC_VARIANTS)}, got {variant!r}")
     if name == "clinc150":
-        report = prepare_clinc150(src, out, variant=f"data_{variant or 'full'}.json", domains=domains,
-                                  exclude_domains=exclude_domains)
+        report = prepare_clinc150(src, out, domains=domains, exclude_domains=exclude_domains)
     elif name == "banking77":
         report = prepare_banking77(src, out, seed=seed)
     elif name == "qqp":
@@ -368,8 +358,6 @@ def prepare(
     else:
         report = prepare_stsb(src, out)
     meta = report.to_dict() | {"seed": seed}
-    if variant is not None:
-        meta |= {"variant": variant}
     if domains or exclude_domains:
         meta |= {"domains": list(domains or []), "exclude_domains": list(exclude_domains or [])}
     _atomic_write(out / "dataset.json", lambda fh: fh.write(json.dumps(meta, indent=2) + "\n"))

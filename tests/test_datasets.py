@@ -56,18 +56,6 @@ def test_clinc150(clinc_src, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dev.jsonl", "kb.jsonl", "no_answer.jsonl", "test.jsonl"]
 
 
-def test_clinc150_variant_picks_the_file(clinc_src, tmp_path):
-    data = json.loads((clinc_src / "data_full.json").read_text())
-    data["oos_train"] += [["sing me a lullaby", "oos"], ["who won the cup", "oos"]]
-    (clinc_src / "data_oos_plus.json").write_text(json.dumps(data), encoding="utf-8")
-    out = tmp_path / "plus"
-    assert main(["data", "prepare", "clinc150", "--src", str(clinc_src), "--out", str(out), "--variant", "oos_plus"]) == 0
-    assert len(read_jsonl(out / "no_answer.jsonl")) == 3
-    assert json.loads((out / "dataset.json").read_text())["variant"] == "oos_plus"
-    assert main(["data", "prepare", "clinc150", "--src", str(clinc_src), "--out", str(out), "--variant", "huge"]) == 2
-    assert main(["data", "prepare", "qqp", "--src", str(clinc_src), "--out", str(out), "--variant", "oos_plus"]) == 2
-
-
 def test_banking77_holds_out_seeded_share_per_intent(tmp_path):
     src = tmp_path / "banking77"
     src.mkdir()

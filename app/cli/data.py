@@ -22,8 +22,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for held-out splits (BANKING77 dev)")
     p.add_argument("--domains", help="clinc150: keep only these domains (comma-separated, from domains.json)")
     p.add_argument("--exclude-domains", help="clinc150: drop these domains (comma-separated)")
-    p.add_argument("--variant", help="clinc150: which file, data_VARIANT.json (full (default), oos_plus = the same "
-                   "splits with 250 out-of-scope training queries, small, imbalanced)")
     p.set_defaults(func=cmd_prepare)
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
 
@@ -36,7 +34,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     try:
         report = prepare(
             args.name, args.src, args.out, seed=args.seed,
-            domains=_names(args.domains), exclude_domains=_names(args.exclude_domains), variant=args.variant,
+            domains=_names(args.domains), exclude_domains=_names(args.exclude_domains),
         )
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
