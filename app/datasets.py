@@ -159,8 +159,7 @@ def prepare_clinc150(
     src: Path, out: Path, variant: str = "data_full.json",
     domains: Sequence[str] | None = None, exclude_domains: Sequence[str] | None = None,
 ) -> PrepareReport:
-    """CLINC150: KB = in-scope train; dev = val + oos_val; test = test + oos_test (oos -> faq_id null);
-    no_answer = oos_train (queries to train against, never matched).
+    """CLINC150: KB = in-scope train; dev = val + oos_val; test = test + oos_test (oos -> faq_id null).
 
     `domains` / `exclude_domains` (names from domains.json) keep only some of the 10 domains' intents,
     e.g. to train on 8 domains and measure how the encoder generalises to FAQs of the other 2. Queries
@@ -195,11 +194,7 @@ def prepare_clinc150(
     report.counts["dev_oos"] = sum(r["faq_id"] is None for r in dev)
     report.counts["test_oos"] = sum(r["faq_id"] is None for r in test)
     report.notes.append("answers are placeholders '[intent: NAME]': the dataset has no answers")
-    if data.get("oos_train"):
-        # out-of-scope training queries: not KB rows (they answer nothing) but negatives for training
-        rows = [{"query": t, "faq_id": None} for t, _ in data["oos_train"]]
-        report.files["no_answer.jsonl"] = write_jsonl(out / "no_answer.jsonl", rows)
-        report.notes.append("no_answer.jsonl = oos_train, for `faq train msem --no-answer` (not part of the KB)")
+    report.notes.append("oos_train is not used (the KB holds in-scope intents only)")
     return report
 
 

@@ -128,15 +128,7 @@ class TrainData:
     #: --dev-kb: (question, faq_id) the dev queries are matched against instead of the training KB; FAQs
     #: the model never trained on, so the dev metric measures how it generalises to a new FAQ
     dev_kb: list[tuple[str, str]] | None = None
-    #: --no-answer: queries that must match no FAQ (e.g. logged out-of-scope questions); each trains as
-    #: an anchor without positives (random + hard negatives against the KB) in the "other" intent class
-    no_answer: list[str] = field(default_factory=list)
     describe: dict = field(default_factory=dict)
-
-    def sampler_groups(self) -> dict[str, list[str]]:
-        """The KB groups plus one single-question group per no-answer query (keys cannot clash with a
-        faq_id: those never start with a NUL)."""
-        return {**self.groups, **{f"\0no-answer:{i}": [q] for i, q in enumerate(self.no_answer)}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,10 +141,9 @@ def prepare_data(
     dev_queries: Sequence[Any] | None,
     cfg: TrainConfig,
     dev_kb: Sequence[Any] | None = None,
-    no_answer: Sequence[str] = (),
 ) -> TrainData:
     """KB records (faq_id, question), labelled pairs, optional dev queries and the optional KB they are
-    matched against (default: the training KB), optional no-answer queries -> TrainData."""
+    matched against (default: the training KB) -> TrainData."""
     groups = kb_groups(records)
     if not groups and not pairs:
         raise TrainError("nothing to train on: the KB is empty and no --pairs were given")
@@ -167,11 +158,6 @@ def prepare_data(
         else:
             groups, dev_pairs, held_out_questions = _hold_out_kb_pairs(groups, cfg.holdout, cfg.seed)
     classes = build_intent_classes(groups, file_pairs)
-    kb_questions = {q for qs in groups.values() for q in qs}
-    # a no-answer query that is also a KB question would be its own negative: the KB wins
-    na = list(dict.fromkeys(q.strip() for q in no_answer if q.strip() and q.strip() not in kb_questions))
-    if na and not groups:
-        raise TrainError("--no-answer needs a --kb (its queries are negatives against KB questions)")
     dq = [(q.query, q.faq_id) for q in dev_queries] if dev_queries is not None else None
     if dq is not None and not any(f is not None for _, f in dq):
         raise TrainError("--dev has no in-scope queries (every faq_id is null): nothing to measure")
@@ -186,12 +172,11 @@ def prepare_data(
         "kb_questions_held_out": held_out_questions,
         "intent_classes": classes.n_classes,
         "intent_other_questions": classes.sizes()[0] if classes.n_classes else 0,
-        "no_answer_queries": len(na),
     }
     dkb = [(r.question, r.faq_id) for r in dev_kb] if dev_kb is not None else None
     if dkb is not None:
         describe |= {"dev_kb_faqs": len({f for _, f in dkb}), "dev_kb_questions": len(dkb)}
-    return TrainData(groups, file_pairs, dq, dev_pairs, classes, dev_kb=dkb, no_answer=na, describe=describe)
+    return TrainData(groups, file_pairs, dq, dev_pairs, classes, dev_kb=dkb, describe=describe)
 
 
 def _hold_out_kb_pairs(
@@ -482,7 +467,7 @@ class Trainer:
             self._restore(checkpoint)
 
         self.sampler = KbPairSampler(
-            data.sampler_groups(), positives=cfg.positives, random_negatives=cfg.random_negatives,
+            data.groups, positives=cfg.positives, random_negatives=cfg.random_negatives,
             hard_negatives=cfg.hard_negatives, hard_pool=cfg.hard_pool,
         ) if data.groups else None
         self._tokens: dict[str, list[str]] = {}
@@ -510,7 +495,7 @@ class Trainer:
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _all_texts(self) -> list[str]:
-        texts = [q for qs in self.data.groups.values() for q in qs] + self.data.no_answer
+        texts = [q for qs in self.data.groups.values() for q in qs]
         for p in self.data.file_pairs:
             texts += [p.q1, p.q2]
         return texts
@@ -838,7 +823,6 @@ def train_msem(
     command: str | None = None,
     glove: Any = None,
     dev_kb_path: str | Path | None = None,
-    no_answer_path: str | Path | None = None,
 ) -> dict:
     """Read the files, build the data, train; returns the training summary.
 
@@ -863,16 +847,10 @@ def train_msem(
         if unknown:
             where = "--dev-kb" if dev_kb is not None else "the KB"
             raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in {where}, e.g. {unknown[:5]}")
-    no_answer = read_queries(no_answer_path) if no_answer_path else []
-    answerable = [q for q in no_answer if q.faq_id is not None]
-    if answerable:
-        raise TrainError(f"--no-answer {no_answer_path}: {len(answerable)} quer(ies) have a faq_id (e.g. "
-                         f"{answerable[0].query!r} -> {answerable[0].faq_id!r}); it takes only faq_id null queries")
     overrides = parse_config_overrides(config_overrides)
-    data = prepare_data(records, pairs, dev, cfg, dev_kb=dev_kb, no_answer=[q.query for q in no_answer])
+    data = prepare_data(records, pairs, dev, cfg, dev_kb=dev_kb)
     sources = {"kb": [str(p) for p in kb_paths] or None, "pairs": [str(p) for p in pair_paths] or None,
-               "dev": str(dev_path) if dev_path else None, "dev_kb": str(dev_kb_path) if dev_kb_path else None,
-               "no_answer": str(no_answer_path) if no_answer_path else None}
+               "dev": str(dev_path) if dev_path else None, "dev_kb": str(dev_kb_path) if dev_kb_path else None}
     trainer = Trainer(data, out_dir, cfg, overrides, init_dir=init_dir, resume=resume, device=device,
                       command=command, sources=sources, glove=glove)
     return trainer.run()

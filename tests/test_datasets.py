@@ -49,11 +49,9 @@ def test_clinc150(clinc_src, tmp_path, capsys):
     assert len(test) == 4 and [r["faq_id"] for r in test].count(None) == 2
     meta = json.loads((out / "dataset.json").read_text())
     assert meta["files"]["kb.jsonl"] == 3 and meta["counts"]["test_oos"] == 2
-    # out-of-scope training queries become no-answer negatives for training, never KB rows
-    assert read_jsonl(out / "no_answer.jsonl") == [{"query": "tell me a secret", "faq_id": None}]
     # re-running overwrites and leaves no temp files behind
     assert main(["data", "prepare", "clinc150", "--src", str(clinc_src), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dev.jsonl", "kb.jsonl", "no_answer.jsonl", "test.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dev.jsonl", "kb.jsonl", "test.jsonl"]
 
 
 def test_banking77_holds_out_seeded_share_per_intent(tmp_path):

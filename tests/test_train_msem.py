@@ -3,15 +3,12 @@ the vocabulary, Ctrl-C leaves a checkpoint. A tiny model and a tiny fake GloVe k
 from __future__ import annotations
 
 import json
-import random
 
 import numpy as np
 import pytest
 import torch
 
-from app.kb_io import read_kb
 from models.glove import GloVe
-from models.pairs import KbPairSampler
 from models.msem_encoder import MsemEncoder
 from models.train_msem import (
     CHECKPOINT_FILE,
@@ -20,7 +17,6 @@ from models.train_msem import (
     Trainer,
     extend_vocabulary,
     parse_config_overrides,
-    prepare_data,
     train_msem,
 )
 from tests.conftest import write_kb_jsonl
@@ -108,32 +104,6 @@ def test_lr_decay_schedule_applies_on_resume(tmp_path, kb_file, fake_glove):
     assert [row["lr"] for row in second["history"]] == pytest.approx([3e-3, 1.5e-3, 7.5e-4])
     with pytest.raises(TrainError, match="lr_decay must be > 0"):
         tiny_cfg(lr_decay=0.0).validate()
-
-
-def test_no_answer_queries_train_as_negatives_in_the_other_class(tmp_path, kb_file, fake_glove):
-    no_answer = tmp_path / "no_answer.jsonl"
-    no_answer.write_text("\n".join(json.dumps(r) for r in [
-        {"query": "tell me a joke about cats", "faq_id": None},
-        {"query": "what is the capital of peru", "faq_id": None},
-        {"query": "i want a refund", "faq_id": None},  # a KB question: kept as a KB positive, not a negative
-    ]) + "\n")
-    out = tmp_path / "model"
-    summary = train_msem(kb_file, out, no_answer_path=no_answer, config_overrides={**TINY, "word_dim": 8},
-                         train_config=tiny_cfg(epochs=2), device="cpu", glove=fake_glove)
-    assert summary["data"]["no_answer_queries"] == 2
-    assert summary["data"]["intent_classes"] == 7  # the no-answer queries join "other", no class of their own
-    trainer_data = prepare_data(read_kb(kb_file), [], None, tiny_cfg(),
-                                no_answer=["tell me a joke about cats", "i want a refund"])
-    groups = trainer_data.sampler_groups()
-    assert sum(1 for k in groups if k.startswith("\0no-answer")) == 1
-    pairs = KbPairSampler(groups, positives=1, random_negatives=1, hard_negatives=1).sample(random.Random(0))
-    joke = [p for p in pairs if "tell me a joke about cats" in (p.q1, p.q2)]
-    assert joke and all(p.label == 0 for p in joke)
-    assert trainer_data.classes.class_of("tell me a joke about cats") == 0
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"query": "reset password", "faq_id": "password"}) + "\n")
-    with pytest.raises(TrainError, match="only faq_id null"):
-        train_msem(kb_file, tmp_path / "m2", no_answer_path=bad, train_config=tiny_cfg(), glove=fake_glove)
 
 
 def test_dev_queries_select_by_top1_and_sgd_switch(tmp_path, kb_file, fake_glove):

@@ -24,8 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dev-kb", help="KB the --dev queries are matched against (default: the training KB); FAQs "
                    "left out of training make the dev metric measure generalisation to new FAQs")
     p.add_argument("--out", required=True, help="output folder (model, checkpoint.pt, training.json, README.md)")
-    p.add_argument("--no-answer", help="queries JSONL/CSV with faq_id null (e.g. logged out-of-scope questions): "
-                   "trained as negatives against their nearest KB questions, in the 'other' intent class")
     p.add_argument("--init", help="fine-tune from this MSEM model folder (vocabulary extended, intent head re-created); "
                    "default: the shipped general model (models/default) when there is one")
     p.add_argument("--from-scratch", action="store_true", help="start from random weights instead of the shipped model")
@@ -99,7 +97,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:
         summary = train_msem(
-            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, no_answer_path=args.no_answer, init_dir=init,
+            args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=init,
             config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:
