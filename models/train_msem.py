@@ -100,10 +100,6 @@ class TrainConfig:
     eval_batch_size: int = 512
     min_delta: float = 1e-4  # an improvement smaller than this counts as no improvement
     minilm_lr_scale: float = 0.1  # ours: learning-rate factor of MiniLM's trainable top layers
-    # ours: weight of an in-batch softmax term (each positive pair's partner against every other question of
-    # the batch, same-class questions masked) added to the paper's loss; 0 = the paper
-    in_batch_weight: float = 0.0
-    in_batch_scale: float = 20.0  # cosine -> logit scale of that softmax (temperature 0.05)
     lr_decay: float = 1.0  # ours: Adam epoch e (0-based) runs at lr * lr_decay**e (1 = the paper's constant rate)
 
     def validate(self) -> None:
@@ -111,9 +107,7 @@ class TrainConfig:
                      "hard_refresh_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.in_batch_weight < 0:
-            raise TrainError(f"in_batch_weight must be >= 0, got {self.in_batch_weight}")
-        for name in ("lr", "sgd_lr", "lr_decay", "in_batch_scale"):
+        for name in ("lr", "sgd_lr", "lr_decay"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_minutes is not None and self.max_minutes <= 0:
@@ -393,25 +387,6 @@ def _make_optimizer(kind: str, model: nn.Module, cfg: TrainConfig) -> torch.opti
     return torch.optim.Adam(groups) if kind == "adam" else torch.optim.SGD(groups)
 
 
-def in_batch_loss(vecs: torch.Tensor, y: torch.Tensor, classes: torch.Tensor, scale: float) -> torch.Tensor:
-    """Multiple-negatives ranking over a batch of pairs: vecs (2n, d) = [q1 vectors; q2 vectors], y (n,)
-    pair labels, classes (2n,) intent classes (0 = "other"). For every positive pair, a softmax over all
-    2n questions but the anchor itself must put the partner first; questions of the anchor's own class
-    are not negatives and are masked."""
-    n = y.numel()
-    rows = (y > 0.5).nonzero().squeeze(1)  # (P,) anchors: the q1 of each positive pair
-    if rows.numel() == 0:
-        return vecs.new_zeros(())
-    unit = F.normalize(vecs, dim=-1)
-    logits = scale * unit[rows] @ unit.T  # (P, 2n)
-    target = rows + n  # the partner's column
-    own = classes[rows]
-    masked = (classes[None, :] == own[:, None]) & (own[:, None] != 0)
-    masked[torch.arange(rows.numel()), rows] = True  # the anchor itself
-    masked[torch.arange(rows.numel()), target] = False
-    return F.cross_entropy(logits.masked_fill(masked, float("-inf")), target)
-
-
 def _set_epoch_lr(optimizer: torch.optim.Optimizer, kind: str, epoch: int, cfg: TrainConfig) -> None:
     """The rate of 0-based `epoch`: Adam decays by `lr_decay` per epoch (set from the config, not the
     checkpoint, so `--resume` can continue a run on a new schedule); SGD keeps `sgd_lr`."""
@@ -660,14 +635,9 @@ class Trainer:
                 cos = F.cosine_similarity(u, v, dim=-1, eps=1e-8)
                 match_loss = F.binary_cross_entropy_with_logits(mc.gamma * (cos - mc.alpha), y)
                 loss = lam * match_loss
-                if multitask or cfg.in_batch_weight > 0:
+                if multitask:
                     labels = torch.tensor([classes.class_of(p.q1) for p in batch]
                                           + [classes.class_of(p.q2) for p in batch], device=self.device)
-                if cfg.in_batch_weight > 0:
-                    ib_loss = in_batch_loss(vecs, y, labels, cfg.in_batch_scale)
-                    loss = loss + cfg.in_batch_weight * ib_loss
-                    sums["in_batch_loss"] += float(ib_loss.detach()) * n
-                if multitask:
                     logits = model.intent_head(sent)
                     intent_loss = (F.cross_entropy(logits[:n], labels[:n]) + F.cross_entropy(logits[n:], labels[n:])) / 2
                     loss = loss + (1.0 - lam) * intent_loss

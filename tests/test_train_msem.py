@@ -106,31 +106,6 @@ def test_lr_decay_schedule_applies_on_resume(tmp_path, kb_file, fake_glove):
         tiny_cfg(lr_decay=0.0).validate()
 
 
-def test_in_batch_loss_masks_the_anchor_and_its_own_class():
-    from models.train_msem import in_batch_loss
-
-    # pairs: (a1, a2) positive of class 1, (b1, b2) positive of class 2, (a3, b3) a negative
-    vecs = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1],   # q1: a1, b1, a3
-                         [0.9, 0.1], [0.1, 0.9], [0.0, 1.0]])  # q2: a2, b2, b3
-    y = torch.tensor([1.0, 1.0, 0.0])
-    classes = torch.tensor([1, 2, 1, 1, 2, 2])
-    loss = in_batch_loss(vecs, y, classes, scale=20.0)
-    # by hand: anchor a1 competes with b1, b2, b3 (a3 and a2's class-mate are masked, itself too)
-    unit = torch.nn.functional.normalize(vecs, dim=-1)
-    def term(anchor, target, rivals):
-        logits = 20.0 * unit[anchor] @ unit[[target] + rivals].T
-        return -torch.log_softmax(logits, -1)[0]
-    expected = (term(0, 3, [1, 4, 5]) + term(1, 4, [0, 2, 3])) / 2
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert in_batch_loss(vecs, torch.zeros(3), classes, 20.0).item() == 0.0  # no positive pair: no term
-
-
-def test_in_batch_weight_trains(tmp_path, kb_file, fake_glove):
-    summary = train_msem(kb_file, tmp_path / "m", config_overrides={**TINY, "word_dim": 8},
-                         train_config=tiny_cfg(epochs=2, in_batch_weight=1.0), device="cpu", glove=fake_glove)
-    assert all(row["in_batch_loss"] > 0 for row in summary["history"])
-
-
 def test_dev_queries_select_by_top1_and_sgd_switch(tmp_path, kb_file, fake_glove):
     dev = tmp_path / "dev.jsonl"
     dev.write_text("\n".join(json.dumps(r) for r in [

@@ -32,8 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=4e-4, help="Adam learning rate (default 4e-4)")
     p.add_argument("--lr-decay", type=float, default=1.0,
                    help="Adam rate factor per epoch: epoch e runs at lr * decay**e (default 1 = constant, the paper)")
-    p.add_argument("--in-batch", type=float, default=0.0, help="weight of an in-batch softmax term (each positive "
-                   "pair's partner against every other question of the batch) added to the paper's loss (default 0)")
     p.add_argument("--sgd-lr", type=float, default=1e-3, help="SGD learning rate after the switch (default 1e-3)")
     p.add_argument("--patience", type=int, default=2, help="stalled epochs after the SGD switch before stopping")
     p.add_argument("--seed", type=int, default=0)
@@ -93,7 +91,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
     cfg = TrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay, in_batch_weight=args.in_batch, sgd_lr=args.sgd_lr, patience=args.patience,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay, sgd_lr=args.sgd_lr, patience=args.patience,
         seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
     )
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
