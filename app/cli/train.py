@@ -91,8 +91,8 @@ def cmd_msem(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
     cfg = TrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay, sgd_lr=args.sgd_lr, patience=args.patience,
-        seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay, sgd_lr=args.sgd_lr,
+        patience=args.patience, seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
     )
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:
