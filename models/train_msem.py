@@ -376,22 +376,25 @@ def _set_rng_state(state: dict) -> None:
 
 
 def _make_optimizer(kind: str, model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam or SGD over the trainable parameters; MiniLM's pretrained layers (`minilm_train_layers`)
-    learn at `minilm_lr_scale` times the rate, as pretrained transformers are fine-tuned gently."""
-    lr = cfg.lr if kind == "adam" else cfg.sgd_lr
+    """Adam or SGD over the trainable parameters: MSEM's own, then (`minilm_train_layers`) MiniLM's
+    pretrained layers, which `_set_epoch_lr` gives a smaller rate. Rates start at epoch 0's."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if not n.startswith("embed.top.")], "lr": lr}]
+    groups = [{"params": [p for n, p in named if not n.startswith("embed.top.")]}]
     top = [p for n, p in named if n.startswith("embed.top.")]
     if top:
-        groups.append({"params": top, "lr": lr * cfg.minilm_lr_scale})
-    return torch.optim.Adam(groups) if kind == "adam" else torch.optim.SGD(groups)
+        groups.append({"params": top})
+    optimizer = torch.optim.Adam(groups, lr=cfg.lr) if kind == "adam" else torch.optim.SGD(groups, lr=cfg.sgd_lr)
+    _set_epoch_lr(optimizer, kind, 0, cfg)
+    return optimizer
 
 
 def _set_epoch_lr(optimizer: torch.optim.Optimizer, kind: str, epoch: int, cfg: TrainConfig) -> None:
     """The rate of 0-based `epoch`: Adam decays by `lr_decay` per epoch (set from the config, not the
-    checkpoint, so `--resume` can continue a run on a new schedule); SGD keeps `sgd_lr`."""
+    checkpoint, so `--resume` can continue a run on a new schedule); SGD keeps `sgd_lr`. MiniLM's layers
+    (the second group) learn at `minilm_lr_scale` times the rate, as pretrained transformers are
+    fine-tuned gently."""
     lr = cfg.lr * cfg.lr_decay ** epoch if kind == "adam" else cfg.sgd_lr
-    for i, group in enumerate(optimizer.param_groups):  # groups as `_make_optimizer` orders them
+    for i, group in enumerate(optimizer.param_groups):
         group["lr"] = lr * (cfg.minilm_lr_scale if i else 1.0)
 
 

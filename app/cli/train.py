@@ -171,7 +171,8 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         return 2
     cfg = RerankTrainConfig(
         n_layers=args.layers, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
-        anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, augment_max=args.augment_max, fusion_weight=args.fusion_weight, max_minutes=args.max_minutes,
+        anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, augment_max=args.augment_max,
+        fusion_weight=args.fusion_weight, max_minutes=args.max_minutes,
         checkpoint_every=args.checkpoint_every, seed=args.seed, holdout_fraction=args.holdout_fraction,
         sts_head=not args.paper_head,
     )
