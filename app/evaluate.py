@@ -193,6 +193,25 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
     return results, time.perf_counter() - t
 
 
+class MemoEncoder:
+    """An encoder that remembers the vectors of texts it has encoded (an evaluation matches the same dev
+    queries once per tuned setting); everything else is the wrapped encoder's."""
+
+    def __init__(self, encoder: Any):
+        self._encoder = encoder
+        self._memo: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._encoder, name)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if missing:
+            vecs = self._encoder.encode(missing, batch_size=batch_size, show_progress_bar=show_progress_bar)
+            self._memo.update(zip(missing, np.asarray(vecs, dtype=np.float32)))
+        return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self._encoder.dim), np.float32)
+
+
 def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
     """Each FAQ's first `n` phrasings (n=1: a KB written with a single question per FAQ)."""
     seen: dict[str, int] = {}
@@ -228,13 +247,17 @@ def run_eval_match(
     rerank_k: int | None = None,
     rerank_weight: float | None = None,
     tune_rerank_weight: bool = False,
+    pool_variants: Sequence[int] | None = None,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
 
     `variants_per_faq`: keep only each FAQ's first N phrasings (N=1: how well a KB written with a single
     question per FAQ matches).
     `reranker`: a re-ranker folder; the queries then run the `ann+rerank` arm (the cross-encoder re-scores
-    the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities."""
+    the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities.
+    `pool_variants`: how many of a FAQ's best phrasings its cosine averages (app/matcher.py `group_hits`;
+    default settings.pool_variants); several values are each run on dev (`ann` arm, queries encoded once)
+    and the one with the best dev answer F1 is used."""
     from app.kb_io import read_kb, read_queries
     from app.matcher import Matcher, calibration_for
     from app.settings import get_settings
@@ -290,6 +313,10 @@ def run_eval_match(
         )
         timings["index_build_s"] = time.perf_counter() - t
         retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
+        encoder = MemoEncoder(encoder)  # dev queries are matched more than once when something is tuned on them
+        pools = list(pool_variants) if pool_variants else [int(getattr(base, "pool_variants", 1))]
+        if len(pools) > 1 and not dev:
+            raise ValueError("several pool_variants values need dev queries to choose from")
         arm, reranker_model = "ann", None
         if reranker:
             from models.reranker import load_reranker
@@ -299,18 +326,33 @@ def run_eval_match(
             arm = "ann+rerank"
         matcher = Matcher(encoder, retriever, reranker=reranker_model,
                           rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)),
-                          rerank_weight=rerank_weight if rerank_weight is not None else getattr(base, "rerank_weight", None))
+                          rerank_weight=rerank_weight if rerank_weight is not None else getattr(base, "rerank_weight", None),
+                          pool_variants=pools[0])
+        pool_report = None
+        if len(pools) > 1:
+            t = time.perf_counter()
+            by_pool = {}
+            for pool in pools:
+                matcher.pool_variants = pool
+                results, _ = match_all(matcher, retriever, [q.query for q in dev], float(base.default_threshold), top_k,
+                                       batch_size, f"dev (pool {pool})")
+                outcomes_pool = outcomes_from_results(results, [q.faq_id for q in dev])
+                by_pool[pool] = {"dev_f1": tune_threshold(outcomes_pool)[1], "dev_top1": top1_accuracy(outcomes_pool)}
+            matcher.pool_variants = max(pools, key=lambda p: (by_pool[p]["dev_f1"], by_pool[p]["dev_top1"], -p))
+            timings["pool_tuning_s"] = time.perf_counter() - t
+            pool_report = {"chosen": matcher.pool_variants, "dev_by_pool": by_pool}
         weight_report = None
         if reranker_model is not None and tune_rerank_weight and dev:
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
             from app.rerank_tuning import tune_weight
 
-            pure = Matcher(encoder, retriever, reranker=reranker_model, rerank_k=matcher.rerank_k, rerank_weight=1.0)
+            pure = Matcher(encoder, retriever, reranker=reranker_model, rerank_k=matcher.rerank_k, rerank_weight=1.0,
+                           pool_variants=matcher.pool_variants)
             t = time.perf_counter()
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
             timings["rerank_weight_tuning_s"] = time.perf_counter() - t
-            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder), top_k)
+            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.pool_variants), top_k)
             matcher.rerank_weight = best
             weight_report = {"chosen": best, "dev_f1_by_weight": f1s}
 
@@ -344,6 +386,8 @@ def run_eval_match(
             "model": spec,
             "encoder_id": encoder.id,
             "arm": arm,
+            "pool_variants": matcher.pool_variants,
+            "pool_tuning": pool_report,
             "reranker": {"path": reranker, "id": reranker_model.id, "rerank_k": matcher.rerank_k,
                          "weight": matcher.rerank_weight if matcher.rerank_weight is not None
                          else reranker_model.config.fusion_weight, "weight_tuning": weight_report}
@@ -414,7 +458,7 @@ def format_table(report: dict) -> str:
         f"encoder {report['encoder_id']}  ({report['model']})",
         f"KB: {report['counts']['faqs']} FAQs, {report['counts']['variants']} variants;"
         f" test: {m['n_queries']} queries ({m['n_in_scope']} in scope, {m['n_oos']} out of scope)",
-        f"threshold {thr['value']:.4f} ({'tuned on dev' if thr['source'] == 'dev' else 'default'})",
+        f"threshold {thr['value']:.4f} ({'tuned on dev' if thr['source'] == 'dev' else 'default'}); {_pool_text(report)}",
         "",
         f"{'metric':<28}{'test':>10}{'dev':>10}" if dev else f"{'metric':<28}{'test':>10}",
     ]
@@ -432,6 +476,14 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _pool_text(report: dict) -> str:
+    pool, tuning = report.get("pool_variants", 1), report.get("pool_tuning")
+    text = "best phrasing's cosine" if pool == 1 else f"mean cosine of the best {pool} phrasings"
+    if tuning:
+        text += " (dev F1 by N: " + ", ".join(f"{n} {v['dev_f1']:.4f}" for n, v in tuning["dev_by_pool"].items()) + ")"
+    return text
+
+
 def format_markdown(report: dict) -> str:
     m, thr = report["metrics"], report["threshold"]
     dev = (report.get("dev_metrics") or {}).get("at_threshold")
@@ -441,6 +493,7 @@ def format_markdown(report: dict) -> str:
         f"- KB `{report['kb']}`: {report['counts']['faqs']} FAQs, {report['counts']['variants']} variants",
         f"- test `{report['queries']}`: {m['n_queries']} queries ({m['n_in_scope']} in scope, {m['n_oos']} out of scope)",
         f"- threshold {thr['value']:.4f} ({'tuned on dev `' + str(report['dev']) + '`' if thr['source'] == 'dev' else 'default'})",
+        f"- FAQ score: {_pool_text(report)}",
         f"- index {report['index']['version']}: n_trees {report['index']['n_trees']}, search_k {report['index']['search_k']}",
         "",
         "| metric | test |" + (" dev |" if dev else ""),

@@ -8,7 +8,8 @@ Steps for a batch of queries:
 2. retrieve `max(4*top_k, 20)` variants per query from a single Retriever (variants, not FAQs: several
    variants of one FAQ often crowd the top, so we over-fetch before grouping), and search deeper for
    the queries whose hits still cover fewer than top_k FAQs;
-3. group by faq_id keeping each FAQ's best variant;
+3. group by faq_id keeping each FAQ's best variant; the FAQ's cosine is that variant's, or with
+   `pool_variants` m > 1 the mean of its best m phrasings' cosines (see `group_hits`);
 4. turn cosine into a calibrated probability with the build's calibration:
    p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
 5. answer = the best FAQ when its probability >= threshold, otherwise None.
@@ -30,6 +31,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from app.arms import uses_reranker
+from index.pooling import pooled_cosine
 
 #: retrieval depth in variants for a requested number of FAQs
 MIN_RETRIEVE_VARIANTS = 20
@@ -69,11 +71,15 @@ class Calibration:
         return float(ez / (1.0 + ez))
 
 
-def calibration_for(manifest: dict | None, encoder: Any = None) -> Calibration:
-    """The build's calibration from its manifest (every build writes one, see index/calibration.py);
-    for a manifest without it, the same prior a build would fall back to (the encoder's matching
-    layer, else the MiniLM-like default)."""
+def calibration_for(manifest: dict | None, encoder: Any = None, pool: int = 1) -> Calibration:
+    """The build's calibration from its manifest (every build writes one, see index/calibration.py),
+    the curve fitted for FAQ scores pooled over `pool` phrasings when the build has it; for a manifest
+    without one, the same prior a build would fall back to (the encoder's matching layer, else the
+    MiniLM-like default)."""
     cal = (manifest or {}).get("calibration")
+    if isinstance(cal, dict) and pool > 1:
+        pooled = (cal.get("pooled") or {}).get(str(pool))
+        cal = pooled if isinstance(pooled, dict) else cal  # builds before pooled curves: the best-phrasing one
     if isinstance(cal, dict) and cal.get("a") is not None and cal.get("b") is not None:
         return Calibration(float(cal["a"]), float(cal["b"]))
     from index.calibration import prior_calibration
@@ -90,7 +96,7 @@ class FaqMatch:
     question: str  # the variant that matched best
     answer: str
     score: float  # calibrated probability 0..1
-    cosine: float  # the encoder's cosine (also kept when a re-ranker sets `score`)
+    cosine: float  # the FAQ's cosine: its best phrasing's, or the pooled one (`pool_variants`); kept when a re-ranker sets `score`
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,13 @@ class Matcher:
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
-                 reranker: Any = None, rerank_k: int = 20, rerank_weight: float | None = None):
+                 reranker: Any = None, rerank_k: int = 20, rerank_weight: float | None = None,
+                 pool_variants: int = 1):
         self.encoder = encoder
+        if pool_variants < 1:
+            raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
+        # a FAQ's cosine = mean of its best `pool_variants` phrasings' (1 = its best phrasing alone)
+        self.pool_variants = pool_variants
         # the `+rerank` arms: models.reranker.Reranker (score(query, candidates) -> probabilities); None = none
         self.reranker = reranker
         self.rerank_k = rerank_k
@@ -187,15 +198,16 @@ class Matcher:
         hits_per_query = self.retrieve(requests, vecs, retriever)
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
-        calibration = calibration_for(retriever.manifest, self.encoder)
+        calibration = calibration_for(retriever.manifest, self.encoder, self.pool_variants)
         answers = retriever.answers
         ranked: list[list[FaqMatch]] = []
         t2 = time.perf_counter()
+        counts = variant_counts(retriever) if self.pool_variants > 1 else None
         for request, hits in zip(requests, hits_per_query):
-            if uses_reranker(request.arm):
-                ranked.append(self.rerank(request, group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k))))
-            else:
-                ranked.append(group_hits(hits, answers, calibration, request.top_k))
+            reranked = uses_reranker(request.arm)
+            grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
+                                 pool=self.pool_variants, counts=counts)
+            ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         total_ms = (time.perf_counter() - started) * 1000.0
         results: list[MatchResult] = []
@@ -295,29 +307,41 @@ class NoRerankerError(RuntimeError):
     """A `+rerank` arm was asked for but no re-ranker is installed."""
 
 
+def variant_counts(retriever: Any) -> dict[str, int] | None:
+    """faq_id -> live phrasings, from a retriever that knows them (`Retriever.variant_counts`)."""
+    return getattr(retriever, "variant_counts", None)
+
+
 def group_hits(
-    hits: Sequence[Any], answers: dict[str, tuple[str, list[str]]], calibration: Calibration, top_k: int
+    hits: Sequence[Any], answers: dict[str, tuple[str, list[str]]], calibration: Calibration, top_k: int,
+    *, pool: int = 1, counts: dict[str, int] | None = None,
 ) -> list[FaqMatch]:
     """Variant hits (best first) -> at most `top_k` FAQs, one per faq_id with its best variant.
 
+    The FAQ's cosine is its best variant's (`pool` 1), or the mean of its best `min(pool, n)` phrasings'
+    (index/pooling.py), n = its number of phrasings (`counts`, else the hits seen).
     Hits of FAQs missing from `answers` are skipped: the FAQ was deleted after the retriever's
     snapshot and must not be served (the tombstones normally hide them already).
     """
-    best: dict[str, Any] = {}
+    per_faq: dict[str, list[Any]] = {}
     for hit in hits:
-        if hit.faq_id not in answers:
-            continue
-        kept = best.get(hit.faq_id)
-        if kept is None or hit.cosine > kept.cosine:
-            best[hit.faq_id] = hit
-    ranked = sorted(best.values(), key=lambda h: (-h.cosine, h.faq_id))[:top_k]
+        if hit.faq_id in answers:
+            per_faq.setdefault(hit.faq_id, []).append(hit)
+    floor = min((h.cosine for h in hits), default=0.0)
+
+    def pooled(faq_hits: list[Any]) -> float:
+        n = (counts or {}).get(faq_hits[0].faq_id, 0)
+        return pooled_cosine([h.cosine for h in faq_hits], n, pool, floor)
+
+    scored = [(pooled(faq_hits), max(faq_hits, key=lambda h: h.cosine)) for faq_hits in per_faq.values()]
+    scored.sort(key=lambda sh: (-sh[0], sh[1].faq_id))
     return [
         FaqMatch(
             faq_id=h.faq_id,
             question=h.question,
             answer=answers[h.faq_id][0],
-            score=calibration.probability(float(h.cosine)),
-            cosine=float(h.cosine),
+            score=calibration.probability(cos),
+            cosine=cos,
         )
-        for h in ranked
+        for cos, h in scored[:top_k]
     ]

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from index.ann import AnnIndex
+from index.pooling import MAX_POOL, pooled_cosine
 
 DEFAULT_A = 12.0
 DEFAULT_B = -9.0
@@ -84,24 +85,36 @@ def fit_platt(
     return float(w[0]), float(w[1])
 
 
-def nearest_other(
-    index: AnnIndex, vectors: np.ndarray, faq_ids: Sequence[str], rows: np.ndarray, search_k: int = -1
-) -> tuple[np.ndarray, np.ndarray]:
-    """For each sampled item: cosine of its nearest other item and whether that one shares its FAQ."""
-    cos = np.empty(len(rows), dtype=np.float64)
-    same = np.empty(len(rows), dtype=bool)
-    for out, row in enumerate(rows):
-        items, cosines = index.search_one(vectors[row], 2, search_k)
+def nearest_faq(
+    index: AnnIndex, vectors: np.ndarray, faq_ids: Sequence[str], rows: np.ndarray, search_k: int = -1,
+    pools: Sequence[int] = (1,),
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each sampled item plays a query against the rest of the KB: per pool size, the pooled cosine of
+    the best other FAQ-or-its-own-FAQ (index/pooling.py, as the matcher ranks) and whether that FAQ is
+    the item's own. Pool 1 = the cosine of its nearest other item and whether that one shares its FAQ."""
+    counts: dict[str, int] = {}
+    for f in faq_ids:
+        counts[f] = counts.get(f, 0) + 1
+    depth = 4 * max(pools) + 1  # the matcher's retrieval depth per pooled FAQ, plus the item itself
+    out = {p: (np.empty(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=bool)) for p in pools}
+    for j, row in enumerate(rows):
+        items, cosines = index.search_one(vectors[row], depth, search_k)
         # normally items[0] is the query itself; skip it wherever it appears (ties can reorder)
-        others = [(i, c) for i, c in zip(items, cosines) if i != row]
-        if not others:  # fewer than 2 items in the index
-            cos[out], same[out] = np.nan, False
-            continue
-        item, c = others[0]
-        cos[out] = c
-        same[out] = faq_ids[item] == faq_ids[row]
-    keep = np.isfinite(cos)
-    return cos[keep], same[keep]
+        others = [(faq_ids[i], float(c)) for i, c in zip(items, cosines) if i != row]
+        for pool, (cos, same) in out.items():
+            if not others:  # fewer than 2 items in the index
+                cos[j] = np.nan
+                continue
+            per_faq: dict[str, list[float]] = {}
+            for f, c in others:
+                per_faq.setdefault(f, []).append(c)
+            floor = min(c for _, c in others)
+            own = faq_ids[row]
+            # the query is not a phrasing of its own FAQ's index entry any more: one fewer there
+            scored = {f: pooled_cosine(cs, counts[f] - (f == own), pool, floor) for f, cs in per_faq.items()}
+            best = max(scored, key=lambda f: (scored[f], f == own))
+            cos[j], same[j] = scored[best], best == own
+    return {p: (cos[np.isfinite(cos)], same[np.isfinite(cos)]) for p, (cos, same) in out.items()}
 
 
 def calibrate(
@@ -116,16 +129,29 @@ def calibrate(
     l2: float = DEFAULT_L2,
     seed: int = 0,
 ) -> dict:
-    """The `calibration` block of a manifest: {a, b, source, n_examples, n_positive, prior}."""
+    """The `calibration` block of a manifest: {a, b, source, n_examples, n_positive, prior} for a FAQ
+    scored by its best phrasing, and `pooled`: {"2": {a, b, source, ...}, ...} for the pooled scores of
+    `FAQ_POOL_VARIANTS` 2..MAX_POOL (a mean of several cosines sits lower than their max, so it needs
+    its own curve for a threshold of 0.5 to keep meaning "more likely right than wrong")."""
     prior = prior_calibration(encoder)
     n = len(faq_ids)
     if len(vectors) != n:
         raise ValueError(f"vectors ({len(vectors)}) and faq_ids ({n}) must have the same length")
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
-    cos, same = nearest_other(index, vectors, faq_ids, rows, search_k)
+    pools = tuple(range(1, MAX_POOL + 1))
+    examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools)
+    fits = {p: _fit(*examples[p], prior, min_positives, min_negatives, l2) for p in pools}
+    result = fits[1]
+    result["prior"] = asdict(prior)
+    result["pooled"] = {str(p): fits[p] for p in pools[1:]}
+    return result
+
+
+def _fit(cos: np.ndarray, same: np.ndarray, prior: Calibration, min_positives: int, min_negatives: int,
+         l2: float) -> dict:
     n_pos, n_neg = int(same.sum()), int(len(same) - same.sum())
-    result = {"n_examples": int(len(same)), "n_positive": n_pos, "prior": asdict(prior)}
+    result: dict = {"n_examples": int(len(same)), "n_positive": n_pos}
     if n_pos >= min_positives and n_neg >= min_negatives:
         a, b = fit_platt(cos, same.astype(np.float64), prior, l2=l2)
         if a > 0:

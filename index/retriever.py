@@ -152,6 +152,20 @@ class Retriever:
         return len(self._ids)
 
     @property
+    def variant_counts(self) -> dict[str, int]:
+        """faq_id -> live phrasings (build minus tombstones, plus delta); computed once per retriever."""
+        counts = self.__dict__.get("_variant_counts")
+        if counts is None:
+            counts = {}
+            for faq_id, dead in zip(self._faq_ids, self._tombstones.tolist()):
+                if not dead:
+                    counts[faq_id] = counts.get(faq_id, 0) + 1
+            for _, faq_id, _ in self._delta_rows:
+                counts[faq_id] = counts.get(faq_id, 0) + 1
+            self.__dict__["_variant_counts"] = counts
+        return counts
+
+    @property
     def calibration(self) -> tuple[float, float]:
         """(a, b) with p(match) = sigmoid(a * cos + b), from the manifest."""
         cal = self.manifest.get("calibration") or {}

@@ -201,6 +201,43 @@ def test_group_hits_keeps_best_variant_and_skips_deleted_faqs():
     assert out[0].score == pytest.approx(sigmoid(10 * 0.9 - 5))
 
 
+def test_group_hits_pools_a_faqs_best_phrasings():
+    from app.matcher import Calibration
+    from index.retriever import Hit
+
+    answers = {"a": ("A", []), "b": ("B", []), "c": ("C", [])}
+    # "a" has one stray close phrasing, "b" several close ones: pooled, "b" wins
+    hits = [Hit(1, "a", "a1", 0.90), Hit(2, "b", "b1", 0.88), Hit(3, "b", "b2", 0.87), Hit(4, "b", "b3", 0.86),
+            Hit(5, "a", "a2", 0.60), Hit(6, "c", "c1", 0.50)]
+    cal = Calibration(10.0, -5.0)
+    assert [m.faq_id for m in group_hits(hits, answers, cal, top_k=3)] == ["a", "b", "c"]
+    out = group_hits(hits, answers, cal, top_k=3, pool=3, counts={"a": 3, "b": 3, "c": 1})
+    assert [m.faq_id for m in out] == ["b", "a", "c"]
+    assert out[0].cosine == pytest.approx(0.87) and out[0].question == "b1"
+    assert out[0].score == pytest.approx(sigmoid(10 * 0.87 - 5))
+    # a's third phrasing was not retrieved: it counts at the list's lowest cosine (0.50), an upper bound
+    assert out[1].cosine == pytest.approx((0.90 + 0.60 + 0.50) / 3)
+    # a FAQ with fewer phrasings than the pool averages what it has (c: one phrasing)
+    assert out[2].cosine == pytest.approx(0.50)
+    # without counts, the hits seen are all there is
+    assert group_hits(hits, answers, cal, top_k=3, pool=3)[1].cosine == pytest.approx((0.90 + 0.60) / 2)
+
+
+def test_retriever_variant_counts_follow_the_kb(service, encoder):
+    client, store, _, settings = service
+    loaded = Retriever.load(BuildRegistry(settings.index_dir).current_dir())
+    snapshot = store.snapshot()
+    expected: dict[str, int] = {}
+    for v in snapshot.variants:
+        expected[v.faq_id] = expected.get(v.faq_id, 0) + 1
+    assert loaded.with_kb(snapshot, encoder).variant_counts == expected
+    matcher = Matcher(encoder, loaded.with_kb(snapshot, encoder), pool_variants=3)
+    result = matcher.match(["how long is delivery"], top_k=3)[0]
+    assert result.matches and all(0.0 <= m.score <= 1.0 for m in result.matches)
+    with pytest.raises(ValueError, match="pool_variants"):
+        Matcher(encoder, loaded, pool_variants=0)
+
+
 def test_query_log_and_feedback(service):
     client, store, _, _ = service
     from app.db.models import QueryLog

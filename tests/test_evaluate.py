@@ -173,6 +173,14 @@ def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem
     single = json.loads(out_json.read_text())
     assert single["counts"]["variants"] == 3 and single["variants_per_faq"] == 1
     assert main(args + ["--variants-per-faq", "0"]) == 2
+    # several pool sizes are tried on dev and the best dev F1 is used
+    assert main(args + ["--pool-variants", "1,2"]) == 0
+    pooled = json.loads(out_json.read_text())
+    by_pool = pooled["pool_tuning"]["dev_by_pool"]
+    assert set(by_pool) == {"1", "2"} and pooled["pool_variants"] in (1, 2)
+    assert by_pool[str(pooled["pool_variants"])]["dev_f1"] == max(v["dev_f1"] for v in by_pool.values())
+    with pytest.raises(SystemExit):
+        main(args + ["--pool-variants", "0"])
 
 
 def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys):
@@ -185,3 +193,23 @@ def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys)
     assert main(["eval", "match", "--kb", str(kb), "--queries", str(queries), "--model", str(tiny_msem_dir),
                  "--json", str(tmp_path / "r.json")]) == 2
     assert "faq_id(s) not in the KB" in capsys.readouterr().err
+
+
+def test_memo_encoder_encodes_each_text_once():
+    from app.evaluate import MemoEncoder
+
+    class Counting:
+        id, dim = "counting", 2
+        calls: list[list[str]] = []
+
+        def encode(self, texts, batch_size=64, show_progress_bar=False):
+            self.calls.append(list(texts))
+            return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    inner = Counting()
+    memo = MemoEncoder(inner)
+    first = memo.encode(["ab", "c", "ab"])
+    again = memo.encode(["c", "ab", "def"])
+    assert inner.calls == [["ab", "c"], ["def"]] and memo.id == "counting"
+    assert first.tolist() == [[2, 1], [1, 1], [2, 1]] and again.tolist() == [[1, 1], [2, 1], [3, 1]]
+    assert memo.encode([]).shape == (0, 2)

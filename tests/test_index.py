@@ -222,7 +222,7 @@ def clustered(n_clusters: int, per_cluster: int, spread: float, dim: int = 32, s
 
 
 def test_calibrate_fits_on_the_kb_and_ranks_sensibly():
-    vecs, faq_ids = clustered(60, 3, spread=0.12)
+    vecs, faq_ids = clustered(60, 3, spread=0.15)
     index = AnnIndex.build(vecs, n_trees=10)
     cal = calibrate(index, vecs, faq_ids, SimpleNamespace())
     assert cal["source"] == "kb_fit" and cal["n_examples"] == 180 and cal["n_positive"] >= 30
@@ -230,6 +230,25 @@ def test_calibrate_fits_on_the_kb_and_ranks_sensibly():
     assert cal["a"] > 0
     p = Calibration(cal["a"], cal["b"], "kb_fit").prob(np.array([0.2, 0.95]))
     assert p[0] < 0.5 < p[1]
+    # curves for pooled FAQ scores (FAQ_POOL_VARIANTS 2..5); 3 phrasings per FAQ, one of them the query
+    assert sorted(cal["pooled"]) == ["2", "3", "4", "5"]
+    for fit in cal["pooled"].values():
+        assert fit["source"] == "kb_fit" and fit["a"] > 0 and fit["n_examples"] == 180
+    # a mean of the best two cosines sits at or below the best one, so its curve reaches 0.5 no later
+    def midpoint(c):
+        return -c["b"] / c["a"]
+    assert midpoint(cal["pooled"]["2"]) <= midpoint(cal) + 1e-6
+
+
+def test_calibration_for_picks_the_pooled_curve():
+    from app.matcher import calibration_for
+
+    manifest = {"calibration": {"a": 10.0, "b": -8.0, "pooled": {"2": {"a": 11.0, "b": -7.0}}}}
+    assert (calibration_for(manifest).a, calibration_for(manifest).b) == (10.0, -8.0)
+    assert (calibration_for(manifest, pool=2).a, calibration_for(manifest, pool=2).b) == (11.0, -7.0)
+    # a build without that curve falls back to the best-phrasing one
+    assert calibration_for(manifest, pool=3).a == 10.0
+    assert calibration_for({"calibration": {"a": 10.0, "b": -8.0}}, pool=2).b == -8.0
 
 
 def test_calibrate_falls_back_to_the_prior_without_paraphrases():

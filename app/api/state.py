@@ -339,7 +339,8 @@ class ServiceState:
         self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
                                lexical_k=self.settings.lexical_k, reranker=self.reranker,
                                rerank_k=int(getattr(self.settings, "rerank_k", 20)),
-                               rerank_weight=getattr(self.settings, "rerank_weight", None))
+                               rerank_weight=getattr(self.settings, "rerank_weight", None),
+                               pool_variants=int(getattr(self.settings, "pool_variants", 1)))
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why

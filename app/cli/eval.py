@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(0..1; default: FAQ_RERANK_WEIGHT, else the re-ranker's fusion_weight)")
     p.add_argument("--tune-rerank-weight", action="store_true", help="choose the weight on --dev (grid 0, 0.1, .., 1; "
                    "max answer F1) before the dev/test runs")
+    p.add_argument("--pool-variants", type=_pool_list, help="a FAQ's cosine = mean of its best N phrasings' "
+                   "(default: FAQ_POOL_VARIANTS, 1); a list such as 1,2,3,5 is tried on --dev and the best "
+                   "dev answer F1 is used")
     p.set_defaults(func=cmd_match)
 
     p = ev_sub.add_parser(
@@ -97,6 +100,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
 
+def _pool_list(text: str) -> list[int]:
+    from index.pooling import MAX_POOL
+
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= MAX_POOL for v in values):
+        raise argparse.ArgumentTypeError(f"--pool-variants: expected whole numbers in 1..{MAX_POOL} separated by commas, got {text!r}")
+    return values
+
+
 def cmd_match(args: argparse.Namespace) -> int:
     from app.evaluate import format_table, run_eval_match, write_report
     from app.kb_io import KbValidationError
@@ -124,7 +139,8 @@ def cmd_match(args: argparse.Namespace) -> int:
                                 n_trees=args.n_trees, search_k=args.search_k,
                                 variants_per_faq=args.variants_per_faq,
                                 reranker=args.reranker, rerank_k=args.rerank_k,
-                                rerank_weight=args.rerank_weight, tune_rerank_weight=args.tune_rerank_weight)
+                                rerank_weight=args.rerank_weight, tune_rerank_weight=args.tune_rerank_weight,
+                                pool_variants=args.pool_variants)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)
