@@ -393,7 +393,8 @@ def run_eval_ab(
         # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
         rerank_weight = getattr(base, "rerank_weight", None)
         matcher = Matcher(encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
-                          reranker=reranker, rerank_k=rerank_k, rerank_weight=rerank_weight)
+                          reranker=reranker, rerank_k=rerank_k, rerank_weight=rerank_weight,
+                          pool_variants=int(getattr(base, "pool_variants", 1)))
         # first-stage arms return their whole candidate list (recall@K); re-ranked arms NDCG_K FAQs
         first_stage_k = max(NDCG_K, lexical_k)
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall
@@ -455,7 +456,7 @@ def run_eval_ab(
         report = {
             "kb": str(kb_path), "queries": str(queries_path), "dev": str(dev_path) if dev_path else None,
             "variants_per_faq": variants_per_faq,
-            "model": spec, "encoder_id": encoder.id,
+            "model": spec, "encoder_id": encoder.id, "pool_variants": matcher.pool_variants,
             "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
             "reranker": {"path": reranker_path, "id": getattr(reranker, "id", None), "rerank_k": rerank_k,

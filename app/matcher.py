@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from app.arms import uses_reranker
+from app.arms import base_arm, uses_reranker
 from index.pooling import pooled_cosine
 
 #: retrieval depth in variants for a requested number of FAQs
@@ -202,11 +202,13 @@ class Matcher:
         answers = retriever.answers
         ranked: list[list[FaqMatch]] = []
         t2 = time.perf_counter()
+        # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
+        # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if self.pool_variants > 1 else None
         for request, hits in zip(requests, hits_per_query):
             reranked = uses_reranker(request.arm)
             grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
-                                 pool=self.pool_variants, counts=counts)
+                                 pool=self.pool_variants, counts=counts if base_arm(request.arm) == "ann" else None)
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         total_ms = (time.perf_counter() - started) * 1000.0
@@ -247,7 +249,7 @@ class Matcher:
 
     def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
         """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
-        from app.arms import base_arm, lexical_hits
+        from app.arms import lexical_hits
 
         hits: list[list[Any]] = [[] for _ in requests]
         ann_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "ann"]

@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     default_threshold: float = 0.5
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
     # Builds calibrate N = 1..5 (index/calibration.py), hence the cap.
-    pool_variants: int = Field(default=1, ge=1, le=5)
+    pool_variants: int = Field(default=2, ge=1, le=5)
     max_body_bytes: int = 64 * 1024
     kb_poll_seconds: float = 5.0
     query_log: bool = True

@@ -1,10 +1,11 @@
 """Score calibration stored in each build: p(match) = sigmoid(a * cos + b).
 
 Where (a, b) come from, in order of preference:
-1. "kb_fit": Platt scaling fitted on the KB itself. For a sample of variants we search the index
-   for the nearest *other* variant (a held-out paraphrase plays the user query); label = whether it
-   belongs to the same FAQ, feature = its cosine. A logistic regression, L2-regularised toward the
-   prior, is fitted with a few Newton steps. Needs enough positives (FAQs with >= 2 variants).
+1. "kb_fit": Platt scaling fitted on the KB itself. Each of a sample of variants plays the user
+   query against the rest of the index (the variant itself left out); the FAQs found are ranked as
+   the matcher ranks them (index/pooling.py, for each pool size 1..MAX_POOL); label = whether the top
+   FAQ is the variant's own, feature = its (pooled) cosine. A logistic regression, L2-regularised
+   toward the prior, is fitted with a few Newton steps. Needs enough positives (FAQs with >= 2 variants).
 2. "encoder": the encoder's own matching layer, `calibration=(gamma, alpha)` ->
    a = gamma, b = -gamma * alpha (MSEM).
 3. "default": a = 12, b = -9, a reasonable curve for MiniLM-like cosines (0.75 -> p = 0.5).
@@ -101,18 +102,19 @@ def nearest_faq(
         items, cosines = index.search_one(vectors[row], depth, search_k)
         # normally items[0] is the query itself; skip it wherever it appears (ties can reorder)
         others = [(faq_ids[i], float(c)) for i, c in zip(items, cosines) if i != row]
-        for pool, (cos, same) in out.items():
-            if not others:  # fewer than 2 items in the index
+        if not others:  # fewer than 2 items in the index
+            for cos, _ in out.values():
                 cos[j] = np.nan
-                continue
-            per_faq: dict[str, list[float]] = {}
-            for f, c in others:
-                per_faq.setdefault(f, []).append(c)
-            floor = min(c for _, c in others)
-            own = faq_ids[row]
-            # the query is not a phrasing of its own FAQ's index entry any more: one fewer there
+            continue
+        per_faq: dict[str, list[float]] = {}
+        for f, c in others:
+            per_faq.setdefault(f, []).append(c)
+        floor = min(c for _, c in others)
+        own = faq_ids[row]
+        for pool, (cos, same) in out.items():
+            # the query is no longer a phrasing of its own FAQ: one fewer there
             scored = {f: pooled_cosine(cs, counts[f] - (f == own), pool, floor) for f, cs in per_faq.items()}
-            best = max(scored, key=lambda f: (scored[f], f == own))
+            best = min(scored, key=lambda f: (-scored[f], f))  # the matcher's order: score, then faq_id
             cos[j], same[j] = scored[best], best == own
     return {p: (cos[np.isfinite(cos)], same[np.isfinite(cos)]) for p, (cos, same) in out.items()}
 
