@@ -11,7 +11,7 @@ Steps for a batch of queries:
 3. group by faq_id keeping each FAQ's best variant; the FAQ's cosine is that variant's, or with
    `pool_variants` m > 1 the mean of its best m phrasings' cosines (see `group_hits`);
 4. turn cosine into a calibrated probability with the build's calibration:
-   p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`);
+   p = sigmoid(a * cos + b), `a, b` from the manifest (`calibration: {a, b}`, or its `pooled[m]` curve);
 5. answer = the best FAQ when its probability >= threshold, otherwise None.
    `+rerank` arms put a step 4b before it: the cross-encoder scores the query against the best phrasing of
    the top `max(rerank_k, top_k)` FAQs, and its probability (pooled with the calibrated cosine by
