@@ -212,6 +212,20 @@ class MemoEncoder:
         return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self._encoder.dim), np.float32)
 
 
+def tune_pool(matcher: Any, retriever: Any, dev: Sequence[Any], pools: Sequence[int], threshold: float, top_k: int,
+              batch_size: int) -> dict:
+    """Match the dev queries (`ann` arm) with each pool size; leave `matcher.pool_variants` at the one with
+    the best dev answer F1 (then top-1, then the smaller N) and return {chosen, dev_by_pool}."""
+    by_pool = {}
+    for pool in pools:
+        matcher.pool_variants = pool
+        results, _ = match_all(matcher, retriever, [q.query for q in dev], threshold, top_k, batch_size, f"dev (pool {pool})")
+        outcomes = outcomes_from_results(results, [q.faq_id for q in dev])
+        by_pool[pool] = {"dev_f1": tune_threshold(outcomes)[1], "dev_top1": top1_accuracy(outcomes)}
+    matcher.pool_variants = max(pools, key=lambda p: (by_pool[p]["dev_f1"], by_pool[p]["dev_top1"], -p))
+    return {"chosen": matcher.pool_variants, "dev_by_pool": by_pool}
+
+
 def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
     """Each FAQ's first `n` phrasings (n=1: a KB written with a single question per FAQ)."""
     seen: dict[str, int] = {}
@@ -331,16 +345,8 @@ def run_eval_match(
         pool_report = None
         if len(pools) > 1:
             t = time.perf_counter()
-            by_pool = {}
-            for pool in pools:
-                matcher.pool_variants = pool
-                results, _ = match_all(matcher, retriever, [q.query for q in dev], float(base.default_threshold), top_k,
-                                       batch_size, f"dev (pool {pool})")
-                outcomes_pool = outcomes_from_results(results, [q.faq_id for q in dev])
-                by_pool[pool] = {"dev_f1": tune_threshold(outcomes_pool)[1], "dev_top1": top1_accuracy(outcomes_pool)}
-            matcher.pool_variants = max(pools, key=lambda p: (by_pool[p]["dev_f1"], by_pool[p]["dev_top1"], -p))
+            pool_report = tune_pool(matcher, retriever, dev, pools, float(base.default_threshold), top_k, batch_size)
             timings["pool_tuning_s"] = time.perf_counter() - t
-            pool_report = {"chosen": matcher.pool_variants, "dev_by_pool": by_pool}
         weight_report = None
         if reranker_model is not None and tune_rerank_weight and dev:
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
