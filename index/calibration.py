@@ -13,6 +13,7 @@ Where (a, b) come from, in order of preference:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -93,9 +94,7 @@ def nearest_faq(
     """Each sampled item plays a query against the rest of the KB: per pool size, the pooled cosine of
     the best other FAQ-or-its-own-FAQ (index/pooling.py, as the matcher ranks) and whether that FAQ is
     the item's own. Pool 1 = the cosine of its nearest other item and whether that one shares its FAQ."""
-    counts: dict[str, int] = {}
-    for f in faq_ids:
-        counts[f] = counts.get(f, 0) + 1
+    counts = Counter(faq_ids)
     depth = 4 * max(pools) + 1  # the matcher's retrieval depth per pooled FAQ, plus the item itself
     out = {p: (np.empty(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=bool)) for p in pools}
     for j, row in enumerate(rows):

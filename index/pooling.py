@@ -21,9 +21,11 @@ def pooled_cosine(cosines: Sequence[float], n_phrasings: int, pool: int, floor: 
     retrieved list, an upper bound of theirs, so a FAQ cut off by the retrieval depth is not ranked
     below what it could score.
     """
+    if not cosines:
+        return float(floor)
+    if pool <= 1:
+        return float(max(cosines))
     best = sorted((float(c) for c in cosines), reverse=True)
-    if pool <= 1 or not best:
-        return best[0] if best else float(floor)
     n = min(pool, max(len(best), int(n_phrasings)))
     kept = best[:n]
     return (sum(kept) + float(floor) * (n - len(kept))) / n

@@ -15,6 +15,7 @@ numpy parts are read-only.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, MutableMapping
@@ -156,12 +157,8 @@ class Retriever:
         """faq_id -> live phrasings (build minus tombstones, plus delta); computed once per retriever."""
         counts = self.__dict__.get("_variant_counts")
         if counts is None:
-            counts = {}
-            for faq_id, dead in zip(self._faq_ids, self._tombstones.tolist()):
-                if not dead:
-                    counts[faq_id] = counts.get(faq_id, 0) + 1
-            for _, faq_id, _ in self._delta_rows:
-                counts[faq_id] = counts.get(faq_id, 0) + 1
+            live = Counter(f for f, dead in zip(self._faq_ids, self._tombstones.tolist()) if not dead)
+            counts = dict(live + Counter(faq_id for _, faq_id, _ in self._delta_rows))
             self.__dict__["_variant_counts"] = counts
         return counts
 

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tune-rerank-weight", action="store_true", help="choose the weight on --dev (grid 0, 0.1, .., 1; "
                    "max answer F1) before the dev/test runs")
     p.add_argument("--pool-variants", type=_pool_list, help="a FAQ's cosine = mean of its best N phrasings' "
-                   "(default: FAQ_POOL_VARIANTS, 1); a list such as 1,2,3,5 is tried on --dev and the best "
+                   "(default: FAQ_POOL_VARIANTS, 2); a list such as 1,2,3,5 is tried on --dev and the best "
                    "dev answer F1 is used")
     p.set_defaults(func=cmd_match)
 
