@@ -19,6 +19,7 @@ MAX_BATCH = 64
 MAX_ID_CHARS = 200  # faq ids (same limit as the faqs table)
 MAX_SESSION_CHARS = 128  # query_log.session_id
 MAX_REQUEST_ID_CHARS = 64  # query_log.request_id
+MAX_PAGE_OFFSET = 2**31 - 1  # far past any KB, and an int every database's OFFSET takes
 VALID_ARMS = ARMS  # ann, ann+rerank, lexical, lexical+rerank (app/arms.py)
 
 

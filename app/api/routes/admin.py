@@ -16,7 +16,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 
 from app.api.deps import get_state, require_admin
-from app.api.schemas import ErrorBody, FaqCreate, FaqOutModel, FaqPage, FaqPatch, FaqReplace, IndexInfo, ReloadResult
+from app.api.schemas import (
+    MAX_PAGE_OFFSET, ErrorBody, FaqCreate, FaqOutModel, FaqPage, FaqPatch, FaqReplace, IndexInfo, ReloadResult,
+)
 from app.api.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def _refresh(state: ServiceState) -> None:
 
 @router.get("/faqs", response_model=FaqPage, summary="List FAQs (optionally filtered by text)")
 def list_faqs(
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_PAGE_OFFSET),
     limit: int = Query(50, ge=1, le=500),
     q: str | None = Query(None, min_length=1, max_length=200, description="substring of id, answer or question"),
     state: ServiceState = Depends(get_state),
