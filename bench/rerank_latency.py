@@ -19,7 +19,12 @@ suite test accuracy (threshold on its dev part), QQP test accuracy on the first 
     python bench/rerank_latency.py --reranker runs/reranker --stsb ../shared/data/stsb \
         --qqp-test runs/data/qqp/pairs_test.tsv --kb runs/data/clinc150/kb.jsonl --queries runs/data/clinc150/test.jsonl
 
-Writes bench/results/rerank_latency.json and .md and prints the table. Threads: `--threads` (default 2,
+Latency alone on a new host, without the hour of training (timing does not depend on the weights):
+
+    python bench/rerank_latency.py --untrained-layers 4 --onnx-only --threads 2 --out bench/results/rerank_latency_HOST
+
+Writes bench/results/rerank_latency.json and .md and prints the table, with the CPU model and whether it
+has int8 dot-product instructions (VNNI), which decide how much int8 buys. Threads: `--threads` (default 2,
 the service's FAQ_TORCH_THREADS) for both PyTorch and ONNX Runtime.
 """
 from __future__ import annotations
@@ -88,6 +93,23 @@ def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: i
     return [(rng.choice(qs), rng.sample(questions, k)) for _ in range(n)]
 
 
+def cpu_info() -> dict:
+    """The CPU and whether it has int8 dot-product instructions (VNNI): dynamic int8 in ONNX Runtime
+    is several times faster with them, so int8 latencies only compare between hosts that agree here."""
+    model, flags = platform.processor(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    vnni = sorted(f for f in flags if "vnni" in f or f.startswith("amx"))
+    return {"cpu_model": model, "int8_dot_product": vnni}
+
+
 def untrained_export(n_layers: int, workdir: Path) -> Path:
     """A `n_layers` cross-encoder from MiniLM's first layers, saved and exported (latency only)."""
     from models.reranker import RerankerConfig, build_module, export_onnx, load_tokenizer, save_reranker
@@ -130,7 +152,11 @@ def quality(model, stsb_pairs, stress_pairs, qqp_tune, qqp_test) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reranker", required=True, help="trained re-ranker folder (with model.onnx / model.int8.onnx)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--reranker", help="trained re-ranker folder (with model.onnx / model.int8.onnx)")
+    src.add_argument("--untrained-layers", type=int, metavar="N",
+                     help="time an untrained N-layer export instead (latency only: timing does not depend on the "
+                          "weights, so a host can be measured without the hour of training)")
     ap.add_argument("--stsb", help="STS-B folder (sts-test.csv) for quality")
     ap.add_argument("--qqp-test", help="QQP test pairs for quality")
     ap.add_argument("--qqp-limit", type=int, default=2000, help="QQP test pairs used per variant (default 2000)")
@@ -141,6 +167,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
     ap.add_argument("--layers-latency", default="3,6", help="untrained N-layer exports timed too (comma list, '' = none)")
     ap.add_argument("--no-quality", action="store_true", help="latency only")
+    ap.add_argument("--onnx-only", action="store_true",
+                    help="leave out the PyTorch variants (their OpenMP threads keep spinning after each call and "
+                         "slow the ONNX Runtime variant timed next when threads > 1)")
     ap.add_argument("--out", default=str(RESULTS / "rerank_latency"), help="output path without extension")
     args = ap.parse_args()
 
@@ -153,15 +182,20 @@ def main() -> int:
     from models.reranker import load_reranker
     from models.train_reranker import HELDOUT_FILE, read_stsb, read_written_pairs
 
-    folder = Path(args.reranker)
+    tmp = Path(tempfile.mkdtemp(prefix="rerank-bench-"))
+    if args.untrained_layers:
+        folder = untrained_export(args.untrained_layers, tmp)
+        args.no_quality = True
+    else:
+        folder = Path(args.reranker)
     variants: dict[str, object] = {}
     base_torch = load_reranker(folder, runtime="torch")
     n_layers = base_torch.config.n_layers
-    variants[f"L{n_layers} torch fp32, padded to {base_torch.config.max_len}"] = FixedPadding(base_torch)
-    variants[f"L{n_layers} torch fp32, dynamic padding"] = base_torch
+    if not args.onnx_only:
+        variants[f"L{n_layers} torch fp32, padded to {base_torch.config.max_len}"] = FixedPadding(base_torch)
+        variants[f"L{n_layers} torch fp32, dynamic padding"] = base_torch
     variants[f"L{n_layers} ONNX Runtime fp32"] = load_reranker(folder, runtime="onnx", threads=args.threads)
     variants[f"L{n_layers} ONNX Runtime int8"] = load_reranker(folder, runtime="onnx-int8", threads=args.threads)
-    tmp = Path(tempfile.mkdtemp(prefix="rerank-bench-"))
     variants[f"L{n_layers} ONNX Runtime int8, per-tensor weight scales"] = load_reranker(
         per_tensor_copy(folder, tmp / "per-tensor"), runtime="onnx-int8", threads=args.threads)
     trained = set(variants)
@@ -206,7 +240,8 @@ def main() -> int:
         "reranker": str(folder), "n_layers": n_layers, "candidates": args.candidates, "requests": args.requests,
         "threads": args.threads, "pair_length_wordpieces": {"median": float(np.median(lengths)), "max": int(max(lengths))},
         "kb": args.kb, "queries": args.queries, "qqp_limit": args.qqp_limit if qqp_test else None,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_at_end": os.getloadavg()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
+                    "load_avg_at_end": os.getloadavg()},
         "rows": rows,
     }
     out = Path(args.out)
@@ -224,7 +259,9 @@ def main() -> int:
     md = (f"# Re-ranker latency: 1 query x {args.candidates} candidates, one forward pass, {args.threads} threads\n\n"
           f"Pairs of {report['pair_length_wordpieces']['median']:.0f} wordpieces (median of the request's longest pair), "
           f"{args.requests} timed requests per variant, interleaved. Load average at the end: "
-          f"{report['machine']['load_avg_at_end'][0]:.1f} on {os.cpu_count()} CPUs.\n\n" + head + body)
+          f"{report['machine']['load_avg_at_end'][0]:.1f} on {os.cpu_count()} CPUs. CPU: "
+          f"{report['machine']['cpu_model']}, int8 dot-product instructions: "
+          f"{', '.join(report['machine']['int8_dot_product']) or 'none (AVX2 only)'}.\n\n" + head + body)
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0
