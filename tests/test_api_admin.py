@@ -174,3 +174,22 @@ def test_index_info_and_reload_without_new_build(admin):
     r = client.post("/admin/index/reload", headers=AUTH)
     assert r.status_code == 200
     assert r.json() == {"previous_version": manifest["version"], "version": manifest["version"], "swapped": False}
+
+
+def test_openapi_documents_our_error_body(admin):
+    """Every route that reads input says its 4xx bodies are ErrorBody ({error, detail: [{field, message}]}),
+    which is what the handlers send, not FastAPI's default {detail: [{loc, msg, type}]}
+    (schemathesis flagged the admin routes and /feedback)."""
+    client, _, _ = admin
+    paths = client.get("/openapi.json").json()["paths"]
+    reading = [("/match", "post"), ("/match/batch", "post"), ("/feedback", "post"), ("/admin/faqs", "get"),
+               ("/admin/faqs", "post"), ("/admin/faqs/{faq_id}", "put"), ("/admin/faqs/{faq_id}", "patch")]
+    for path, method in reading:
+        responses = paths[path][method]["responses"]
+        for code in ("400", "413", "415", "422"):
+            ref = responses[code]["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/ErrorBody"), (path, method, code, ref)
+    r = client.get("/admin/faqs", headers=AUTH, params={"limit": 501})
+    assert r.status_code == 422, r.text
+    [err] = r.json()["detail"]
+    assert set(err) == {"field", "message"} and err["field"] == "limit" and "500" in err["message"], err

@@ -139,6 +139,16 @@ class ErrorBody(BaseModel):
     request_id: str | None = None
 
 
+# What any route that reads input may answer instead (the app's handlers and RequestGuardMiddleware
+# write ErrorBody for all of them), so OpenAPI documents our error shape, not FastAPI's default one.
+BAD_INPUT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "invalid JSON"},
+    413: {"model": ErrorBody, "description": "body larger than FAQ_MAX_BODY_BYTES"},
+    415: {"model": ErrorBody, "description": "Content-Type is not application/json"},
+    422: {"model": ErrorBody, "description": "a field is missing, unknown, of the wrong type or out of range"},
+}
+
+
 # -- admin --------------------------------------------------------------------------------------
 def _clean_questions(questions: list[str] | None) -> list[str] | None:
     if questions is None:

@@ -17,7 +17,16 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 
 from app.api.deps import get_state, require_admin
 from app.api.schemas import (
-    MAX_PAGE_OFFSET, ErrorBody, FaqCreate, FaqOutModel, FaqPage, FaqPatch, FaqReplace, IndexInfo, ReloadResult,
+    BAD_INPUT_RESPONSES,
+    MAX_PAGE_OFFSET,
+    ErrorBody,
+    FaqCreate,
+    FaqOutModel,
+    FaqPage,
+    FaqPatch,
+    FaqReplace,
+    IndexInfo,
+    ReloadResult,
 )
 from app.api.state import ServiceState
 
@@ -30,6 +39,7 @@ router = APIRouter(
     responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"}},
 )
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}}
+_WRITE = {**_NOT_FOUND, **BAD_INPUT_RESPONSES}
 
 
 def _faq_out(faq: Any) -> FaqOutModel:
@@ -58,7 +68,7 @@ def _refresh(state: ServiceState) -> None:
         log.exception("could not refresh the retriever after an admin write (the KB poller will retry)")
 
 
-@router.get("/faqs", response_model=FaqPage, summary="List FAQs (optionally filtered by text)")
+@router.get("/faqs", response_model=FaqPage, responses=BAD_INPUT_RESPONSES, summary="List FAQs (optionally filtered by text)")
 def list_faqs(
     offset: int = Query(0, ge=0, le=MAX_PAGE_OFFSET),
     limit: int = Query(50, ge=1, le=500),
@@ -71,7 +81,7 @@ def list_faqs(
 
 @router.post(
     "/faqs", response_model=FaqOutModel, status_code=status.HTTP_201_CREATED,
-    responses={409: {"model": ErrorBody, "description": "an FAQ with that id exists"}},
+    responses={409: {"model": ErrorBody, "description": "an FAQ with that id exists"}, **BAD_INPUT_RESPONSES},
 )
 def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     from app.store import FaqExists, KbValidationError
@@ -107,12 +117,12 @@ def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
     return _faq_out(faq)
 
 
-@router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND, summary="Replace an FAQ")
+@router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
 def replace_faq(faq_id: str, body: FaqReplace, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 
 
-@router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND, summary="Change some fields of an FAQ")
+@router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Change some fields of an FAQ")
 def patch_faq(faq_id: str, body: FaqPatch, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 

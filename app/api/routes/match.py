@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import get_state
 from app.api.schemas import (
+    BAD_INPUT_RESPONSES,
     BatchMatchRequest,
     BatchMatchResponse,
     ErrorBody,
@@ -31,11 +32,8 @@ NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `fa
                "`rerank: true`; send `rerank: false` or leave it out")
 
 _ERRORS = {
-    400: {"model": ErrorBody, "description": "invalid JSON"},
+    **BAD_INPUT_RESPONSES,
     409: {"model": ErrorBody, "description": "rerank requested but no re-ranker is installed"},
-    413: {"model": ErrorBody, "description": "body larger than FAQ_MAX_BODY_BYTES"},
-    415: {"model": ErrorBody, "description": "Content-Type is not application/json"},
-    422: {"model": ErrorBody, "description": "a field is missing, unknown, of the wrong type or out of range"},
     503: {"model": ErrorBody, "description": "no index built yet, overloaded, or (lexical arms) the lexical engine is unavailable"},
 }
 
@@ -128,7 +126,7 @@ def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
 @router.post(
     "/feedback", response_model=FeedbackResponse,
     responses={404: {"model": ErrorBody, "description": "unknown request_id"},
-               409: {"model": ErrorBody, "description": "query log disabled"}, **{k: v for k, v in _ERRORS.items() if k in (400, 413, 415, 422)}},
+               409: {"model": ErrorBody, "description": "query log disabled"}, **BAD_INPUT_RESPONSES},
     summary="Record whether a /match answer was right (and which FAQ was)",
 )
 async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse:
