@@ -51,7 +51,7 @@ class InvalidFaq(HTTPException):
     """The store's own checks (same rules as KB files) rejected the FAQ: 422 listing each problem."""
 
     def __init__(self, problems: list[str]):
-        super().__init__(status.HTTP_422_UNPROCESSABLE_ENTITY, detail="invalid FAQ: " + "; ".join(problems[:5]))
+        super().__init__(422, detail="invalid FAQ: " + "; ".join(problems[:5]))
         self.problems = problems
 
 
