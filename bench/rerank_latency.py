@@ -261,7 +261,8 @@ def main() -> int:
           f"{args.requests} timed requests per variant, interleaved. Load average at the end: "
           f"{report['machine']['load_avg_at_end'][0]:.1f} on {os.cpu_count()} CPUs. CPU: "
           f"{report['machine']['cpu_model']}, int8 dot-product instructions: "
-          f"{', '.join(report['machine']['int8_dot_product']) or 'none (AVX2 only)'}.\n\n" + head + body)
+          f"{', '.join(report['machine']['int8_dot_product']) or 'none'}."
+          + (" Weights: untrained (latency only)." if args.untrained_layers else "") + "\n\n" + head + body)
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0
