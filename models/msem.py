@@ -4,9 +4,10 @@ One sentence -> one vector, so FAQ questions can be encoded offline into an ANN 
 encoded online with the same network. Reading order = data flow:
 
     WordRepresentation   GloVe vector ++ char-CNN (max-pooled over characters)          (III-C)
-      or MiniLMTokenStates all-MiniLM-L6-v2 token states (ours, `word_repr="minilm"`), the frozen
-                         transformer's, or with `minilm_train_layers` N its lower 6-N layers' through
-                         N MiniLMLayer copies of its top layers that train with MSEM
+      or MiniLMTokenStates a pretrained transformer's token states (ours): `word_repr="minilm"`
+                         all-MiniLM-L6-v2's, frozen, or with `minilm_train_layers` N its lower 6-N
+                         layers' through N MiniLMLayer copies of its top layers that train with MSEM;
+                         `word_repr="mpnet"` all-mpnet-base-v2's, frozen
     nn.GRU (bidirectional)                                                              (6)-(9)
     AttentionRecurrentUnit
         PosMultiHeadAttention  C = PosMultiHead(x, x, x), softmax(QK^T/sqrt(d_k) + M_pos)V  (10), (13), (14)
@@ -40,7 +41,9 @@ MINILM_DIM = 384
 MINILM_MAX_POSITIONS = 512
 #: all-MiniLM-L6-v2's transformer (config.json of the package): layers, heads, FFN width, LayerNorm eps
 MINILM_LAYERS, MINILM_HEADS, MINILM_FFN, MINILM_LN_EPS, MINILM_DROPOUT = 6, 12, 1536, 1e-12, 0.1
-WORD_REPRESENTATIONS = ("glove_char", "minilm")
+#: the pretrained transformers whose token states can be MSEM's word representation: name, width
+TOKEN_BASES = {"minilm": ("all-MiniLM-L6-v2", MINILM_DIM), "mpnet": ("all-mpnet-base-v2", 768)}
+WORD_REPRESENTATIONS = ("glove_char", *TOKEN_BASES)
 
 
 @dataclass
@@ -48,8 +51,9 @@ class MsemConfig:
     word_vocab_size: int  # minilm: the wordpiece vocabulary size (informational, no embedding table here)
     char_vocab_size: int  # minilm: unused (2)
     # ---- word representation (III-C)
-    # ours: "glove_char" = the paper's GloVe ++ char-CNN; "minilm" = the frozen packaged all-MiniLM-L6-v2's
-    # last-layer wordpiece states ([CLS] and [SEP] kept), computed outside the module (models/text.py)
+    # ours: "glove_char" = the paper's GloVe ++ char-CNN; "minilm" / "mpnet" = the frozen packaged
+    # all-MiniLM-L6-v2's / all-mpnet-base-v2's last-layer wordpiece states (sentence markers kept),
+    # computed outside the module (models/text.py)
     word_repr: str = "glove_char"
     word_dim: int = 50  # GloVe 6B-50d here (paper: GloVe 840B-300d); minilm: 384 = states as they are, else a Linear(384, word_dim)
     char_dim: int = 150  # paper
@@ -81,10 +85,11 @@ class MsemConfig:
     pooling: str = "attentive"  # "attentive" (paper) | "max"
     use_highway: bool = True
     use_char: bool = True
-    # ---- ours: similarity fused with MiniLM's own sentence embedding (word_repr="minilm" only)
-    #: weight w of all-MiniLM-L6-v2's sentence embedding (masked mean of the token states MSEM reads):
-    #: sentence vector = [sqrt(1-w)·û ; sqrt(w)·m̂], so cos = (1-w)·cos_MSEM + w·cos_MiniLM.
-    #: 0 = MSEM alone (paper). Keeps MiniLM's generality on FAQs far from the training data.
+    # ---- ours: similarity fused with the base transformer's own sentence embedding (token-state variants)
+    #: weight w of the base's sentence embedding (masked mean of the token states MSEM reads; the field
+    #: keeps its first name, it applies to mpnet as well):
+    #: sentence vector = [sqrt(1-w)·û ; sqrt(w)·m̂], so cos = (1-w)·cos_MSEM + w·cos_base.
+    #: 0 = MSEM alone (paper). Keeps the base's generality on FAQs far from the training data.
     minilm_fusion: float = 0.0
     #: ours: the top N of MiniLM's 6 layers are part of MSEM (initialised from MiniLM, trained with it,
     #: saved in its weights); the frozen text side stops below them. 0 = MiniLM entirely frozen.
@@ -127,17 +132,27 @@ class MsemConfig:
             raise ValueError(f"MsemConfig.word_repr must be one of {WORD_REPRESENTATIONS}, got {self.word_repr!r}")
         if not 0.0 <= self.minilm_fusion < 1.0:
             raise ValueError(f"MsemConfig.minilm_fusion must be in [0, 1), got {self.minilm_fusion}")
-        if self.minilm_fusion > 0 and self.word_repr != "minilm":
-            raise ValueError("MsemConfig.minilm_fusion needs word_repr='minilm' (it fuses MiniLM's own sentence vector)")
+        if self.minilm_fusion > 0 and not self.uses_token_states:
+            raise ValueError("MsemConfig.minilm_fusion needs word_repr 'minilm' or 'mpnet' (it fuses the base's own "
+                             "sentence vector)")
         if not isinstance(self.minilm_train_layers, int) or not 0 <= self.minilm_train_layers <= MINILM_LAYERS:
             raise ValueError(f"MsemConfig.minilm_train_layers must be an int in [0, {MINILM_LAYERS}], "
                              f"got {self.minilm_train_layers!r}")
         if self.minilm_train_layers and self.word_repr != "minilm":
-            raise ValueError("MsemConfig.minilm_train_layers needs word_repr='minilm'")
-        if self.word_repr == "minilm" and self.max_len > MINILM_MAX_POSITIONS:
-            raise ValueError(
-                f"MsemConfig.max_len={self.max_len}: word_repr='minilm' reads at most {MINILM_MAX_POSITIONS} wordpieces"
-            )
+            raise ValueError("MsemConfig.minilm_train_layers needs word_repr='minilm' (mpnet stays frozen)")
+        if self.uses_token_states and self.max_len > MINILM_MAX_POSITIONS:
+            raise ValueError(f"MsemConfig.max_len={self.max_len}: word_repr={self.word_repr!r} reads at most "
+                             f"{MINILM_MAX_POSITIONS} wordpieces")
+
+    @property
+    def uses_token_states(self) -> bool:
+        """A pretrained transformer's token states are the word representation (not GloVe ++ chars)."""
+        return self.word_repr in TOKEN_BASES
+
+    @property
+    def token_dim(self) -> int:
+        """Width of the base transformer's token states (token-state variants only)."""
+        return TOKEN_BASES[self.word_repr][1]
 
     @property
     def d_model(self) -> int:
@@ -155,8 +170,8 @@ class MsemConfig:
 
     @property
     def sentence_dim(self) -> int:
-        """What the encoder outputs: u, or u ++ MiniLM's sentence vector with `minilm_fusion`."""
-        return self.u_dim + (MINILM_DIM if self.minilm_fusion > 0 else 0)
+        """What the encoder outputs: u, or u ++ the base's sentence vector with `minilm_fusion`."""
+        return self.u_dim + (self.token_dim if self.minilm_fusion > 0 else 0)
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -280,8 +295,9 @@ class MiniLMLayer(nn.Module):
 
 
 class MiniLMTokenStates(nn.Module):
-    """Word representation of the `word_repr="minilm"` variant (ours): all-MiniLM-L6-v2's last-layer
-    wordpiece states, optionally through a Linear(384, word_dim).
+    """Word representation of the token-state variants (ours): the base transformer's last-layer
+    wordpiece states (all-MiniLM-L6-v2, 384 wide, or all-mpnet-base-v2, 768), optionally through a
+    Linear(token_dim, word_dim).
 
     The frozen part of the transformer runs outside this module (`models.text.MiniLMText`): it has
     nothing to learn and nothing to save (a model folder references the package by name), and training
@@ -294,7 +310,8 @@ class MiniLMTokenStates(nn.Module):
     def __init__(self, config: MsemConfig):
         super().__init__()
         self.top = nn.ModuleList(MiniLMLayer() for _ in range(config.minilm_train_layers))
-        self.project = nn.Linear(MINILM_DIM, config.word_dim) if config.word_dim != MINILM_DIM else None
+        dim = config.token_dim
+        self.project = nn.Linear(dim, config.word_dim) if config.word_dim != dim else None
         self.dropout = nn.Dropout(config.embed_dropout)
         self.out_dim = config.word_dim
 
@@ -480,9 +497,9 @@ class MSEM(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        if config.word_repr == "minilm":
+        if config.uses_token_states:
             if word_vectors is not None:
-                raise ValueError("word_vectors are for word_repr='glove_char'; the minilm variant has no word table")
+                raise ValueError(f"word_vectors are for word_repr='glove_char'; {config.word_repr!r} has no word table")
             self.embed: nn.Module = MiniLMTokenStates(config)
         else:
             self.embed = WordRepresentation(config, word_vectors)
@@ -513,7 +530,7 @@ class MSEM(nn.Module):
         """MSEM sentence vectors u (B, u_dim) from what the configured word representation reads:
 
         - `word_repr="glove_char"`: (B,T) word ids, (B,T,C) char ids, (B,T) bool mask (left-aligned);
-        - `word_repr="minilm"`: `token_states=` (B,T,384) MiniLM states from the text side and `mask=` (B,T).
+        - `word_repr="minilm"|"mpnet"`: `token_states=` (B,T,token_dim) states from the text side and `mask=` (B,T).
 
         Both are what the matching text encoder's `batch_inputs` returns, so `model(**inputs)` works for
         either.
@@ -530,16 +547,16 @@ class MSEM(nn.Module):
     def _encode(self, word_ids, char_ids, mask, token_states):
         """-> (u, (MiniLM last-layer states, mask) or None)."""
         final = None
-        if self.config.word_repr == "minilm":
+        if self.config.uses_token_states:
             if word_ids is not None or char_ids is not None:
-                raise ValueError("word_repr='minilm' reads token_states= and mask=, not word_ids/char_ids")
+                raise ValueError(f"word_repr={self.config.word_repr!r} reads token_states= and mask=, not word_ids/char_ids")
             token_states, mask = self._check_states(token_states, mask)
             states = self.embed.finish(token_states, mask)
             final = (states, mask)
             x = self.embed(states, mask)
         else:
             if token_states is not None:
-                raise ValueError("token_states= is for word_repr='minilm'; this model reads word_ids, char_ids, mask")
+                raise ValueError("token_states= is for the token-state variants; this model reads word_ids, char_ids, mask")
             if word_ids is None or char_ids is None or mask is None:
                 raise ValueError("word_repr='glove_char' needs word_ids, char_ids and mask")
             word_ids, char_ids, mask = self._check_inputs(word_ids, char_ids, mask)
@@ -577,7 +594,7 @@ class MSEM(nn.Module):
         assert final is not None
         states, mask = final[0].float(), final[1]
         keep = mask.unsqueeze(-1).to(states.dtype)
-        m = (states * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)  # (B, 384)
+        m = (states * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)  # (B, token_dim)
         m_hat = F.normalize(m, dim=-1, eps=1e-12)
         return torch.cat([math.sqrt(1.0 - w) * u_hat, math.sqrt(w) * m_hat], dim=-1)
 
@@ -618,10 +635,11 @@ class MSEM(nn.Module):
     def _check_states(
         self, token_states: torch.Tensor | None, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        dim = self.config.token_dim
         if token_states is None or mask is None:
-            raise ValueError("word_repr='minilm' needs token_states= (B, T, 384) and mask= (B, T)")
-        if token_states.dim() != 3 or token_states.size(-1) != MINILM_DIM or not token_states.is_floating_point():
-            raise ValueError(f"token_states must be float (B, T, {MINILM_DIM}), got {token_states.dtype} "
+            raise ValueError(f"word_repr={self.config.word_repr!r} needs token_states= (B, T, {dim}) and mask= (B, T)")
+        if token_states.dim() != 3 or token_states.size(-1) != dim or not token_states.is_floating_point():
+            raise ValueError(f"token_states must be float (B, T, {dim}), got {token_states.dtype} "
                              f"{tuple(token_states.shape)}")
         B, T, _ = token_states.shape
         if mask.shape != (B, T) or mask.dtype != torch.bool:

@@ -24,7 +24,7 @@ import torch
 
 from models.encoder import pick_device
 from models.glove import GloVe, load_glove
-from models.msem import MINILM_DIM, MSEM, MsemConfig
+from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.text import MiniLMText, TextEncoder, load_text
 
 FORMAT_VERSION = 1
@@ -41,12 +41,14 @@ class MsemEncoder:
         self, model: MSEM, text: TextEncoder | MiniLMText, device: str | None = None, name: str = "unsaved"
     ):
         cfg = model.config
-        if (cfg.word_repr == "minilm") != isinstance(text, MiniLMText):
+        if cfg.uses_token_states != isinstance(text, MiniLMText):
             raise ValueError(
-                f"word_repr={cfg.word_repr!r} needs a {'MiniLMText' if cfg.word_repr == 'minilm' else 'TextEncoder'}, "
+                f"word_repr={cfg.word_repr!r} needs a {'MiniLMText' if cfg.uses_token_states else 'TextEncoder'}, "
                 f"got {type(text).__name__}"
             )
         if isinstance(text, MiniLMText):
+            if text.kind != cfg.word_repr:
+                raise ValueError(f"word_repr={cfg.word_repr!r} but the text side runs {text.model_name}")
             self._init(model, text, device, name)
             return
         if len(text.word_vocab) != cfg.word_vocab_size or len(text.char_vocab) != cfg.char_vocab_size:
@@ -227,7 +229,7 @@ class MsemEncoder:
             raise ValueError(f"config_overrides: unknown MsemConfig fields {unknown}")
         if seed is not None:
             torch.manual_seed(seed)
-        if overrides.get("word_repr", "glove_char") == "minilm":
+        if overrides.get("word_repr", "glove_char") in TOKEN_BASES:
             return cls._create_minilm(overrides, device, minilm)
         glove = glove if glove is not None else load_glove()
         word_dim = overrides.get("word_dim", glove.dim)
@@ -261,12 +263,13 @@ class MsemEncoder:
     ) -> "MsemEncoder":
         """The minilm variant: no vocabulary to build (MiniLM's wordpieces), `word_dim` defaults to 384
         (the states go to the BiGRU as they are). `minilm` reuses an already loaded MiniLMText."""
-        text = minilm if minilm is not None else MiniLMText()
+        base = overrides["word_repr"]
+        text = minilm if minilm is not None else MiniLMText(base=base)
         config = MsemConfig(
             word_vocab_size=text.vocab_size,
             char_vocab_size=2,
             n_learned_words=2,
-            **{"word_dim": MINILM_DIM, "use_char": False, **overrides},
+            **{"word_dim": TOKEN_BASES[base][1], "use_char": False, **overrides},
         )
         model = MSEM(config)
         init_minilm_layers(model, text)

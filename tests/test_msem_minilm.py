@@ -227,7 +227,7 @@ def test_fusion_vector_is_msem_and_minilm_sentence_embedding(minilm, minilm_enco
 def test_fusion_config_errors_and_init_adds_fusion(tmp_path, minilm):
     with pytest.raises(ValueError, match="minilm_fusion must be in"):
         MsemConfig(**{**TINY, "minilm_fusion": 1.0}, word_vocab_size=10, char_vocab_size=10)
-    with pytest.raises(ValueError, match="needs word_repr='minilm'"):
+    with pytest.raises(ValueError, match="needs word_repr 'minilm' or 'mpnet'"):
         MsemConfig(minilm_fusion=0.3, word_vocab_size=10, char_vocab_size=10)
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
     cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.0)

