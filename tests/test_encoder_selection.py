@@ -13,16 +13,19 @@ from tests.test_api_contract import encoder, make_settings, make_store  # noqa: 
 
 
 def test_encoder_spec_precedence(tmp_path, monkeypatch):
-    import models.encoder
+    import models.mpnet
 
-    shipped = tmp_path / "shipped"
-    monkeypatch.setattr(models.encoder, "default_msem_dir", lambda: shipped)
-    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"  # a checkout without the shipped model
-    shipped.mkdir()
-    (shipped / "config.json").write_text("{}")
-    assert Settings(data_dir=tmp_path).encoder_spec() == "msem"  # the shipped MSEM is the default
+    monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: False)
+    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"  # without the mpnet packages: the fast base
+    monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: True)
+    assert Settings(data_dir=tmp_path).encoder_spec() == "mpnet"  # the accurate base is the default
     assert Settings(data_dir=tmp_path).encoder_spec({"encoder_spec": "/models/x"}) == "/models/x"
     assert Settings(data_dir=tmp_path, encoder="/models/y").encoder_spec({"encoder_spec": "/models/x"}) == "/models/y"
+
+
+def test_mpnet_cache_follows_the_data_dir_unless_set(tmp_path):
+    assert Settings(data_dir=tmp_path).mpnet_cache == tmp_path / "models"
+    assert Settings(data_dir=tmp_path, model_cache=tmp_path / "m").mpnet_cache == tmp_path / "m"
 
 
 def test_unknown_or_unshipped_encoder_is_a_clear_error(tmp_path):

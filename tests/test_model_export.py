@@ -33,7 +33,7 @@ def test_export_fp16_drops_intent_head_and_keeps_vectors(tmp_path, capsys):
     assert all(f.stat().st_mode & 0o044 == 0o044 for f in out.iterdir())  # readable by a non-root service user
     # fusion needs the MiniLM word representation
     assert main(["model", "export", str(src_dir), "--out", str(tmp_path / "f"), "--minilm-fusion", "0.5"]) == 2
-    assert "needs word_repr='minilm'" in capsys.readouterr().err
+    assert "needs word_repr 'minilm' or 'mpnet'" in capsys.readouterr().err
     # bad input: not a model folder; exporting onto itself
     assert main(["model", "export", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
     assert main(["model", "export", str(out), "--out", str(out)]) == 2

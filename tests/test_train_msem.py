@@ -237,3 +237,71 @@ def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, caps
     assert "--from-scratch" in capsys.readouterr().err
     assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--from-scratch",
                  "--init", str(shipped)]) == 2
+
+
+# ---- selection: a fine-tuned model is kept only when it beats the zero-shot base ------------------------
+
+# 12 FAQs x 4 phrasings: enough multi-phrasing FAQs to train on, and one held out of each to compare on
+WIDE = {**FAQS,
+        "invoice": ["where is my invoice", "download an invoice", "i need a receipt for my order", "send me the bill"],
+        "track": ["where is my parcel", "track my order", "my package has not arrived", "delivery status"],
+        "language": ["change the language", "switch the app to spanish", "set the language to german", "wrong language"],
+        "coupon": ["my discount code does not work", "apply a coupon", "promo code rejected", "use a voucher"],
+        "email": ["change my email address", "update the email on my account", "new email for login", "switch email"],
+        "cancel": ["cancel my order", "i ordered by mistake", "stop my order before it ships", "undo my purchase"]}
+
+
+class ConstantEncoder:
+    """Every text -> the same vector: a base that can only guess (top-1 = the first KB row's FAQ)."""
+
+    id, dim = "constant", 4
+
+    def encode(self, texts, batch_size=64, show_progress_bar=False):
+        return np.tile(np.array([[1.0, 0.0, 0.0, 0.0]], dtype=np.float32), (len(texts), 1))
+
+
+def test_a_thin_kb_is_not_trained_on_and_selects_the_base(tmp_path, kb_file, fake_glove):
+    summary = train_msem(kb_file, tmp_path / "m", config_overrides={**TINY, "word_dim": 8},
+                         train_config=tiny_cfg(epochs=2, holdout=0.1), device="cpu", glove=fake_glove,
+                         baseline="minilm")
+    sel = summary["selection"]
+    assert summary["trained"] is False and not (tmp_path / "m" / "model.safetensors").exists()
+    assert sel["kept"] == "base" and sel["encoder"] == "minilm" and "too thin" in sel["reason"]
+    assert "only 6 of 6 FAQs" in sel["reason"]
+    assert json.loads((tmp_path / "m" / "selection.json").read_text()) == sel
+
+
+def test_selection_compares_on_held_out_phrasings(tmp_path, fake_glove, monkeypatch):
+    import models.encoder
+
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
+    cfg = tiny_cfg(epochs=3, holdout=0.1)
+    # a real base: the packaged MiniLM beats a 3-epoch toy model, so the base is kept
+    summary = train_msem(kb, tmp_path / "a", config_overrides={**TINY, "word_dim": 8}, train_config=cfg,
+                         device="cpu", glove=fake_glove, baseline="minilm")
+    sel = summary["selection"]
+    assert summary["metric"] == "heldout_top1" and summary["data"]["kb_questions_held_out"] == 12
+    assert sel["queries"] == "held-out KB phrasings" and sel["n_queries"] == 12
+    assert (sel["kept"] == "fine-tuned") == (sel["fine_tuned"] > sel["base"])
+    assert sel["kept"] == "base" and sel["encoder"] == "minilm" and sel["base"] >= 0.9
+    # a base that can only guess: the fine-tuned model is kept and named as the encoder to serve
+    monkeypatch.setattr(models.encoder, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    summary = train_msem(kb, tmp_path / "b", config_overrides={**TINY, "word_dim": 8}, train_config=cfg,
+                         device="cpu", glove=fake_glove, baseline="constant")
+    sel = summary["selection"]
+    assert sel["base"] == pytest.approx(1 / 12, abs=1e-4) and sel["fine_tuned"] > sel["base"]
+    assert sel["kept"] == "fine-tuned" and sel["encoder"] == str(tmp_path / "b")
+    assert f"fine-tuned {sel['fine_tuned']:.4f} > zero-shot constant" in sel["reason"]
+
+
+def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys, faq_env):
+    import models.train_msem
+
+    from app.cli.main import main
+
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
+    monkeypatch.setattr(models.train_msem, "load_glove", lambda: fake_glove, raising=False)
+    assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--from-scratch",
+                 "--baseline", "minilm", "--config", json.dumps({**TINY, "word_dim": 8})]) == 0
+    out = capsys.readouterr().out
+    assert "kept the zero-shot base, not the fine-tuned model" in out and "FAQ_ENCODER=minilm" in out
