@@ -62,6 +62,17 @@ def _error(msg: str, code: int = 1) -> int:
     return code
 
 
+def _warn_if_not_selected(spec: str) -> None:
+    """A fine-tuned folder whose selection kept the base: built as asked, but said out loud."""
+    from models.train_msem import read_selection
+
+    selection = read_selection(spec) if Path(spec).is_dir() else None
+    if selection and selection.get("kept") == "base":
+        print(f"warning: {spec} measured no better than the zero-shot {selection['baseline']} when it was trained "
+              f"({selection['reason']}); building with it as asked (--encoder {selection['baseline']} for the base)",
+              file=sys.stderr)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
     from app.store import FaqStore
@@ -79,6 +90,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     spec = args.encoder or settings.encoder_spec()
     if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
         spec = str(Path(spec).resolve())
+    _warn_if_not_selected(spec)
     encoder = load_encoder(spec)
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}; "
           f"n_trees={n_trees} search_k={search_k}")
