@@ -3,7 +3,7 @@
     python bench/encoder_speed.py --encoders minilm,models/default,runs/msem-glove \
         --texts app/demo/queries.jsonl --threads 2
 
-For each encoder spec (`minilm`, `msem` = the shipped model, or an MSEM model folder):
+For each encoder spec (`minilm`, `mpnet`, `msem` = the shipped model, or an MSEM model folder):
 - batch 256: `encode(texts, batch_size=256)` over `--n-batch` sentences, repeated `--repeats` times;
   sentences/s from the median run;
 - batch 1: `encode([t], batch_size=1)` over `--n-single` sentences one at a time; sentences/s = n / total
@@ -31,6 +31,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
 
 DEFAULT_OUT = REPO / "bench" / "results" / "encoder_speed.json"
 
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             row["single_query_latency"]["p50_ms"] / base["single_query_latency"]["p50_ms"], 3)
     result = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch_threads": args.threads,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(), "torch_threads": args.threads,
                     "device": "cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name(0),
                     "loadavg_after": os.getloadavg()},
         "texts": args.texts,
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     md = [
-        f"# Encoder speed ({result['created_at']}, {result['machine']['cpus']} CPUs, "
+        f"# Encoder speed ({result['created_at']}, {result['machine']['cpu_model']}, "
+        f"int8 dot product: {', '.join(result['machine']['int8_dot_product']) or 'none'}, {result['machine']['cpus']} CPUs, "
         f"{args.threads} torch threads, load average after {result['machine']['loadavg_after'][0]:.1f})",
         "",
         f"Texts: `{args.texts}` (mean {result['text_words_mean']} words). Batch 256: median of {args.repeats} runs "

@@ -44,6 +44,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
+
 RESULTS = REPO / "bench" / "results"
 
 
@@ -91,23 +93,6 @@ def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: i
         questions = [r.question for r in read_kb(REPO / "app" / "demo" / "faq.jsonl")]
         qs = questions
     return [(rng.choice(qs), rng.sample(questions, k)) for _ in range(n)]
-
-
-def cpu_info() -> dict:
-    """The CPU and whether it has int8 dot-product instructions (VNNI): dynamic int8 in ONNX Runtime
-    is several times faster with them, so int8 latencies only compare between hosts that agree here."""
-    model, flags = platform.processor(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    vnni = sorted(f for f in flags if "vnni" in f or f.startswith("amx"))
-    return {"cpu_model": model, "int8_dot_product": vnni}
 
 
 def untrained_export(n_layers: int, workdir: Path) -> Path:
