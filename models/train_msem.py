@@ -839,6 +839,43 @@ MIN_MULTI_PHRASING_FAQS = 10
 MIN_SELECTION_QUERIES = 10
 
 
+#: fusion weights tried on held-out data after training (token-state models with fusion only)
+FUSION_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def tune_fusion(data: TrainData, out_dir: str | Path, grid: Sequence[float] = FUSION_GRID,
+                device: str | None = None) -> dict | None:
+    """Choose the model's `minilm_fusion` w (how much of the base's own sentence vector the output
+    keeps) on the selection's held-out queries and rewrite config.json with it; returns what was tried,
+    or None when the model has no fusion or too few queries. No weight changes: the fused vector is
+    [sqrt(1-w)·û ; sqrt(w)·m̂], so one encode at the trained w gives every w's cosines."""
+    out = Path(out_dir)
+    encoder = MsemEncoder.load(out, device=device)
+    cfg = encoder.config
+    what, queries, kb = selection_queries(data)
+    if not cfg.uses_token_states or cfg.minilm_fusion <= 0 or len(queries) < MIN_SELECTION_QUERIES or not grid:
+        return None
+    vecs = encoder.encode([q for q, _ in kb] + [q for q, _ in queries])
+    w0, n = cfg.minilm_fusion, len(kb)
+    u = vecs[:, : cfg.u_dim] / math.sqrt(1 - w0)  # û, (n + q, u_dim)
+    m = vecs[:, cfg.u_dim:] / math.sqrt(w0)  # m̂, (n + q, token_dim)
+    cos_u, cos_m = u[n:] @ u[:n].T, m[n:] @ m[:n].T  # (q, n) each
+    faq_of = np.array([f for _, f in kb])
+    gold = np.array([f for _, f in queries])
+    scores = {float(w): float(np.mean(faq_of[np.argmax((1 - w) * cos_u + w * cos_m, axis=1)] == gold))
+              for w in sorted({*grid, w0})}
+    best = max(scores, key=lambda w: (scores[w], -abs(w - w0)))  # ties: the weight it was trained with
+    if best != w0:
+        config_path = out / "config.json"
+        meta = json.loads(config_path.read_text(encoding="utf-8"))
+        meta["minilm_fusion"] = best
+        config_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    log.info("fusion weight on %d %s: %s -> w = %s (trained with %s)", len(queries), what,
+             ", ".join(f"{w:g}: {v:.4f}" for w, v in scores.items()), best, w0)
+    return {"queries": what, "top1_by_w": {f"{w:g}": round(v, 4) for w, v in scores.items()},
+            "trained_w": w0, "chosen_w": best}
+
+
 def thin_kb_reason(groups: Mapping[str, Sequence[str]]) -> str | None:
     """Why a KB is too thin to fine-tune on (paraphrase training needs FAQs with 2+ phrasings), or None."""
     multi = sum(len(qs) >= 2 for qs in groups.values())
@@ -906,13 +943,15 @@ def train_msem(
     glove: Any = None,
     dev_kb_path: str | Path | None = None,
     baseline: str | None = None,
+    fusion_grid: Sequence[float] = (),
 ) -> dict:
     """Read the files, build the data, train; returns the training summary.
 
     With `baseline` (an encoder spec such as "mpnet"), the trained model is then compared with that
     encoder used zero-shot on the dev queries (else held-out KB phrasings) and `summary["selection"]`
     (also `selection.json` in `out_dir`) says which one to serve; a KB too thin to learn from is not
-    trained on at all and selects the baseline.
+    trained on at all and selects the baseline. With `fusion_grid`, a token-state model's fusion weight
+    is first chosen on those same queries (`tune_fusion`).
 
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
@@ -947,6 +986,8 @@ def train_msem(
                       command=command, sources=sources, glove=glove)
     summary = trainer.run()
     summary["trained"] = True
+    if fusion_grid and (tuned := tune_fusion(data, out_dir, fusion_grid, device)) is not None:
+        summary["fusion"] = tuned
     if baseline:
         summary["selection"] = select_model(data, out_dir, baseline, device)
         log.info("selection: kept the %s model (%s)", summary["selection"]["kept"], summary["selection"]["reason"])

@@ -282,3 +282,29 @@ def test_init_adds_trainable_layers_and_training_moves_them(tmp_path):
     with pytest.raises(Exception, match="already trains 1"):
         train_msem(kb, tmp_path / "again", init_dir=tmp_path / "tuned", config_overrides={"minilm_train_layers": 2},
                    train_config=cfg, device="cpu")
+
+
+def test_fusion_weight_is_chosen_on_held_out_phrasings(tmp_path):
+    """After training, w is re-chosen on the held-out phrasings from one encode; config.json gets the
+    best (ties keep the trained w), the weights stay as they are."""
+    from models.train_msem import FUSION_GRID
+    from tests.test_train_msem import WIDE
+
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
+    cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.1)
+    out = tmp_path / "m"
+    summary = train_msem(kb, out, config_overrides={**TINY, "minilm_fusion": 0.5}, train_config=cfg, device="cpu",
+                         fusion_grid=FUSION_GRID)
+    fusion = summary["fusion"]
+    scores = {float(w): v for w, v in fusion["top1_by_w"].items()}
+    assert fusion["queries"] == "held-out KB phrasings" and fusion["trained_w"] == 0.5
+    assert set(scores) == set(FUSION_GRID) and scores[fusion["chosen_w"]] == max(scores.values())
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["minilm_fusion"] == fusion["chosen_w"]
+    # the chosen w's cosines are what the saved folder now encodes
+    enc = MsemEncoder.load(out, device="cpu")
+    assert enc.config.minilm_fusion == fusion["chosen_w"]
+    # a model without fusion has nothing to tune
+    summary = train_msem(kb, tmp_path / "plain", config_overrides=TINY, train_config=cfg, device="cpu",
+                         fusion_grid=FUSION_GRID)
+    assert "fusion" not in summary

@@ -305,3 +305,13 @@ def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys,
                  "--baseline", "minilm", "--config", json.dumps({**TINY, "word_dim": 8})]) == 0
     out = capsys.readouterr().out
     assert "kept the zero-shot base, not the fine-tuned model" in out and "FAQ_ENCODER=minilm" in out
+
+
+def test_cli_refuses_a_bad_fusion_grid(tmp_path, capsys, faq_env):
+    from app.cli.main import main
+
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
+    for bad in ("0.5,1.5", "0.5,x"):
+        assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--fusion-grid", bad]) == 2
+        assert "--fusion-grid: expected weights in (0, 1)" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

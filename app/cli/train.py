@@ -44,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", help="encoder the trained model must beat on --dev (else on held-out KB phrasings) "
                    "to be kept (default: the default encoder, e.g. mpnet; 'none' keeps whatever was trained); a KB "
                    "with fewer than 10 multi-phrasing FAQs is then not trained on at all")
+    p.add_argument("--fusion-grid", default="none",
+                   help="fusion weights w to try after training on the same held-out queries, e.g. "
+                   "0.3,0.5,0.7,0.9 (models with minilm_fusion > 0; the best replaces the trained w in "
+                   "config.json). Default 'none': on a few hundred held-out queries the choice follows noise "
+                   "(docs/results.md)")
     p.set_defaults(func=cmd_msem)
     _register_reranker(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
@@ -105,10 +110,18 @@ def cmd_msem(args: argparse.Namespace) -> int:
         baseline = get_settings().default_encoder()
     baseline = None if baseline == "none" else baseline
     try:
+        grid = [] if args.fusion_grid == "none" else [float(w) for w in args.fusion_grid.split(",") if w.strip()]
+    except ValueError:
+        grid = [-1.0]
+    if any(not 0 < w < 1 for w in grid):
+        print(f"error: --fusion-grid: expected weights in (0, 1) separated by commas, or 'none', got "
+              f"{args.fusion_grid!r}", file=sys.stderr)
+        return 2
+    try:
         summary = train_msem(
             args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=init,
             config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
-            baseline=baseline,
+            baseline=baseline, fusion_grid=grid,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -116,6 +129,10 @@ def cmd_msem(args: argparse.Namespace) -> int:
     if summary.get("trained", True):
         print(f"{summary['stop_reason']}: best {summary['metric']} = {summary['best_metric']} at epoch "
               f"{summary['best_epoch']}; model saved in {args.out}")
+    if summary.get("fusion"):
+        f = summary["fusion"]
+        print(f"fusion weight {f['chosen_w']:g} (trained with {f['trained_w']:g}; top-1 on {f['queries']} by w: "
+              f"{', '.join(f'{w} {v:.4f}' for w, v in f['top1_by_w'].items())})")
     selection = summary.get("selection")
     if selection:
         if selection["kept"] == "fine-tuned":
