@@ -22,7 +22,9 @@ def test_quickstart_builds_with_the_encoder_the_selection_kept(tmp_path, monkeyp
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     assert _quickstart(monkeypatch, faq_env, kb) == 0
     out = capsys.readouterr().out
-    model_dir = faq_env.data_dir / "models" / "msem-minilm-finetuned"
+    from models.encoder import file_sha256
+
+    model_dir = faq_env.data_dir / "models" / f"msem-minilm-{file_sha256(kb)[:12]}"
     selection = json.loads((model_dir / "selection.json").read_text())
     assert selection["queries"] == "held-out KB phrasings" and selection["n_queries"] == 12
     assert f"kept the {'fine-tuned model' if selection['kept'] == 'fine-tuned' else 'zero-shot base'}" in out
@@ -30,9 +32,13 @@ def test_quickstart_builds_with_the_encoder_the_selection_kept(tmp_path, monkeyp
     manifest = registry.read_manifest(registry.current())
     expected = str(model_dir.resolve()) if selection["kept"] == "fine-tuned" else "minilm"
     assert manifest["encoder_spec"] == expected and manifest["n_faqs"] == len(WIDE)
-    # a second run reuses the measured choice instead of training again
+    # a second run reuses the measured choice instead of training again; another KB trains its own
     assert _quickstart(monkeypatch, faq_env, kb) == 0
     assert "using the earlier fine-tuning" in capsys.readouterr().out
+    other = write_kb_jsonl(tmp_path / "other.jsonl", {**WIDE, "extra": ["a brand new question", "another one"]})
+    assert _quickstart(monkeypatch, faq_env, other) == 0
+    assert "using the earlier fine-tuning" not in capsys.readouterr().out
+    assert (faq_env.data_dir / "models" / f"msem-minilm-{file_sha256(other)[:12]}" / "selection.json").is_file()
 
 
 def test_quickstart_on_a_thin_kb_serves_the_base(tmp_path, monkeypatch, faq_env, capsys):

@@ -5,7 +5,8 @@
    installed; else the shipped MiniLM MSEM is fine-tuned), measured on held-out phrasings against the
    base used zero-shot. The fine-tuned model is kept only when it is better, and a KB too thin to
    learn from is not trained on at all: either way the command says which encoder it kept and why.
-   Skipped when that model folder already exists, with `--no-fine-tune` or when `--encoder` names one;
+   Skipped when this KB file was already trained on (its selection is reused), with `--no-fine-tune`
+   or when `--encoder` names one;
 3. `faq index build` with the kept encoder. The manifest records it, so the service serves with it;
 4. `faq serve`.
 """
@@ -51,10 +52,13 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 def _fine_tune(kb: str, settings, epochs: int) -> str | int:
     """Train (once) and return the encoder spec the selection kept, or the failing step's exit code."""
+    from models.encoder import file_sha256
     from models.train_msem import read_selection
 
     base = settings.default_encoder()
-    model_dir = settings.data_dir / "models" / f"msem-{base}-finetuned"
+    # one folder per (base, KB content): a re-run on the same KB reuses the measured choice, another
+    # KB (or an edited one) trains its own
+    model_dir = settings.data_dir / "models" / f"msem-{base}-{file_sha256(kb)[:12]}"
     selection = read_selection(model_dir)
     if selection is None:
         step = ["train", "msem", "--kb", kb, "--out", str(model_dir), "--epochs", str(epochs), "--seed", "0",
@@ -75,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kb", help="knowledge base JSONL/CSV (default: the bundled demo FAQ)")
     p.add_argument("--encoder", help="build with this encoder ('mpnet', 'minilm', 'msem' or a model folder)")
     p.add_argument("--no-fine-tune", action="store_true", help="build with the default encoder as it is (no "
-                   "training; fine-tuning goes to var/models/msem-<base>-finetuned)")
+                   "training; fine-tuning goes to var/models/msem-<base>-<KB sha256>)")
     p.add_argument("--epochs", type=int, default=15, help="fine-tuning epochs (default 15)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
