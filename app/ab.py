@@ -485,7 +485,7 @@ def run_eval_ab(
 
 
 def target_check(report: dict, points: float = 5.0) -> dict | None:
-    """The issue's target: the ann arm's answer F1 at least `points` above the lexical arm's."""
+    """The target: ann arm's answer F1 at least `points` above the lexical arm's."""
     arms = report["arms"]
     if "ann" not in arms or "lexical" not in arms:
         return None

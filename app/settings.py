@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64 * 1024
     kb_poll_seconds: float = 5.0
     query_log: bool = True
-    # Lexical baseline (issue 5): Elasticsearch URL; empty means the embedded engine.
+    # Lexical baseline: Elasticsearch URL; empty means the embedded engine.
     es_url: str | None = None
     # "auto": Elasticsearch when FAQ_ES_URL is set, else the embedded tantivy index; or "tantivy" /
     # "elasticsearch" explicitly. Builds always write the tantivy index (and the ES one with a URL).
@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     # overrides it with a split sticky per session_id.
     default_arm: str = "ann"
     ab_split: str | None = None
-    # Cross-encoder re-ranker (issue 4): a folder made by `faq train reranker`; None = none installed, so
+    # Cross-encoder re-ranker: a folder made by `faq train reranker`; None = none installed, so
     # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
     reranker: str | None = None
     rerank_k: int = Field(default=20, ge=1, le=200)
