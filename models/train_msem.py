@@ -895,9 +895,11 @@ def selection_queries(data: TrainData) -> tuple[str, list[tuple[str, str]], list
 
 
 def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: str | None = None,
-                 thin_reason: str | None = None) -> dict:
+                 thin_reason: str | None = None, tuned_top1: float | None = None) -> dict:
     """Compare the trained model in `out_dir` with the zero-shot `baseline` encoder on the same held-out
-    queries; write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec to serve, ...}."""
+    queries; write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec to serve, ...}.
+    `tuned_top1`: the model's top-1 on those queries when training already measured it (it is then not
+    encoded again)."""
     from models.encoder import load_encoder
 
     out = Path(out_dir)
@@ -910,7 +912,8 @@ def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: st
                    f"{MIN_SELECTION_QUERIES} needed): without a measurement the base is kept; pass --dev"}
     else:
         base_top1 = retrieval_top1(load_encoder(baseline, device=device).encode, queries, kb)
-        tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device).encode, queries, kb)
+        if tuned_top1 is None:
+            tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device).encode, queries, kb)
         better = tuned_top1 > base_top1
         record |= {
             "metric": "top1", "fine_tuned": round(tuned_top1, 4), "base": round(base_top1, 4),
@@ -986,10 +989,13 @@ def train_msem(
                       command=command, sources=sources, glove=glove)
     summary = trainer.run()
     summary["trained"] = True
+    # the best epoch's dev / held-out top-1 is the selection's measure of the saved model already
+    measured = summary["best_metric"] if summary.get("metric") in ("dev_top1", "heldout_top1") else None
     if fusion_grid and (tuned := tune_fusion(data, out_dir, fusion_grid, device)) is not None:
         summary["fusion"] = tuned
+        measured = tuned["top1_by_w"][f"{tuned['chosen_w']:g}"]
     if baseline:
-        summary["selection"] = select_model(data, out_dir, baseline, device)
+        summary["selection"] = select_model(data, out_dir, baseline, device, tuned_top1=measured)
         log.info("selection: kept the %s model (%s)", summary["selection"]["kept"], summary["selection"]["reason"])
     return summary
 
