@@ -101,7 +101,7 @@ def untrained_export(n_layers: int, workdir: Path) -> Path:
 
     path = workdir / f"untrained-L{n_layers}"
     cfg = RerankerConfig(n_layers=n_layers)
-    save_reranker(build_module(cfg, init_from_minilm=True), cfg, load_tokenizer(), path)
+    save_reranker(build_module(cfg, init_from_base=True), cfg, load_tokenizer(), path)
     export_onnx(path, quantize=True)
     return path
 

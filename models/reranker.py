@@ -6,7 +6,8 @@ across the pair) and can see the one word that flips the meaning. Built as in
 `../shared/papers/stl-cross-encoder-qqp-stsb.txt` (sequential transfer: binary paraphrase pairs, then
 STS-B regression; training lives in `train_reranker.py`).
 
-    CrossEncoder      BertModel (first `n_layers` of all-MiniLM-L6-v2) -> masked mean pool -> Linear heads:
+    CrossEncoder      a Transformer body (the first `n_layers` of the base: all-MiniLM-L6-v2's BERT, 6 layers,
+                      or all-mpnet-base-v2's MPNet, 12) -> masked mean pool -> Linear heads:
                         column 0: the match logit (phase A, binary equivalence)
                         column 1: the STS logit (phase B, regression on STS-B), when `sts_head`
     Reranker          tokenizer + a runtime (ONNX Runtime int8 / fp32, or PyTorch) + calibration
@@ -55,6 +56,25 @@ ONNX_INT8_FILE = "model.int8.onnx"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 #: runtimes `load_reranker` understands; "auto" = the best one the folder has
 RUNTIMES = ("auto", "onnx-int8", "onnx", "torch")
+#: pretrained bodies a cross-encoder starts from: short name -> the model's name and layer count
+BASES = {
+    "minilm": {"name": "all-MiniLM-L6-v2", "layers": 6},
+    "mpnet": {"name": "all-mpnet-base-v2", "layers": 12},
+}
+BASE_NAMES = {v["name"]: k for k, v in BASES.items()}
+
+
+def base_path(base: str) -> str:
+    """The packaged weights of a base (short name): MiniLM's package, or mpnet reassembled into the cache."""
+    if base == "minilm":
+        from models.minilm import minilm_path
+
+        return minilm_path()
+    if base == "mpnet":
+        from models.mpnet import mpnet_path
+
+        return mpnet_path()
+    raise RerankerError(f"unknown base {base!r} (one of {sorted(BASES)})")
 
 
 class RerankerError(ValueError):
@@ -68,15 +88,19 @@ class RerankerConfig:
     pooling: str = "mean"  # "mean" (masked) or "cls"
     sts_head: bool = False  # a second, regression head for STS (see the module docstring)
     fusion_weight: float = 1.0  # w of the pool with the first stage's probability (1 = cross-encoder alone)
-    bert: dict[str, Any] = field(default_factory=dict)  # transformers BertConfig.to_dict()
+    # the body's transformers config (BertConfig or MPNetConfig .to_dict(); `model_type` says which)
+    bert: dict[str, Any] = field(default_factory=dict)
     # p(match) = sigmoid(a * logit + b); identity until fitted after training
     calibration: dict[str, Any] = field(default_factory=lambda: {"a": 1.0, "b": 0.0, "source": "identity"})
     base: str = "all-MiniLM-L6-v2"
     format: str = FORMAT
 
     def validate(self) -> None:
-        if self.n_layers < 1:
-            raise RerankerError(f"n_layers must be >= 1, got {self.n_layers}")
+        if self.base not in BASE_NAMES:
+            raise RerankerError(f"base must be one of {sorted(BASE_NAMES)}, got {self.base!r}")
+        if not 1 <= self.n_layers <= BASES[BASE_NAMES[self.base]]["layers"]:
+            raise RerankerError(f"n_layers must be in 1..{BASES[BASE_NAMES[self.base]]['layers']} for {self.base}, "
+                                f"got {self.n_layers}")
         if not 8 <= self.max_len <= 512:
             raise RerankerError(f"max_len must be in 8..512, got {self.max_len}")
         if self.pooling not in ("mean", "cls"):
@@ -97,31 +121,32 @@ def _torch():
     return torch
 
 
-def build_module(config: RerankerConfig, init_from_minilm: bool = False):
-    """The `CrossEncoder` nn.Module for `config`; with `init_from_minilm`, the encoder weights are the
-    first `n_layers` layers of the packaged all-MiniLM-L6-v2 (the head is new)."""
+def build_module(config: RerankerConfig, init_from_base: bool = False):
+    """The `CrossEncoder` nn.Module for `config`; with `init_from_base`, the body is the first `n_layers`
+    layers of the packaged base model (`config.base`; the heads are new)."""
     _offline()
     torch = _torch()
     from torch import nn
-    from transformers import BertConfig, BertModel
+    from transformers import AutoConfig, AutoModel
 
     class CrossEncoder(nn.Module):
-        def __init__(self, bert: BertModel, pooling: str, sts_head: bool):
+        def __init__(self, body, pooling: str, sts_head: bool):
             super().__init__()
-            self.bert = bert
+            self.bert = body  # the attribute keeps its first name: saved weights are keyed "bert.*"
             self.pooling = pooling
-            self.head = nn.Linear(bert.config.hidden_size, 1)
+            # MPNet has no segment embeddings: it tells the two texts apart by its </s></s> separator only
+            self.uses_token_types = body.config.model_type == "bert"
+            self.head = nn.Linear(body.config.hidden_size, 1)
             nn.init.normal_(self.head.weight, std=0.02)
             nn.init.zeros_(self.head.bias)
-            self.sts_head = nn.Linear(bert.config.hidden_size, 1) if sts_head else None
+            self.sts_head = nn.Linear(body.config.hidden_size, 1) if sts_head else None
             if self.sts_head is not None:
                 nn.init.normal_(self.sts_head.weight, std=0.02)
                 nn.init.zeros_(self.sts_head.bias)
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            states = self.bert(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
+            extra = {"token_type_ids": token_type_ids} if self.uses_token_types else {}
+            states = self.bert(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
             if self.pooling == "cls":
                 pooled = states[:, 0]
             else:
@@ -132,40 +157,37 @@ def build_module(config: RerankerConfig, init_from_minilm: bool = False):
                 out = torch.cat([out, self.sts_head(pooled)], dim=-1)
             return out  # (batch, 1 or 2): match logit [, STS logit]
 
-    if init_from_minilm:
-        from models.minilm import minilm_path
-
-        bert = BertModel.from_pretrained(
-            minilm_path(), num_hidden_layers=config.n_layers, add_pooling_layer=False, attn_implementation="eager"
+    config.validate()
+    if init_from_base:
+        body = AutoModel.from_pretrained(
+            base_path(BASE_NAMES[config.base]), num_hidden_layers=config.n_layers, add_pooling_layer=False,
+            attn_implementation="eager",
         )
-        config.bert = bert.config.to_dict()
+        config.bert = body.config.to_dict()
     else:
         if not config.bert:
             raise RerankerError("config has no `bert` section")
-        bert_cfg = BertConfig.from_dict({**config.bert, "num_hidden_layers": config.n_layers})
-        bert_cfg._attn_implementation = "eager"  # plain masked softmax: identical math in torch and ONNX
-        bert = BertModel(bert_cfg, add_pooling_layer=False)
-    return CrossEncoder(bert, config.pooling, config.sts_head)
+        data = {**config.bert, "num_hidden_layers": config.n_layers}
+        body_cfg = AutoConfig.for_model(data.pop("model_type", "bert"), **data)
+        body_cfg._attn_implementation = "eager"  # plain masked softmax: identical math in torch and ONNX
+        body = AutoModel.from_config(body_cfg, add_pooling_layer=False)
+    return CrossEncoder(body, config.pooling, config.sts_head)
 
 
 # ---------------------------------------------------------------------------------------------
 # pair formatting
 # ---------------------------------------------------------------------------------------------
-def load_tokenizer(path: str | Path | None = None):
-    """The MiniLM wordpiece tokenizer (from a re-ranker folder, else from the packaged MiniLM)."""
+def load_tokenizer(path: str | Path | None = None, base: str = "minilm"):
+    """The base's tokenizer: from a re-ranker folder, else from the packaged base (short name)."""
     _offline()
     from transformers import AutoTokenizer
 
-    if path is None:
-        from models.minilm import minilm_path
-
-        path = minilm_path()
-    return AutoTokenizer.from_pretrained(str(path))
+    return AutoTokenizer.from_pretrained(str(path if path is not None else base_path(base)))
 
 
 def encode_pairs(tokenizer, queries: Sequence[str], candidates: Sequence[str], max_len: int) -> dict[str, np.ndarray]:
-    """`[CLS] query [SEP] candidate [SEP]` wordpieces, token types 0 for the query part and 1 for the
-    candidate part, padded to the longest pair of THIS batch (dynamic padding), int64 arrays."""
+    """`[CLS] query [SEP] candidate [SEP]` wordpieces (MPNet: `<s> query </s></s> candidate </s>`), token
+    types 0 for the query part and 1 for the candidate part (MPNet ignores them), padded to the longest pair of THIS batch (dynamic padding), int64 arrays."""
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
     enc = tokenizer(
@@ -258,7 +280,7 @@ class Reranker:
 
     @property
     def id(self) -> str:
-        return f"cross-encoder-minilm-L{self.config.n_layers}:{self.runtime.name}"
+        return f"cross-encoder-{BASE_NAMES.get(self.config.base, 'minilm')}-L{self.config.n_layers}:{self.runtime.name}"
 
     # -- the service entry point ---------------------------------------------------------------
     def score(self, query: str, candidates: Sequence[str], prior: Sequence[float] | None = None,

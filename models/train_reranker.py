@@ -60,8 +60,13 @@ class RerankTrainError(ValueError):
     """Bad training input (no data, unreadable files, a checkpoint of another run)."""
 
 
+class TrainingPaused(Exception):
+    """`stop_after_minutes` reached: a checkpoint is saved, `--resume` continues."""
+
+
 @dataclass
 class RerankTrainConfig:
+    base: str = "minilm"  # "minilm" (all-MiniLM-L6-v2, 6 layers) or "mpnet" (all-mpnet-base-v2, 12 layers)
     n_layers: int = 4
     max_len: int = 64
     pooling: str = "mean"
@@ -78,11 +83,19 @@ class RerankTrainConfig:
     batch_b: int = 16
     lr_b: float = 4e-5
     sts_head: bool = True  # separate regression head + phase A rehearsal in phase B (False: the paper's single head)
+    # embeddings and the first N layers stay as pretrained: no backward pass through them (with mpnet's
+    # 12 layers, freezing 4 saves about a fifth of a step)
+    frozen_layers: int = 0
+    # pairs per rehearsal batch (None = batch_b); smaller costs less where a step is expensive (mpnet on a CPU)
+    rehearse_batch: int | None = None
     # both
     warmup: float = 0.06
     weight_decay: float = 0.01
     holdout_fraction: float = 0.2  # of every pair file and of the KB anchors: calibration / threshold data
     max_minutes: float | None = None
+    # this invocation stops (checkpoint saved, exit code 3) after so many minutes; `--resume` goes on.
+    # Unlike max_minutes it does not shorten the plan: it splits one long run into chunks
+    stop_after_minutes: float | None = None
     checkpoint_every: int = 200
     # served weight of the cross-encoder in its pool with the first stage (the folder's fusion_weight):
     # measured best on dev, CLINC150 0.3 and BANKING77 0.0; 1.0 (the paper's pure cross-encoder score)
@@ -489,13 +502,22 @@ class RerankTrainer:
         self.torch = torch
         self.out, self.cfg, self.device, self.meta = out, cfg, device, meta
         self.train_a, self.heldout, self.train_b, self.dev_b = train_a, heldout, train_b, dev_b
-        self.tokenizer = load_tokenizer()
+        from models.reranker import BASES
+
+        self.tokenizer = load_tokenizer(base=cfg.base)
         self.model_config = RerankerConfig(n_layers=cfg.n_layers, max_len=cfg.max_len, pooling=cfg.pooling,
-                                           sts_head=cfg.sts_head, fusion_weight=cfg.fusion_weight)
+                                           sts_head=cfg.sts_head, fusion_weight=cfg.fusion_weight,
+                                           base=BASES[cfg.base]["name"])
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.module = build_module(self.model_config, init_from_minilm=True).to(device)
+        self.module = build_module(self.model_config, init_from_base=True).to(device)
+        if cfg.frozen_layers:
+            if not 0 < cfg.frozen_layers < cfg.n_layers:
+                raise RerankTrainError(f"frozen_layers must be in 0..{cfg.n_layers - 1}, got {cfg.frozen_layers}")
+            body = self.module.bert
+            for part in [body.embeddings, *body.encoder.layer[:cfg.frozen_layers]]:
+                part.requires_grad_(False)
         self.phase = "A"
         self.epoch = 0
         self.step_in_epoch = 0
@@ -510,8 +532,9 @@ class RerankTrainer:
             if not path.exists():
                 raise RerankTrainError(f"--resume: no checkpoint at {path}")
             ck = torch.load(path, map_location="cpu", weights_only=False)
-            if ck["train_config"]["n_layers"] != cfg.n_layers or ck["train_config"]["seed"] != cfg.seed:
-                raise RerankTrainError("--resume: the checkpoint was made with another --layers/--seed")
+            made = ck["train_config"]
+            if (made["n_layers"], made["seed"], made.get("base", "minilm")) != (cfg.n_layers, cfg.seed, cfg.base):
+                raise RerankTrainError("--resume: the checkpoint was made with another --base/--layers/--seed")
             self.module.load_state_dict(ck["model"])
             self.phase, self.epoch, self.step_in_epoch, self.step = ck["phase"], ck["epoch"], ck["step_in_epoch"], ck["step"]
             self.planned, self.history, self.elapsed_before = ck["planned"], ck["history"], ck["elapsed"]
@@ -525,6 +548,8 @@ class RerankTrainer:
     def _optimizer(self, lr: float):
         decay, no_decay = [], []
         for name, p in self.module.named_parameters():
+            if not p.requires_grad:
+                continue
             (no_decay if p.ndim < 2 else decay).append(p)
         return self.torch.optim.AdamW(
             [{"params": decay, "weight_decay": self.cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
@@ -575,6 +600,15 @@ class RerankTrainer:
             return base * (step + 1) / warm
         return base * max(0.0, (planned - step) / max(1, planned - warm))
 
+    def _phase_b_cost(self) -> float:
+        """Cost of a phase B pair in phase A pairs: STS-B pairs are ~1.5x longer, plus the rehearsal pairs."""
+        if not self.cfg.sts_head:
+            return 1.5
+        return 1.5 + (self.cfg.rehearse_batch or self.cfg.batch_b) / self.cfg.batch_b
+
+    def _chunk_over(self) -> bool:
+        return bool(self.cfg.stop_after_minutes) and time.monotonic() - self.t_start >= self.cfg.stop_after_minutes * 60
+
     def _remaining_s(self) -> float | None:
         if not self.cfg.max_minutes:
             return None
@@ -593,7 +627,7 @@ class RerankTrainer:
         swap_rng = random.Random(self.cfg.seed * 1000 + self.step)
         # phase B rehearsal: phase A batches in their own order, one after every STS-B batch
         rehearse = loss_kind == "mse" and self.cfg.sts_head
-        rehearsal = _batches(self.train_a, batch, self.cfg.seed + 104729) if rehearse else []
+        rehearsal = _batches(self.train_a, self.cfg.rehearse_batch or batch, self.cfg.seed + 104729) if rehearse else []
         self.module.train()
         bar = tqdm(total=self.planned[name], initial=self.step, unit="step", desc=f"phase {name}", file=sys.stderr,
                    mininterval=10, dynamic_ncols=True)
@@ -633,13 +667,19 @@ class RerankTrainer:
                     bar.total = self.planned[name]
                 if self.step % self.cfg.checkpoint_every == 0:
                     self.save_checkpoint()
+                if self._chunk_over():
+                    bar.close()
+                    raise TrainingPaused(f"stopped after {self.cfg.stop_after_minutes} minutes at phase {name} step "
+                                         f"{self.step} of {self.planned[name]}")
             if self.step_in_epoch >= len(order):
                 self.epoch += 1
                 self.step_in_epoch = 0
         bar.close()
         self.history.append({"phase": name, "steps": self.step, "planned_steps": self.planned[name],
                              "full_steps": full, "epochs": round(self.step / max(1, batches_per_epoch), 2),
-                             "final_loss_ema": ema, "seconds": round(time.monotonic() - t_phase, 1)})
+                             "final_loss_ema": ema, "seconds": round(time.monotonic() - t_phase, 1),
+                             # measured in this invocation only (a resumed phase started earlier)
+                             "s_per_step": (time.monotonic() - t_phase) / steps_timed if steps_timed else None})
 
     def _plan_phase_a(self, batch_a: int, s_per_step: float) -> None:
         """Fit phase A into the budget next to phase B (STS-B pairs are ~1.5x longer than questions)."""
@@ -647,8 +687,9 @@ class RerankTrainer:
         if remaining is None:
             return
         s_per_pair = s_per_step / batch_a
-        phase_b_s = len(self.train_b) * self.cfg.epochs_b * s_per_pair * (2.5 if self.cfg.sts_head else 1.5)
-        reserve = 120 + 0.02 * (len(self.heldout) + len(self.dev_b))  # evaluations, calibration, export
+        phase_b_s = len(self.train_b) * self.cfg.epochs_b * s_per_pair * self._phase_b_cost()
+        # evaluations and calibration (a forward pass costs about a quarter of a training pair), export
+        reserve = 120 + (len(self.heldout) + len(self.dev_b)) * s_per_pair / 4
         fit = int(max(0.0, remaining - phase_b_s - reserve) / s_per_step) + self.step
         new = max(self.step, min(fit, self.full_a))  # grows back when the machine gets quieter (or the budget larger)
         if new != self.planned["A"]:
@@ -671,9 +712,9 @@ class RerankTrainer:
                 self.phase, self.epoch, self.step_in_epoch, self.step = "B", 0, 0, 0
                 self.optimizer = self._optimizer(cfg.lr_b)
                 remaining = self._remaining_s()
-                if remaining is not None:
-                    s_per_step = (self.history[0]["seconds"] / max(1, self.history[0]["steps"]) * cfg.batch_b / cfg.batch_a
-                                  * (2.5 if cfg.sts_head else 1.5))  # STS-B pairs ~1.5x longer, + a rehearsal batch
+                speed_a = next((h["s_per_step"] for h in self.history if h.get("s_per_step")), None)
+                if remaining is not None and speed_a:
+                    s_per_step = speed_a * cfg.batch_b / cfg.batch_a * self._phase_b_cost()
                     full_b = math.ceil(len(self.train_b) / cfg.batch_b) * cfg.epochs_b
                     self.planned["B"] = max(1, min(full_b, int((remaining - 60) / s_per_step)))
                 self.save_checkpoint()
@@ -682,8 +723,9 @@ class RerankTrainer:
                 self.phase = "calibrate"
                 self.save_checkpoint()
             return self.finish()
-        except KeyboardInterrupt:
-            log.warning("interrupted: saving a checkpoint to %s (continue with --resume)", self.out / CHECKPOINT_FILE)
+        except (KeyboardInterrupt, TrainingPaused) as exc:
+            log.warning("%s: saving a checkpoint to %s (continue with --resume)",
+                        str(exc) or "interrupted", self.out / CHECKPOINT_FILE)
             self.save_checkpoint()
             raise
 

@@ -238,3 +238,13 @@ def lexical_engine(request) -> tuple[str, str | None]:
     if request.param == "es-emulator":
         return "elasticsearch", request.getfixturevalue("es_emulator_url")
     return "elasticsearch", request.getfixturevalue("real_es_url")
+
+
+@pytest.fixture(scope="session")
+def real_mpnet_cache(tmp_path_factory):
+    """One cache folder for every test that needs the real all-mpnet-base-v2 (reassembled once, on first use)."""
+    from models import mpnet
+
+    if not mpnet.available(tmp_path_factory.getbasetemp() / "none"):
+        pytest.skip("the all-mpnet-base-v2 parts are not installed (scripts/bootstrap.sh installs them)")
+    return tmp_path_factory.mktemp("mpnet-cache")

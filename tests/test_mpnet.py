@@ -87,13 +87,6 @@ def test_a_verified_copy_is_used_without_the_parts(tmp_path, monkeypatch):
     assert mpnet.default_cache_dir() == tmp_path
 
 
-@pytest.fixture(scope="session")
-def real_mpnet_cache(tmp_path_factory):
-    if not mpnet.available(tmp_path_factory.getbasetemp() / "none"):
-        pytest.skip("the all-mpnet-base-v2 parts are not installed (scripts/bootstrap.sh installs them)")
-    return tmp_path_factory.mktemp("mpnet-cache")
-
-
 def test_the_installed_parts_make_the_recorded_model(real_mpnet_cache, monkeypatch):
     """The real packages: checksums match what models/mpnet.py records, and the model encodes."""
     monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))

@@ -225,6 +225,11 @@ def test_train_reranker_command_checks_its_arguments(tmp_path, capsys):
 
     assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path), "--layers", "7"]) == 2
     assert "--layers" in capsys.readouterr().err
+    assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path), "--base", "mpnet",
+                 "--layers", "13"]) == 2
+    assert "1..12" in capsys.readouterr().err
+    assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path), "--stop-after-minutes", "0"]) == 2
+    assert "--stop-after-minutes must be > 0" in capsys.readouterr().err
     assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path)]) == 2
     assert "sts-train.csv" in capsys.readouterr().err
 
@@ -265,3 +270,70 @@ def test_weight_tuning_prefers_the_stage_that_ranks_the_gold_first():
     results = [result([0.9, 0.2], [0.3, 0.9])] * 5
     best, _ = tune_weight(results, ["a"] * 5, calibration, top_k=2)
     assert best > 0.5
+
+
+def test_an_mpnet_body_saves_exports_and_ignores_token_types(tmp_path, real_mpnet_cache, monkeypatch):
+    """all-mpnet-base-v2 as the body: its own pair format (<s> q </s></s> c </s>), no segment embeddings, and
+    the same folder contract (torch = ONNX fp32, int8 close, the id names the base)."""
+    monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
+    folder = make_tiny_reranker(tmp_path / "tiny-mpnet", base="mpnet")
+    torch_model = load_reranker(folder, runtime="torch")
+    assert torch_model.id == "cross-encoder-mpnet-L1:torch"
+    assert format_pair(torch_model.tokenizer, "reset password", "forgot password") == "<s> reset password </s> </s> forgot password </s>"
+    scores = torch_model.score("where is my parcel", CANDIDATES)
+    np.testing.assert_allclose(load_reranker(folder, runtime="onnx").score("where is my parcel", CANDIDATES), scores, atol=1e-5)
+    np.testing.assert_allclose(load_reranker(folder, runtime="onnx-int8").score("where is my parcel", CANDIDATES), scores, atol=0.05)
+    batch = encode_pairs(torch_model.tokenizer, ["a", "b"], ["c d", "e"], 48)
+    flipped = dict(batch, token_type_ids=1 - batch["token_type_ids"])
+    np.testing.assert_array_equal(torch_model.runtime.logits(batch), torch_model.runtime.logits(flipped))
+
+
+def _tiny_training_data(tmp_path):
+    pairs = tmp_path / "qqp" / "pairs_dev.tsv"
+    pairs.parent.mkdir()
+    lines = []
+    for i in range(12):
+        lines.append(f"1\tHow do I reset my password {i}?\tI forgot my password {i}")
+        lines.append(f"0\tHow do I reset my password {i}?\tWhere is my parcel number {i}?")
+    pairs.write_text("\n".join(lines) + "\n")
+    stsb = tmp_path / "stsb"
+    stsb.mkdir()
+    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i % 6}.000\tA man plays a guitar {i}.\tA man plays music {i}."
+            for i in range(12)]
+    (stsb / "sts-train.csv").write_text("\n".join(rows) + "\n")
+    (stsb / "sts-dev.csv").write_text("\n".join(rows[:6]) + "\n")
+    return pairs, stsb
+
+
+def test_training_in_chunks_with_frozen_layers(tmp_path):
+    """stop_after_minutes pauses with a checkpoint (the plan is not shortened) and --resume finishes the
+    same run; frozen layers come out exactly as pretrained while the layers above them learn."""
+    from safetensors.numpy import load_file
+
+    from models.minilm import minilm_path
+    from models.train_reranker import RerankTrainConfig, TrainingPaused, train_reranker
+
+    pairs, stsb = _tiny_training_data(tmp_path)
+    out = tmp_path / "rr"
+    cfg = RerankTrainConfig(n_layers=2, frozen_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8,
+                            rehearse_batch=4, augment=False, holdout_fraction=0.25, stop_after_minutes=1e-6)
+    with pytest.raises(TrainingPaused, match="phase A step 1 of"):
+        train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu")
+    assert (out / "checkpoint.pt").exists() and not (out / "config.json").exists()
+    cfg.stop_after_minutes = None
+    summary = train_reranker(out, [], [str(pairs)], stsb, cfg, device="cpu", resume=True)
+    phase_a = summary["history"][0]
+    assert phase_a["phase"] == "A" and phase_a["steps"] == phase_a["full_steps"]  # the paused step was not lost
+    base = load_file(str(next(__import__("pathlib").Path(minilm_path()).glob("*.safetensors"))))
+    trained = load_file(str(out / "model.safetensors"))
+
+    def pretrained(key):
+        return next(v for k, v in base.items() if k.endswith(key))
+
+    frozen = "encoder.layer.0.attention.self.query.weight"
+    np.testing.assert_array_equal(trained["bert." + frozen], pretrained(frozen))
+    np.testing.assert_array_equal(trained["bert.embeddings.word_embeddings.weight"], pretrained("embeddings.word_embeddings.weight"))
+    learned = "encoder.layer.1.attention.self.query.weight"
+    assert not np.array_equal(trained["bert." + learned], pretrained(learned))
+    with pytest.raises(Exception, match="another --base/--layers/--seed"):
+        train_reranker(out, [], [str(pairs)], stsb, RerankTrainConfig(n_layers=3), device="cpu", resume=True)

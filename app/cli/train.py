@@ -157,7 +157,10 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", action="append", default=[], help="labelled pairs TSV label<TAB>q1<TAB>q2 (qqp_bimpm "
                    "dev.tsv, MRPC train; never MRPC test); repeatable")
     p.add_argument("--stsb", required=True, help="STS-B folder with the raw sts-train.csv and sts-dev.csv")
-    p.add_argument("--layers", type=int, default=4, help="first N of all-MiniLM-L6-v2's 6 layers (default 4)")
+    p.add_argument("--base", choices=("minilm", "mpnet"), default="minilm",
+                   help="pretrained body: minilm (all-MiniLM-L6-v2, fast) or mpnet (all-mpnet-base-v2, accurate, "
+                        "about 10x the cost per pair)")
+    p.add_argument("--layers", type=int, help="first N layers of the base (default 4 of MiniLM's 6, all 12 of mpnet's)")
     p.add_argument("--max-len", type=int, default=64, help="pair length in wordpieces (default 64)")
     p.add_argument("--epochs-a", type=int, default=2, help="phase A epochs (default 2)")
     p.add_argument("--epochs-b", type=int, default=3, help="phase B epochs (default 3)")
@@ -171,7 +174,18 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
                    "held out for calibration / the QQP threshold (default 0.2)")
     p.add_argument("--paper-head", action="store_true", help="the paper's recipe: phase B turns the one head into the "
                    "regression head (default: a separate STS head + phase A rehearsal in phase B)")
+    p.add_argument("--batch-a", type=int, default=32, help="phase A batch (default 32)")
+    p.add_argument("--batch-b", type=int, default=16, help="phase B batch (default 16)")
+    p.add_argument("--lr-a", type=float, default=7e-5, help="phase A peak learning rate (default 7e-5, for MiniLM; "
+                   "mpnet wants about 2e-5)")
+    p.add_argument("--lr-b", type=float, default=4e-5, help="phase B peak learning rate (default 4e-5)")
+    p.add_argument("--frozen-layers", type=int, default=0, help="keep the embeddings and the first N layers as "
+                   "pretrained (cheaper steps; default 0)")
+    p.add_argument("--rehearse-batch", type=int, help="phase A pairs per rehearsal batch in phase B (default: the "
+                   "phase B batch, 16)")
     p.add_argument("--max-minutes", type=float, help="wall-clock budget for the whole run (phase A is planned to fit)")
+    p.add_argument("--stop-after-minutes", type=float, help="stop this invocation after N minutes with a checkpoint "
+                   "(exit code 3) without shortening the plan; --resume continues: splits a long run into chunks")
     p.add_argument("--checkpoint-every", type=int, default=200, help="steps between checkpoints (default 200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt with the same data")
@@ -184,7 +198,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
     import logging
 
     from models.reranker import RerankerError, export_onnx
-    from models.train_reranker import RerankTrainConfig, RerankTrainError, train_reranker
+    from models.train_reranker import RerankTrainConfig, RerankTrainError, TrainingPaused, train_reranker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.export_only:
@@ -195,26 +209,35 @@ def cmd_reranker(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
-    if args.layers < 1 or args.layers > 6:
-        print("error: --layers must be 1..6 (all-MiniLM-L6-v2 has 6)", file=sys.stderr)
+    from models.reranker import BASES
+
+    top = BASES[args.base]["layers"]
+    layers = args.layers if args.layers is not None else (4 if args.base == "minilm" else top)
+    if not 1 <= layers <= top:
+        print(f"error: --layers must be 1..{top} ({BASES[args.base]['name']} has {top})", file=sys.stderr)
         return 2
+    for name in ("max_minutes", "stop_after_minutes", "rehearse_batch", "batch_a", "batch_b", "lr_a", "lr_b"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            print(f"error: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
     if not 0 <= args.holdout_fraction < 1:
         print("error: --holdout-fraction must be in [0, 1)", file=sys.stderr)
         return 2
-    if args.max_minutes is not None and args.max_minutes <= 0:
-        print("error: --max-minutes must be > 0", file=sys.stderr)
-        return 2
     cfg = RerankTrainConfig(
-        n_layers=args.layers, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
+        base=args.base, n_layers=layers, batch_a=args.batch_a, batch_b=args.batch_b, lr_a=args.lr_a, lr_b=args.lr_b, max_len=args.max_len, epochs_a=args.epochs_a, epochs_b=args.epochs_b,
         anchors_per_faq=args.anchors_per_faq, augment=not args.no_augment, augment_max=args.augment_max,
         fusion_weight=args.fusion_weight, max_minutes=args.max_minutes,
         checkpoint_every=args.checkpoint_every, seed=args.seed, holdout_fraction=args.holdout_fraction,
-        sts_head=not args.paper_head,
+        sts_head=not args.paper_head, rehearse_batch=args.rehearse_batch, frozen_layers=args.frozen_layers, stop_after_minutes=args.stop_after_minutes,
     )
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     try:
         summary = train_reranker(args.out, args.kb, args.pairs, args.stsb, cfg, resume=args.resume,
                                  device=args.device, command=command)
+    except TrainingPaused as exc:
+        print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
+        return 3
     except (RerankTrainError, RerankerError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
