@@ -24,7 +24,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-ARMS = ("ann", "ann+rerank", "lexical", "lexical+rerank")
+from app.settings import ARMS, Settings, split_weights
+
+__all__ = ["ARMS", "ArmSplit", "arm_split", "base_arm", "lexical_hits", "parse_split", "resolve_arm", "uses_reranker"]
+
 RERANK_SUFFIX = "+rerank"
 #: hash buckets of the split; weights are spread over these
 SPLIT_BUCKETS = 10_000
@@ -76,26 +79,12 @@ class ArmSplit:
 
 def parse_split(text: str) -> ArmSplit:
     """'ann:90,lexical:10' -> ArmSplit; raises ValueError naming the bad part."""
-    weights: list[tuple[str, int]] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        arm, sep, weight = part.partition(":")
-        arm = arm.strip()
-        if arm not in ARMS:
-            raise ValueError(f"FAQ_AB_SPLIT: unknown arm {arm!r} in {part!r}; valid arms: {', '.join(ARMS)}")
-        try:
-            w = int(weight) if sep else -1
-        except ValueError:
-            w = -1
-        if w < 0:
-            raise ValueError(f"FAQ_AB_SPLIT: {part!r} needs a weight, a whole number >= 0 (e.g. 'ann:90,lexical:10')")
-        if arm in (a for a, _ in weights):
-            raise ValueError(f"FAQ_AB_SPLIT: arm {arm!r} is listed twice")
-        weights.append((arm, w))
-    if not weights or sum(w for _, w in weights) <= 0:
-        raise ValueError(f"FAQ_AB_SPLIT: {text!r} has no arm with a weight > 0 (e.g. 'ann:90,lexical:10')")
-    return ArmSplit(tuple(weights))
+    return ArmSplit(split_weights(text))
+
+
+def arm_split(settings: Settings) -> ArmSplit | None:
+    """The configured online split (FAQ_AB_SPLIT), None when every request takes its own or the default arm."""
+    return parse_split(settings.ab_split) if settings.ab_split else None
 
 
 # -- the lexical arm's recall stage -----------------------------------------------------------------

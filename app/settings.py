@@ -1,16 +1,44 @@
-"""All runtime configuration in one place, read from the environment with the `FAQ_` prefix."""
+"""All runtime configuration in one place, read from the environment with the `FAQ_` prefix.
+
+Imports only pydantic: what a value means (which encoder a spec loads, which engine "auto" picks) is
+decided by the code that uses it (app/pipeline.py, index/lexical.py); here values are only parsed and
+checked, so a bad variable fails at start-up with its name.
+"""
 from __future__ import annotations
 
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-if TYPE_CHECKING:
-    from app.arms import ArmSplit
+#: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranker
+ARMS = ("ann", "ann+rerank", "lexical", "lexical+rerank")
+
+
+def split_weights(text: str) -> tuple[tuple[str, int], ...]:
+    """'ann:90,lexical:10' -> (("ann", 90), ("lexical", 10)); raises ValueError naming the bad part."""
+    weights: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        arm, sep, weight = part.partition(":")
+        arm = arm.strip()
+        if arm not in ARMS:
+            raise ValueError(f"FAQ_AB_SPLIT: unknown arm {arm!r} in {part!r}; valid arms: {', '.join(ARMS)}")
+        try:
+            w = int(weight) if sep else -1
+        except ValueError:
+            w = -1
+        if w < 0:
+            raise ValueError(f"FAQ_AB_SPLIT: {part!r} needs a weight, a whole number >= 0 (e.g. 'ann:90,lexical:10')")
+        if arm in (a for a, _ in weights):
+            raise ValueError(f"FAQ_AB_SPLIT: arm {arm!r} is listed twice")
+        weights.append((arm, w))
+    if not weights or sum(w for _, w in weights) <= 0:
+        raise ValueError(f"FAQ_AB_SPLIT: {text!r} has no arm with a weight > 0 (e.g. 'ann:90,lexical:10')")
+    return tuple(weights)
 
 
 class Settings(BaseSettings):
@@ -22,21 +50,10 @@ class Settings(BaseSettings):
     # Encoder spec: "mpnet" (all-mpnet-base-v2: accurate mode), "minilm" (all-MiniLM-L6-v2: fast mode),
     # "msem" (the general MSEM shipped in models/default) or a model folder from `faq train msem`.
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
-    # and builds use `default_encoder()`.
+    # and builds use the default (app/pipeline.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
     # Where all-mpnet-base-v2 is reassembled on first use (models/mpnet.py); unset: <data_dir>/models.
     model_cache: Path | None = None
-
-    def encoder_spec(self, manifest: dict | None = None) -> str:
-        """The encoder to load: FAQ_ENCODER, else the one that built `manifest`, else the default."""
-        return self.encoder or (manifest or {}).get("encoder_spec") or self.default_encoder()
-
-    def default_encoder(self) -> str:
-        """mpnet, the most accurate zero-shot base measured (docs/results.md), when its packages are
-        installed; else MiniLM."""
-        from models.mpnet import available
-
-        return "mpnet" if available(self.mpnet_cache) else "minilm"
 
     @property
     def mpnet_cache(self) -> Path:
@@ -65,7 +82,7 @@ class Settings(BaseSettings):
     lexical_k: int = Field(default=30, ge=1, le=1000)  # BM25 candidates per query (the paper's 30)
     es_index_prefix: str = "faq"  # ES index of a build: "<prefix>-<version>"
     es_timeout_s: float = Field(default=2.0, gt=0)  # per ES request while serving: fail fast -> 503
-    # Arms (app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
+    # Arms (ARMS above, app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
     # overrides it with a split sticky per session_id.
     default_arm: str = "ann"
     ab_split: str | None = None
@@ -97,8 +114,6 @@ class Settings(BaseSettings):
     @field_validator("default_arm")
     @classmethod
     def _known_arm(cls, value: str) -> str:
-        from app.arms import ARMS
-
         if value not in ARMS:
             raise ValueError(f"FAQ_DEFAULT_ARM must be one of {', '.join(ARMS)}, got {value!r}")
         return value
@@ -108,19 +123,7 @@ class Settings(BaseSettings):
     def _valid_split(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from app.arms import parse_split
-
-        return str(parse_split(value))  # raises with the bad part named
-
-    def arm_split(self) -> "ArmSplit | None":
-        from app.arms import parse_split
-
-        return parse_split(self.ab_split) if self.ab_split else None
-
-    def resolved_lexical_engine(self) -> str:
-        from index.lexical import resolve_engine
-
-        return resolve_engine(self.lexical_engine, self.es_url)
+        return ",".join(f"{arm}:{w}" for arm, w in split_weights(value))  # raises with the bad part named
 
     @property
     def index_dir(self) -> Path:

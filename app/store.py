@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Connection, Engine, Text, and_, bindparam, delete, exists, func, insert, or_, select, type_coerce, update,
+    Connection, Engine, Text, and_, bindparam, delete, exists, func, insert, or_, select, text, type_coerce, update,
 )
 from sqlalchemy.exc import IntegrityError
 
-from app.db.models import Faq, IndexBuild, KbMeta, QueryLog, QuestionVariant, utcnow
+from app.db.models import SCHEMA_REVISION, Faq, IndexBuild, KbMeta, QueryLog, QuestionVariant, utcnow
 from app.db.session import make_engine
-from app.kb_io import (
+from kb.records import (
     FaqSpec,
     KbRecord,
     KbValidationError,
@@ -37,7 +37,7 @@ from app.kb_io import (
 
 __all__ = [
     "FaqExists", "FaqNotFound", "FaqOut", "FaqStore", "ImportReport", "KbRecord", "KbSnapshot",
-    "KbValidationError", "VariantRow",
+    "KbValidationError", "SchemaNotReady", "VariantRow",
 ]
 
 REVISION_KEY = "revision"
@@ -49,6 +49,10 @@ variants_t = QuestionVariant.__table__
 builds_t = IndexBuild.__table__
 qlog_t = QueryLog.__table__
 meta_t = KbMeta.__table__
+
+
+class SchemaNotReady(RuntimeError):
+    """The database is not at the schema revision this code needs (run `faq db upgrade`)."""
 
 
 class FaqExists(Exception):
@@ -143,14 +147,33 @@ class FaqStore:
 
     @classmethod
     def from_settings(cls, settings: Any = None) -> "FaqStore":
-        """Create data_dir, bring the database to the latest migration (no-op when there) and connect."""
+        """Connect to the configured database (creating data_dir) and check that its schema is the one
+        this code expects. Migrations are the entry points' job (`faq db upgrade`, `faq serve`, the
+        Docker entrypoint), never a side effect of opening a store."""
         from app.settings import get_settings
-        from migrations import runner
 
         settings = settings or get_settings()
         Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-        runner.upgrade(settings.db_url)
-        return cls(settings.db_url)
+        store = cls(settings.db_url)
+        try:
+            store.check_schema()
+        except SchemaNotReady:
+            store.close()
+            raise
+        return store
+
+    def check_schema(self) -> None:
+        """Raise SchemaNotReady unless the database is at SCHEMA_REVISION."""
+        from sqlalchemy import inspect
+
+        found = None
+        if inspect(self.engine).has_table("alembic_version"):
+            with self.engine.connect() as conn:
+                found = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        if found != SCHEMA_REVISION:
+            url = self.engine.url.render_as_string(hide_password=True)
+            state = "has no schema yet" if found is None else f"is at schema revision {found}"
+            raise SchemaNotReady(f"the database {url} {state}, this version needs {SCHEMA_REVISION}: run `faq db upgrade`")
 
     def close(self) -> None:
         if self._owns_engine:

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     texts = read_texts(Path(args.texts))
     if not texts:

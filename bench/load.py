@@ -34,7 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.kb_io import KbValidationError, read_queries  # noqa: E402
+from kb.records import KbValidationError, read_queries  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "load.json"
 

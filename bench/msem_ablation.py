@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.evaluate import keep_first_variants  # noqa: E402
-from app.kb_io import read_kb, write_kb  # noqa: E402
+from evaluation.match import keep_first_variants  # noqa: E402
+from kb.records import read_kb, write_kb  # noqa: E402
 DEFAULT_OUT = REPO / "bench" / "results" / "msem_ablation.json"
 #: the paper-faithful word representation (GloVe ++ char-CNN) at compact sizes, so 7 runs fit on a CPU
 BASE = {"word_repr": "glove_char", "hidden": 150, "ffn_dim": 600, "pool_da": 150, "out_dim": 300}
@@ -42,7 +42,7 @@ VARIANTS = {
 
 
 def faq(*args: str) -> None:
-    cmd = [sys.executable, "-m", "app.cli.main", *args]  # `faq` of this interpreter
+    cmd = [sys.executable, "-m", "cli.main", *args]  # `faq` of this interpreter
     print("$ faq " + " ".join(args), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
 

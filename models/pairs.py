@@ -81,6 +81,24 @@ def read_pair_file(path: str | Path) -> list[Pair]:
 # paraphrase graph -> intent classes
 
 
+def read_stsb_scores(path: str | Path) -> list[tuple[float, str, str]]:
+    """Raw STS-B csv rows (genre, file, year, id, score 0..5, sentence1, sentence2[, licence fields])
+    -> (score, sentence1, sentence2); a malformed row raises PairFileError naming file:line. Split on
+    tabs only: the files hold unbalanced quotes."""
+    rows = []
+    with Path(path).open(encoding="utf-8", newline="") as fh:
+        lines = [line.rstrip("\r\n").split("\t") for line in fh if line.strip()]
+    for line_no, cols in enumerate(lines, start=1):
+        if len(cols) < 7:
+            raise PairFileError(f"{path}:{line_no}: expected at least 7 tab-separated columns, got {len(cols)}")
+        try:
+            score = float(cols[4])
+        except ValueError as exc:
+            raise PairFileError(f"{path}:{line_no}: score {cols[4]!r} is not a number") from exc
+        rows.append((score, cols[5], cols[6]))
+    return rows
+
+
 class ParaphraseGraph:
     """Union-find over distinct question strings (path halving + union by size)."""
 

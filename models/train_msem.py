@@ -900,7 +900,7 @@ def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: st
     queries; write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec to serve, ...}.
     `tuned_top1`: the model's top-1 on those queries when training already measured it (it is then not
     encoded again)."""
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     out = Path(out_dir)
     what, queries, kb = selection_queries(data)
@@ -959,7 +959,7 @@ def train_msem(
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
     files never merge. Several pair files are concatenated."""
-    from app.kb_io import read_kb, read_queries
+    from kb.records import read_kb, read_queries
     from models.pairs import read_pair_file
 
     cfg = train_config or TrainConfig()

@@ -116,11 +116,11 @@ class LabelledPair:
 # ---------------------------------------------------------------------------------------------
 def read_stsb(path: str | Path) -> list[LabelledPair]:
     """Raw STS-B csv -> pairs with score / 5 in [0, 1] (parsing shared with `faq data prepare stsb`)."""
-    from app.datasets import DatasetError, read_stsb_scores
+    from models.pairs import PairFileError, read_stsb_scores
 
     try:
         rows = read_stsb_scores(Path(path))
-    except DatasetError as exc:
+    except PairFileError as exc:
         raise RerankTrainError(str(exc)) from exc
     return [LabelledPair(s1.strip(), s2.strip(), score / 5.0, "stsb") for score, s1, s2 in rows]
 
@@ -133,7 +133,7 @@ def read_pairs_file(path: str | Path) -> list[LabelledPair]:
 
 
 def kb_groups(path: str | Path) -> dict[str, list[str]]:
-    from app.kb_io import read_kb
+    from kb.records import read_kb
 
     groups: dict[str, list[str]] = {}
     for rec in read_kb(path):

@@ -77,7 +77,7 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture
 def faq_env(tmp_path, monkeypatch, db_url):
-    """Settings for in-process CLI runs (`app.cli.main.main([...])`): data under tmp_path/var."""
+    """Settings for in-process CLI runs (`cli.main.main([...])`): data under tmp_path/var."""
     from app.settings import get_settings
 
     monkeypatch.setenv("FAQ_DATA_DIR", str(tmp_path / "var"))

@@ -10,9 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fastapi.testclient import TestClient
 
-from app.ab import ndcg_at_k, paired_f1_difference, stage_recall
-from app.evaluate import QueryOutcome
-from app.online_eval import median_interval, needed_per_arm, online_report, two_proportion_test, wilson_interval
+from app.arms import arm_split
+from evaluation.ab import ndcg_at_k, paired_f1_difference, stage_recall
+from evaluation.metrics import QueryOutcome
+from evaluation.online import median_interval, needed_per_arm, online_report, two_proportion_test, wilson_interval
 from conftest import INDEX_TEST_FAQS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -54,7 +55,7 @@ def tiny_ab_files(tmp_path):
 
 
 def test_eval_ab_writes_report_md_json_and_pngs(tmp_path, tiny_ab_files, faq_env, monkeypatch, capsys):
-    from app.cli.main import main
+    from cli.main import main
 
     monkeypatch.setenv("FAQ_TORCH_THREADS", "1")
     monkeypatch.setenv("FAQ_ANN_N_TREES", "10")
@@ -108,7 +109,7 @@ def test_eval_ab_writes_report_md_json_and_pngs(tmp_path, tiny_ab_files, faq_env
 def test_eval_ab_runs_all_four_arms_with_a_reranker(tmp_path, tiny_ab_files, faq_env, monkeypatch, capsys):
     pytest.importorskip("models.reranker")
     helpers = pytest.importorskip("reranker_helpers")
-    from app.cli.main import main
+    from cli.main import main
 
     monkeypatch.setenv("FAQ_TORCH_THREADS", "1")
     monkeypatch.setenv("FAQ_ANN_N_TREES", "10")
@@ -129,7 +130,7 @@ def test_eval_ab_runs_all_four_arms_with_a_reranker(tmp_path, tiny_ab_files, faq
 
 
 def test_eval_ab_rejects_bad_arguments(tmp_path, tiny_ab_files, faq_env, capsys):
-    from app.cli.main import main
+    from cli.main import main
 
     kb, test, _ = tiny_ab_files
     assert main(["eval", "ab", "--kb", str(kb), "--queries", str(test), "--arms", "ann,bm25", "--out", str(tmp_path / "x")]) == 2
@@ -176,7 +177,7 @@ def test_online_statistics_hand_computed():
 def test_feedback_to_online_report_end_to_end(tmp_path, faq_env, monkeypatch, capsys, minilm_encoder):
     """/match with an A/B split -> /feedback -> `faq eval online` reports the per-arm numbers."""
     from app.api.main import create_app
-    from app.cli.main import main
+    from cli.main import main
     from app.settings import get_settings
     from app.store import FaqStore
     from index.artifacts import BuildRegistry
@@ -187,14 +188,16 @@ def test_feedback_to_online_report_end_to_end(tmp_path, faq_env, monkeypatch, ca
     monkeypatch.setenv("FAQ_KB_POLL_SECONDS", "0")
     get_settings.cache_clear()
     settings = get_settings()
-    store = FaqStore.from_settings(settings)
+    from cli.db import migrated_store
+
+    store = migrated_store(settings)
     from app.store import KbRecord
 
     store.import_records([KbRecord(f, q, a, []) for f, a, qs in INDEX_TEST_FAQS for q in qs])
     build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
 
     sessions = {"ann": [], "lexical": []}
-    split = settings.arm_split()
+    split = arm_split(settings)
     i = 0
     while min(len(v) for v in sessions.values()) < 3:
         sessions[split.assign(f"s{i}")].append(f"s{i}")

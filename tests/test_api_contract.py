@@ -71,7 +71,9 @@ def make_settings(data_dir: Path, **overrides) -> Settings:
 
 
 def make_store(settings: Settings, records: list[KbRecord] | None = None) -> FaqStore:
-    store = FaqStore.from_settings(settings)
+    from cli.db import migrated_store
+
+    store = migrated_store(settings)
     store.import_records(records if records is not None else kb_records())
     return store
 

@@ -141,7 +141,7 @@ def test_build_rejects_bad_parameters_and_an_empty_kb(store, minilm_encoder, tmp
 
 
 def test_cli_build_list_verify_activate(faq_env, index_kb_records, capsys, monkeypatch):
-    from app.cli.main import main
+    from cli.main import main
     from app.store import FaqStore
 
     monkeypatch.setenv("FAQ_ENCODER", "minilm")
@@ -150,7 +150,9 @@ def test_cli_build_list_verify_activate(faq_env, index_kb_records, capsys, monke
 
     get_settings.cache_clear()
     settings = get_settings()
-    store = FaqStore.from_settings(settings)
+    from cli.db import migrated_store
+
+    store = migrated_store(settings)
     store.import_records(index_kb_records)
     store.close()
 

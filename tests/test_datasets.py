@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from app.cli.main import main
-from app.datasets import DatasetError, prepare
+from cli.main import main
+from evaluation.datasets import DatasetError, prepare
 
 
 def read_jsonl(path):

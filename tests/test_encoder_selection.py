@@ -8,19 +8,22 @@ from app.api.main import create_app
 from app.settings import Settings
 from index.artifacts import BuildRegistry
 from index.build import build_index
-from models.encoder import default_msem_dir, load_encoder
+from models.load import default_msem_dir, load_encoder
 from tests.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (fixture)
 
 
 def test_encoder_spec_precedence(tmp_path, monkeypatch):
     import models.mpnet
 
+    from app.pipeline import default_encoder, encoder_spec
+
     monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: False)
-    assert Settings(data_dir=tmp_path).encoder_spec() == "minilm"  # without the mpnet packages: the fast base
+    assert encoder_spec(Settings(data_dir=tmp_path)) == "minilm"  # without the mpnet packages: the fast base
     monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: True)
-    assert Settings(data_dir=tmp_path).encoder_spec() == "mpnet"  # the accurate base is the default
-    assert Settings(data_dir=tmp_path).encoder_spec({"encoder_spec": "/models/x"}) == "/models/x"
-    assert Settings(data_dir=tmp_path, encoder="/models/y").encoder_spec({"encoder_spec": "/models/x"}) == "/models/y"
+    assert encoder_spec(Settings(data_dir=tmp_path)) == "mpnet"  # the accurate base is the default
+    assert encoder_spec(Settings(data_dir=tmp_path), {"encoder_spec": "/models/x"}) == "/models/x"
+    assert encoder_spec(Settings(data_dir=tmp_path, encoder="/models/y"), {"encoder_spec": "/models/x"}) == "/models/y"
+    assert default_encoder(Settings(data_dir=tmp_path, encoder="/models/y")) == "mpnet"  # what fine-tuning must beat
 
 
 def test_mpnet_cache_follows_the_data_dir_unless_set(tmp_path):

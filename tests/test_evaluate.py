@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.evaluate import (
+from evaluation.metrics import (
     QueryOutcome,
     all_metrics,
     answer_metrics,
@@ -144,7 +144,7 @@ def write_tiny_kb_and_queries(tmp_path):
 
 
 def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem_dir, capsys):
-    from app.cli.main import main
+    from cli.main import main
 
     kb, queries = write_tiny_kb_and_queries(tmp_path)
     work = tmp_path / "work"
@@ -184,7 +184,7 @@ def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem
 
 
 def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys):
-    from app.cli.main import main
+    from cli.main import main
 
     kb = tmp_path / "kb.jsonl"
     kb.write_text(json.dumps({"faq_id": "a", "question": "q", "answer": "x"}) + "\n")
@@ -196,7 +196,7 @@ def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys)
 
 
 def test_memo_encoder_encodes_each_text_once():
-    from app.evaluate import MemoEncoder
+    from evaluation.match import MemoEncoder
 
     class Counting:
         id, dim = "counting", 2

@@ -1,4 +1,4 @@
-"""KB/query file formats (app/kb_io.py) and the `faq kb` commands, run in-process."""
+"""KB/query file formats (kb/records.py) and the `faq kb` commands, run in-process."""
 from __future__ import annotations
 
 import io
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from app.cli.main import main
-from app.kb_io import (
+from cli.main import main
+from kb.records import (
     KbFormatError,
     KbRecord,
     QueryRecord,
@@ -174,7 +174,9 @@ def test_cli_import_rejects_bad_file_and_imports_nothing(faq_env, tmp_path, caps
     assert code == 2 and out == ""
     assert f"{kb}:5: invalid JSON" in err and f"{kb}:6: faq_id 'q' has no answer on any row" in err
     assert err.rstrip().endswith("nothing was imported")
-    with FaqStore.from_settings(faq_env) as store:
+    from cli.db import migrated_store
+
+    with migrated_store(faq_env) as store:
         assert store.count_faqs() == 0 and store.revision() == 0
     code, _, err = run_cli(capsys, "kb", "import", str(tmp_path / "missing.csv"))
     assert code == 2 and "cannot read" in err

@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from app.cli.main import main
+from cli.main import main
 from app.db import Base, make_engine
 from migrations import runner
 
@@ -57,7 +57,7 @@ def test_models_match_migrations(any_url):
 
 
 def test_cascade_and_unique_constraints_exist(any_url):
-    from app.kb_io import KbRecord
+    from kb.records import KbRecord
     from app.store import FaqStore
 
     runner.upgrade(any_url)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import torch
 
-from app.cli.main import main
+from cli.main import main
 from models.glove import GloVe
 from models.msem_encoder import MsemEncoder
 

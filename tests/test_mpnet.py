@@ -90,7 +90,7 @@ def test_a_verified_copy_is_used_without_the_parts(tmp_path, monkeypatch):
 def test_the_installed_parts_make_the_recorded_model(real_mpnet_cache, monkeypatch):
     """The real packages: checksums match what models/mpnet.py records, and the model encodes."""
     monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     encoder = load_encoder("mpnet", device="cpu")
     assert encoder.id == "all-mpnet-base-v2" and encoder.dim == 768

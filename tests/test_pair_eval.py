@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 
-from app.cli.main import main
-from app.pair_eval import accuracy_at, best_threshold, roc_auc
+from cli.main import main
+from evaluation.pairs import accuracy_at, best_threshold, roc_auc
 
 
 def test_best_threshold_separates_when_possible():

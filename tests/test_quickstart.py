@@ -8,11 +8,11 @@ from tests.test_train_msem import FAQS, WIDE
 
 
 def _quickstart(monkeypatch, faq_env, kb, *extra):
-    from app.cli.main import main
-    from app.settings import Settings
+    import models.load
+    from cli.main import main
 
     # MiniLM as the default base keeps the test fast (mpnet is the same code path, 5x the compute)
-    monkeypatch.setattr(Settings, "default_encoder", lambda self: "minilm")
+    monkeypatch.setattr(models.load, "default_encoder_spec", lambda cache_dir=None: "minilm")
     return main(["quickstart", "--kb", str(kb), "--no-serve", "--epochs", "1", *extra])
 
 

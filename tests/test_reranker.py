@@ -201,7 +201,7 @@ def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
 
 
 def test_eval_reranker_command_reports_stsb_and_qqp(tmp_path, tiny):
-    from app.cli.main import main
+    from cli.main import main
 
     stsb = tmp_path / "stsb"
     stsb.mkdir()
@@ -221,7 +221,7 @@ def test_eval_reranker_command_reports_stsb_and_qqp(tmp_path, tiny):
 
 
 def test_train_reranker_command_checks_its_arguments(tmp_path, capsys):
-    from app.cli.main import main
+    from cli.main import main
 
     assert main(["train", "reranker", "--out", str(tmp_path / "x"), "--stsb", str(tmp_path), "--layers", "7"]) == 2
     assert "--layers" in capsys.readouterr().err
@@ -253,7 +253,7 @@ def test_pool_is_a_weighted_mean_of_log_odds(tiny):
 
 def test_weight_tuning_prefers_the_stage_that_ranks_the_gold_first():
     from app.matcher import Calibration, FaqMatch, MatchResult
-    from app.rerank_tuning import tune_weight
+    from evaluation.rerank_tuning import tune_weight
 
     def result(cross: list[float], cosines: list[float]) -> MatchResult:
         matches = [FaqMatch(f, f, "", s, c) for f, s, c in zip(["a", "b"], cross, cosines)]

@@ -6,7 +6,7 @@ from datetime import timezone
 import pytest
 from sqlalchemy import text
 
-from app.kb_io import KbRecord, KbValidationError
+from kb.records import KbRecord, KbValidationError
 from app.store import FaqExists, FaqNotFound, FaqStore
 from migrations import runner
 
@@ -253,15 +253,27 @@ def test_sqlite_pragmas_and_concurrent_reader(store, db_url):
     assert other.snapshot().faqs == {}
 
 
-def test_from_settings_creates_data_dir_and_migrates(tmp_path):
+def test_from_settings_needs_a_migrated_database(tmp_path):
+    """Opening a store never migrates (entry points do): an empty or outdated database is refused with
+    the command that fixes it, and a migrated one opens."""
     from app.settings import Settings
+    from app.store import SchemaNotReady
+    from cli.db import migrated_store
+    from migrations import runner
 
     settings = Settings(data_dir=tmp_path / "deep" / "var", database_url=None)
-    with FaqStore.from_settings(settings) as first:
+    with pytest.raises(SchemaNotReady, match="has no schema yet.*faq db upgrade"):
+        FaqStore.from_settings(settings)
+    assert (tmp_path / "deep" / "var").is_dir()
+    with migrated_store(settings) as first:
         assert (tmp_path / "deep" / "var" / "faq.db").exists()
         first.create_faq("a", "b", ["c"])
     with FaqStore.from_settings(settings) as second:  # already at head: just a version check
         assert second.revision() == 1
+    with FaqStore(settings.db_url) as store, store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
+    with pytest.raises(SchemaNotReady, match="is at schema revision 0000, this version needs " + runner.head()):
+        FaqStore.from_settings(settings)
 
 
 def test_bulk_import_snapshot_and_idempotent_reimport(store):

@@ -1,4 +1,4 @@
-"""The packaged stress suite (app/stress/pairs.tsv) and `faq eval stress`."""
+"""The packaged stress suite (evaluation/stress/pairs.tsv) and `faq eval stress`."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from app.stress import TYPES, evaluate_scorer, load_stress
+from evaluation.stress import TYPES, evaluate_scorer, load_stress
 
 
 def test_suite_covers_every_type_with_both_labels_and_a_dev_test_split():
@@ -40,7 +40,7 @@ def test_bad_suite_lines_name_the_line(tmp_path):
 
 
 def test_eval_stress_command(tmp_path, monkeypatch):
-    from app.cli.main import main
+    from cli.main import main
     from tests.reranker_helpers import make_tiny_reranker
 
     monkeypatch.setenv("FAQ_DATA_DIR", str(tmp_path / "var"))

@@ -218,12 +218,12 @@ def test_several_kbs_and_dev_kb_of_unseen_faqs(tmp_path, fake_glove):
 def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, capsys):
     """`faq train msem` starts from models/default when it exists; a --config that changes the
     architecture must say --from-scratch; --from-scratch and --init exclude each other."""
-    import models.encoder
-    from app.cli.main import main
-    from app.cli.train import _default_init
+    import models.load
+    from cli.main import main
+    from cli.train import _default_init
 
     shipped = tmp_path / "shipped"
-    monkeypatch.setattr(models.encoder, "default_msem_dir", lambda: shipped)
+    monkeypatch.setattr(models.load, "default_msem_dir", lambda: shipped)
     assert _default_init(None) == (None, None)  # nothing shipped: from scratch
     shipped.mkdir()
     (shipped / "config.json").write_text(json.dumps({"hidden": 150, "word_repr": "minilm"}))
@@ -272,7 +272,7 @@ def test_a_thin_kb_is_not_trained_on_and_selects_the_base(tmp_path, kb_file, fak
 
 
 def test_selection_compares_on_held_out_phrasings(tmp_path, fake_glove, monkeypatch):
-    import models.encoder
+    import models.load
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     cfg = tiny_cfg(epochs=3, holdout=0.1)
@@ -285,7 +285,7 @@ def test_selection_compares_on_held_out_phrasings(tmp_path, fake_glove, monkeypa
     assert (sel["kept"] == "fine-tuned") == (sel["fine_tuned"] > sel["base"])
     assert sel["kept"] == "base" and sel["encoder"] == "minilm" and sel["base"] >= 0.9
     # a base that can only guess: the fine-tuned model is kept and named as the encoder to serve
-    monkeypatch.setattr(models.encoder, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
     summary = train_msem(kb, tmp_path / "b", config_overrides={**TINY, "word_dim": 8}, train_config=cfg,
                          device="cpu", glove=fake_glove, baseline="constant")
     sel = summary["selection"]
@@ -297,7 +297,7 @@ def test_selection_compares_on_held_out_phrasings(tmp_path, fake_glove, monkeypa
 def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys, faq_env):
     import models.train_msem
 
-    from app.cli.main import main
+    from cli.main import main
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
     monkeypatch.setattr(models.train_msem, "load_glove", lambda: fake_glove, raising=False)
@@ -308,7 +308,7 @@ def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys,
 
 
 def test_cli_refuses_a_bad_fusion_grid(tmp_path, capsys, faq_env):
-    from app.cli.main import main
+    from cli.main import main
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
     for bad in ("0.5,1.5", "0.5,x"):

@@ -26,6 +26,7 @@ from typing import Any
 
 from app.api.metrics import ServiceMetrics
 from app.matcher import Matcher, MatchQuery, MatchResult, NoIndexError
+from app.pipeline import encoder_spec, lexical_engine
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -323,9 +324,9 @@ class ServiceState:
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
         if self.encoder is None:
-            from models.encoder import load_encoder
+            from models.load import load_encoder
 
-            self.encoder = serialized(load_encoder(self.settings.encoder_spec(self._current_manifest())))
+            self.encoder = serialized(load_encoder(encoder_spec(self.settings, self._current_manifest())))
         reranker_path = getattr(self.settings, "reranker", None)
         if self.reranker is None and reranker_path:
             from models.reranker import load_reranker
@@ -472,7 +473,7 @@ class ServiceState:
             index = self._lexical.get(version)
             if index is None:
                 try:
-                    engine = self.settings.resolved_lexical_engine()
+                    engine = lexical_engine(self.settings)
                 except ValueError as exc:
                     raise LexicalUnavailable(str(exc)) from exc
                 index = open_lexical(retriever.build_dir, retriever.manifest, engine, es_url=self.settings.es_url,

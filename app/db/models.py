@@ -23,10 +23,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# Field limits shared by the schema and the validation in app/kb_io.py.
-MAX_FAQ_ID_CHARS = 200
-MAX_QUESTION_CHARS = 1000
-MAX_ANSWER_CHARS = 20000
+# field limits shared by the schema and the validation of every way FAQs come in
+from kb.records import MAX_FAQ_ID_CHARS, MAX_QUESTION_CHARS
+
+#: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
+#: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
+SCHEMA_REVISION = "0001"
+
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
 NAMING_CONVENTION = {

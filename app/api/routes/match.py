@@ -23,7 +23,7 @@ from app.api.schemas import (
     MatchResponse,
 )
 from app.api.state import QueryLogDisabled, ServiceState
-from app.arms import resolve_arm, uses_reranker
+from app.arms import arm_split, resolve_arm, uses_reranker
 from app.matcher import MatchQuery, MatchResult
 
 router = APIRouter(tags=["match"])
@@ -56,7 +56,7 @@ def arm_of(state: ServiceState, item: MatchRequest) -> str:
     session, random per request), else FAQ_DEFAULT_ARM; `rerank: true` adds the re-ranking stage."""
     arm = item.arm
     if arm is None:
-        split = state.settings.arm_split()
+        split = arm_split(state.settings)
         arm = split.assign(item.session_id or uuid.uuid4().hex) if split is not None else state.settings.default_arm
     return resolve_arm(arm, item.rerank)
 

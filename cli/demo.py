@@ -24,13 +24,14 @@ MPNET_MSEM_CONFIG = {"word_repr": "mpnet", "hidden": 150, "ffn_dim": 600, "pool_
 
 
 def _run(step: list[str]) -> int:
-    from app.cli.main import main
+    from cli.main import main
 
     print(f"$ faq {' '.join(step)}", flush=True)
     return main(step)
 
 
 def _quickstart(args: argparse.Namespace) -> int:
+    from app.pipeline import encoder_spec
     from app.settings import get_settings
 
     kb = args.kb or str(DEMO_KB)
@@ -42,7 +43,7 @@ def _quickstart(args: argparse.Namespace) -> int:
         encoder = _fine_tune(kb, settings, args.epochs)
         if isinstance(encoder, int):
             return encoder
-    encoder = encoder or settings.encoder_spec(None)
+    encoder = encoder or encoder_spec(settings)
     if rc := _run(["index", "build", "--encoder", encoder]):
         return rc
     if args.no_serve:
@@ -52,10 +53,11 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 def _fine_tune(kb: str, settings, epochs: int) -> str | int:
     """Train (once) and return the encoder spec the selection kept, or the failing step's exit code."""
+    from app.pipeline import default_encoder
     from models.encoder import file_sha256
     from models.train_msem import read_selection
 
-    base = settings.default_encoder()
+    base = default_encoder(settings)
     # one folder per (base, KB content): a re-run on the same KB reuses the measured choice, another
     # KB (or an edited one) trains its own
     model_dir = settings.data_dir / "models" / f"msem-{base}-{file_sha256(kb)[:12]}"

@@ -13,7 +13,7 @@ def register(ev_sub: argparse._SubParsersAction) -> None:
     p = ev_sub.add_parser(
         "stress",
         help="fine-grained stress suite: accuracy per perturbation type for MSEM, MiniLM and the re-ranker",
-        description="Scores the suite's pairs (app/stress/pairs.tsv) with MSEM cosine, all-MiniLM-L6-v2 cosine "
+        description="Scores the suite's pairs (evaluation/stress/pairs.tsv) with MSEM cosine, all-MiniLM-L6-v2 cosine "
         "and the cross-encoder; each model's threshold is chosen on the suite's dev part, accuracy is reported "
         "per type and overall on its test part.",
     )
@@ -54,8 +54,8 @@ def cmd_stress(args: argparse.Namespace) -> int:
     import numpy as np
 
     from app.settings import get_settings
-    from app.stress import STRESS_FILE, cosine_scorer, format_table, run_stress, write_report
-    from models.encoder import default_msem_dir, load_encoder
+    from evaluation.stress import STRESS_FILE, cosine_scorer, format_table, run_stress, write_report
+    from models.load import default_msem_dir, load_encoder
     from models.reranker import RerankerError, load_reranker
 
     scorers: dict = {}

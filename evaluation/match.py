@@ -1,10 +1,6 @@
-"""Matching evaluation: pure metric functions and the `faq eval match` runner.
+"""Matching evaluation: the `faq eval match` runner.
 
-Metrics are over FAQs, not variants (the Matcher already groups variants by faq_id):
-- top-1 accuracy, MRR, recall@5: over in-scope queries (gold faq_id not null), from the ranked FAQ list;
-- answer precision = correct answers / answered queries (answering an out-of-scope query is wrong);
-- answer recall = correct answers / answerable (in-scope) queries; answer F1 their harmonic mean;
-- out-of-scope recall = out-of-scope queries left unanswered / out-of-scope queries.
+The metrics themselves are in evaluation/metrics.py.
 
 The runner goes through the PRODUCT's own path so the numbers describe what is served: a fresh
 `FaqStore` on a SQLite file in a work folder (Alembic migrations, `import_records`),
@@ -20,159 +16,36 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+from evaluation.metrics import (
+    RECALL_K,
+    all_metrics,
+    apply_threshold,
+    outcomes_from_results,
+    top1_accuracy,
+    tune_threshold,
+)
 
-RECALL_K = 5
+log = logging.getLogger(__name__)
 #: how many FAQs the evaluation asks the matcher for (MRR looks this deep)
 EVAL_TOP_K = 10
 EVAL_DB_FILE = "eval.db"
 EVAL_INDEX_DIR = "indexes"
 
 
-# ---------------------------------------------------------------------------------------------
-# pure metrics
+def scratch_store(settings: Any) -> Any:
+    """A store on the evaluation's own scratch database, migrated to head (evaluations build their
+    databases themselves: they are entry points, like `faq db upgrade`)."""
+    from app.store import FaqStore
+    from migrations import runner
 
-
-@dataclass(frozen=True)
-class QueryOutcome:
-    """What the matcher did with one labelled query."""
-
-    gold: str | None  # expected faq_id; None = out of scope (should get no answer)
-    ranked: tuple[str, ...]  # faq_ids, best first
-    top_score: float | None  # calibrated score of ranked[0] (None when nothing was retrieved)
-    answer: str | None  # the faq_id answered, None when the query was left unanswered
-
-
-def rank_of(gold: str, ranked: Sequence[str]) -> int | None:
-    """1-based rank of `gold` in `ranked`, None when absent."""
-    for position, faq_id in enumerate(ranked, start=1):
-        if faq_id == gold:
-            return position
-    return None
-
-
-def _in_scope(outcomes: Sequence[QueryOutcome]) -> list[QueryOutcome]:
-    return [o for o in outcomes if o.gold is not None]
-
-
-def top1_accuracy(outcomes: Sequence[QueryOutcome]) -> float:
-    scoped = _in_scope(outcomes)
-    return sum(bool(o.ranked) and o.ranked[0] == o.gold for o in scoped) / len(scoped) if scoped else 0.0
-
-
-def mean_reciprocal_rank(outcomes: Sequence[QueryOutcome]) -> float:
-    scoped = _in_scope(outcomes)
-    if not scoped:
-        return 0.0
-    total = 0.0
-    for o in scoped:
-        r = rank_of(o.gold, o.ranked)
-        total += 1.0 / r if r else 0.0
-    return total / len(scoped)
-
-
-def recall_at_k(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> float:
-    scoped = _in_scope(outcomes)
-    return sum(o.gold in o.ranked[:k] for o in scoped) / len(scoped) if scoped else 0.0
-
-
-def _f1(precision: float, recall: float) -> float:
-    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
-
-
-def answer_metrics(outcomes: Sequence[QueryOutcome]) -> dict[str, float | int]:
-    """Precision / recall / F1 of the answer decisions, and out-of-scope recall."""
-    answered = [o for o in outcomes if o.answer is not None]
-    correct = sum(o.answer == o.gold for o in answered)  # gold None never equals an answer
-    answerable = sum(o.gold is not None for o in outcomes)
-    oos = [o for o in outcomes if o.gold is None]
-    oos_unanswered = sum(o.answer is None for o in oos)
-    precision = correct / len(answered) if answered else 0.0
-    recall = correct / answerable if answerable else 0.0
-    return {
-        "answer_precision": precision,
-        "answer_recall": recall,
-        "answer_f1": _f1(precision, recall),
-        "oos_recall": oos_unanswered / len(oos) if oos else None,  # None: no out-of-scope queries
-        "n_answered": len(answered),
-        "n_correct": correct,
-        "n_answerable": answerable,
-        "n_oos": len(oos),
-        "n_oos_unanswered": oos_unanswered,
-    }
-
-
-def all_metrics(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> dict[str, float | int]:
-    return {
-        "n_queries": len(outcomes),
-        "n_in_scope": len(_in_scope(outcomes)),
-        "top1_accuracy": top1_accuracy(outcomes),
-        "mrr": mean_reciprocal_rank(outcomes),
-        f"recall_at_{k}": recall_at_k(outcomes, k),
-        **answer_metrics(outcomes),
-    }
-
-
-def apply_threshold(outcomes: Sequence[QueryOutcome], threshold: float) -> list[QueryOutcome]:
-    """The same outcomes with the answer decided as the Matcher does: best FAQ iff score >= threshold."""
-    return [
-        replace(o, answer=o.ranked[0] if o.ranked and o.top_score is not None and o.top_score >= threshold else None)
-        for o in outcomes
-    ]
-
-
-def tune_threshold(outcomes: Sequence[QueryOutcome]) -> tuple[float, float]:
-    """The threshold maximising answer F1 on `outcomes` -> (threshold, F1).
-
-    Only the order of top scores matters, so the candidates are exact: "answer the m best-scored
-    queries" for every m at a change of score. The threshold returned sits midway between the
-    lowest answered score and the next lower one (robust to small score shifts on new data); ties in
-    F1 go to the higher threshold (fewer wrong answers to out-of-scope queries).
-    """
-    scored = [o for o in outcomes if o.ranked and o.top_score is not None]
-    answerable = sum(o.gold is not None for o in outcomes)
-    if not scored or answerable == 0:
-        return 1.0, 0.0
-    scores = np.array([o.top_score for o in scored], dtype=np.float64)
-    correct = np.array([o.ranked[0] == o.gold for o in scored], dtype=np.float64)
-    order = np.argsort(-scores, kind="stable")
-    scores, correct = scores[order], correct[order]
-    n_answered = np.arange(1, len(scores) + 1, dtype=np.float64)
-    n_correct = np.cumsum(correct)
-    precision = n_correct / n_answered
-    recall = n_correct / answerable
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
-    # a cut is only possible after the last of a run of equal scores
-    last_of_tie = np.append(scores[1:] < scores[:-1], True)
-    candidates = np.flatnonzero(last_of_tie)
-    best_f1 = float(f1[candidates].max())
-    best = int(candidates[np.flatnonzero(np.isclose(f1[candidates], best_f1, rtol=0, atol=1e-12))[0]])
-    if best_f1 <= 0.0:
-        return float(scores[0]) + 1e-6, 0.0  # answering never helps: answer nothing
-    lower = scores[best + 1] if best + 1 < len(scores) else None
-    threshold = float(scores[best]) if lower is None else float((scores[best] + lower) / 2.0)
-    return threshold, best_f1
-
-
-# ---------------------------------------------------------------------------------------------
-# the runner
-
-
-def outcomes_from_results(results: Sequence[Any], golds: Sequence[str | None]) -> list[QueryOutcome]:
-    """Matcher `MatchResult`s + gold labels -> outcomes."""
-    out = []
-    for result, gold in zip(results, golds):
-        ranked = tuple(m.faq_id for m in result.matches)
-        top = float(result.matches[0].score) if result.matches else None
-        out.append(QueryOutcome(gold, ranked, top, result.answer.faq_id if result.answer is not None else None))
-    return out
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    runner.upgrade(settings.db_url)
+    return FaqStore.from_settings(settings)
 
 
 def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: float, top_k: int,
@@ -272,17 +145,17 @@ def run_eval_match(
     `pool_variants`: how many of a FAQ's best phrasings its cosine averages (app/matcher.py `group_hits`;
     default settings.pool_variants); several values are each run on dev (`ann` arm, queries encoded once)
     and the one with the best dev answer F1 is used."""
-    from app.kb_io import read_kb, read_queries
+    from kb.records import read_kb, read_queries
     from app.matcher import Matcher, calibration_for
     from app.settings import get_settings
-    from app.store import FaqStore
+    from app.pipeline import encoder_spec
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.retriever import Retriever
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     base = settings or get_settings()
-    spec = model or base.encoder_spec()
+    spec = model or encoder_spec(base)
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
 
@@ -311,7 +184,7 @@ def run_eval_match(
     settings_eval = base.model_copy(update=update)
     try:
         t = time.perf_counter()
-        store = FaqStore.from_settings(settings_eval)
+        store = scratch_store(settings_eval)
         import_report = store.import_records(records)
         timings["import_s"] = time.perf_counter() - t
 
@@ -350,7 +223,7 @@ def run_eval_match(
         weight_report = None
         if reranker_model is not None and tune_rerank_weight and dev:
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
-            from app.rerank_tuning import tune_weight
+            from evaluation.rerank_tuning import tune_weight
 
             pure = Matcher(encoder, retriever, reranker=reranker_model, rerank_k=matcher.rerank_k, rerank_weight=1.0,
                            pool_variants=matcher.pool_variants)

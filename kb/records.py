@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.db.models import MAX_ANSWER_CHARS, MAX_FAQ_ID_CHARS, MAX_QUESTION_CHARS
-
+# field limits: the database columns are sized from these (app/db/models.py)
+MAX_FAQ_ID_CHARS = 200
+MAX_QUESTION_CHARS = 1000
+MAX_ANSWER_CHARS = 20000
 MAX_TAG_CHARS = 100
 MAX_TAGS = 50
 CSV_TAG_SEPARATOR = ";"

@@ -1,4 +1,4 @@
-"""`faq kb ...`: import, export and summarise the FAQ knowledge base (file formats: app/kb_io.py)."""
+"""`faq kb ...`: import, export and summarise the FAQ knowledge base (file formats: kb/records.py)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from app.kb_io import KbValidationError, read_kb, write_kb
+from kb.records import KbValidationError, read_kb, write_kb
 from app.settings import get_settings
 from app.store import FaqStore, ImportReport
 
@@ -50,7 +50,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _open_store() -> FaqStore:
-    return FaqStore.from_settings(get_settings())
+    from cli.db import migrated_store
+
+    return migrated_store(get_settings())
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -258,18 +258,14 @@ def _read_tsv_rows(path: Path, encoding: str = "utf-8") -> list[list[str]]:
 
 
 def read_stsb_scores(path: Path) -> list[tuple[float, str, str]]:
-    """Raw STS-B csv rows (genre, file, year, id, score 0..5, sentence1, sentence2[, licence fields])
-    -> (score, sentence1, sentence2); a malformed row raises DatasetError naming file:line."""
-    rows = []
-    for line_no, cols in enumerate(_read_tsv_rows(Path(path)), start=1):
-        if len(cols) < 7:
-            raise DatasetError(f"{path}:{line_no}: expected at least 7 tab-separated columns, got {len(cols)}")
-        try:
-            score = float(cols[4])
-        except ValueError as exc:
-            raise DatasetError(f"{path}:{line_no}: score {cols[4]!r} is not a number") from exc
-        rows.append((score, cols[5], cols[6]))
-    return rows
+    """Raw STS-B rows -> (score, sentence1, sentence2) (models/pairs.py reads them for training too)."""
+    from models.pairs import PairFileError
+    from models.pairs import read_stsb_scores as read
+
+    try:
+        return read(path)
+    except PairFileError as exc:
+        raise DatasetError(str(exc)) from exc
 
 
 def _parse_label(value: str, path: Path, line_no: int) -> int:

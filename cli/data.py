@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.datasets import DATASETS, DatasetError, prepare
+from evaluation.datasets import DATASETS, DatasetError, prepare
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -71,9 +71,10 @@ def roc_auc(cos: np.ndarray, labels: np.ndarray) -> float | None:
 def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_path: str | Path | None = None,
                    batch_size: int = 256) -> dict:
     from app.settings import get_settings
-    from models.encoder import load_encoder
+    from app.pipeline import encoder_spec
+    from models.load import load_encoder
 
-    spec = model or get_settings().encoder_spec(None)
+    spec = model or encoder_spec(get_settings())
     t0 = time.perf_counter()
     encoder = load_encoder(spec)
     q1, q2, labels = _pairs(pairs_path)

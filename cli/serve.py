@@ -50,8 +50,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.settings import get_settings
+    from cli.db import migrated_store
 
     settings = get_settings()
+    # migrations belong to the entry point: once here, before any worker process opens the store
+    migrated_store(settings).close()
     print(
         f"serving {APP_PATH} on http://{args.host}:{args.port} (workers={args.workers}, encoder={settings.encoder or 'from the current build'}, "
         f"data_dir={settings.data_dir}, admin API {'on' if settings.admin_token else 'off: set FAQ_ADMIN_TOKEN'})",

