@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-import numpy as np
 
 from app.settings import ARMS, Settings, split_weights
 
-__all__ = ["ARMS", "ArmSplit", "arm_split", "base_arm", "lexical_hits", "parse_split", "resolve_arm", "uses_reranker"]
+__all__ = ["ARMS", "ArmSplit", "arm_split", "base_arm", "parse_split", "resolve_arm", "uses_reranker"]
 
 RERANK_SUFFIX = "+rerank"
 #: hash buckets of the split; weights are spread over these
@@ -85,29 +82,3 @@ def parse_split(text: str) -> ArmSplit:
 def arm_split(settings: Settings) -> ArmSplit | None:
     """The configured online split (FAQ_AB_SPLIT), None when every request takes its own or the default arm."""
     return parse_split(settings.ab_split) if settings.ab_split else None
-
-
-# -- the lexical arm's recall stage -----------------------------------------------------------------
-def lexical_hits(lexical: Any, retriever: Any, queries: Sequence[str], vecs: np.ndarray, k: int) -> list[list[Any]]:
-    """BM25 top-`k` FAQs per query -> their variant hits scored by cosine with the query vector.
-
-    The cosines come from the retriever's stored vectors (`Retriever.vectors_of`), i.e. exactly what
-    the `ann` arm would compute for those variants; variants deleted or edited since the build are not
-    live in the retriever and are dropped (the lexical index holds the KB as of the build).
-    Returns `index.retriever.Hit`s (cosine set), best cosine first, ready for `group_hits`.
-    """
-    from index.retriever import Hit
-
-    per_query = lexical.search(list(queries), k=k)
-    out: list[list[Any]] = []
-    for row, candidates in enumerate(per_query):
-        if not candidates:
-            out.append([])
-            continue
-        vectors, found = retriever.vectors_of([h.variant_id for h in candidates])
-        cosines = vectors @ np.asarray(vecs[row], dtype=np.float32)
-        hits = [Hit(h.variant_id, h.faq_id, h.question, float(c))
-                for h, c, ok in zip(candidates, cosines.tolist(), found.tolist()) if ok]
-        hits.sort(key=lambda h: -h.cosine)
-        out.append(hits)
-    return out

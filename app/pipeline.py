@@ -1,17 +1,274 @@
-"""Assembling the matching pipeline from settings.
+"""The matching pipeline, and the one place it is assembled from settings (`build_pipeline`).
 
-The request path is store -> encoder -> candidate generation (ANN + delta segment + tombstones, or BM25)
--> FAQ grouping and pooling -> optional re-ranking stages -> calibrated decision. This module is where
-settings turn into those parts.
+    query texts -> encoder (one call per batch)
+      -> candidate generation per arm: ANN (Annoy + delta segment + tombstones) or BM25 (index/candidates.py)
+      -> FAQ grouping and pooling, scored by the build's calibration: p = sigmoid(a * cos + b)
+      -> re-ranking stages (the `+rerank` arms): each re-scores the top `rerank_k` FAQs
+      -> decision: answer = the best FAQ when its probability >= threshold, else none
+
+The service (`app/api/state.py`), `faq eval match`, `faq eval ab` and the benchmarks all get their
+pipeline from `build_pipeline`, so a new stage, option or runtime is wired in here once.
+
+A re-ranking stage is anything with `id` and `rescore(query, candidates) -> probabilities`
+(`RerankStage`): `CrossEncoderStage` adapts models/reranker.py; models still to come plug in the same way.
+Arms (app/arms.py): `MatchQuery.arm` picks the recall stage (`ann` or `lexical`), `+rerank` adds the stages.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from app.arms import base_arm, uses_reranker
 from app.settings import Settings
+from index.calibration import calibration_for
+from index.candidates import (
+    FaqMatch,
+    RetrieverLike,
+    deepen,
+    group_hits,
+    lexical_hits,
+    retrieve_depth,
+    variant_counts,
+)
+
+__all__ = [
+    "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "NoIndexError", "NoRerankerError", "Pipeline",
+    "RerankStage", "build_pipeline", "default_encoder", "encoder_spec", "lexical_engine", "load_rerank_stages",
+]
 
 
+# ---------------------------------------------------------------------------------------------
+# requests and results
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MatchQuery:
+    """One query with its own options (the micro-batcher mixes requests with different options)."""
+
+    query: str
+    top_k: int = 5
+    threshold: float = 0.5
+    arm: str = "ann"  # app.arms.ARMS
+
+
+@dataclass
+class MatchResult:
+    query: str
+    matches: list[FaqMatch]
+    answer: FaqMatch | None  # best match when its score >= threshold
+    index_version: str
+    timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, total
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# re-ranking stages
+# ---------------------------------------------------------------------------------------------
+class RerankStage(Protocol):
+    """Re-scores a query's candidate FAQs (first-stage order, each with its score so far)."""
+
+    id: str
+
+    def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        """Calibrated P(candidate means the same as query), float (len(candidates),)."""
+        ...
+
+
+class CrossEncoderStage:
+    """models/reranker.py's cross-encoder on each candidate's best phrasing (one batched forward pass),
+    its probability pooled with the candidate's score so far by `weight` (None: the folder's
+    `fusion_weight`; 1 = the cross-encoder alone)."""
+
+    def __init__(self, reranker: Any, weight: float | None = None):
+        self.reranker = reranker
+        self.weight = weight
+
+    @property
+    def id(self) -> str:
+        return self.reranker.id
+
+    @property
+    def served_weight(self) -> float:
+        return self.reranker.config.fusion_weight if self.weight is None else self.weight
+
+    def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        return np.asarray(self.reranker.score(query, [m.question for m in candidates],
+                                              prior=[m.score for m in candidates], weight=self.weight))
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+# ---------------------------------------------------------------------------------------------
+class Pipeline:
+    """Encoder + (current) Retriever [+ re-ranking stages] -> `MatchResult`s. Built by `build_pipeline`.
+
+    `retriever_provider` is either a Retriever or a zero-argument callable returning the current one
+    (the service passes its state's getter so a hot swap is seen by the next call). The retriever is read
+    ONCE per `match` call, so every query of a call is answered by the same index version even if a
+    swap happens meanwhile; callers can also pin one with `retriever=`.
+    """
+
+    def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
+                 lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
+                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int = 1):
+        self.encoder = encoder
+        if pool_variants < 1:
+            raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
+        # a FAQ's cosine = mean of its best `pool_variants` phrasings' (1 = its best phrasing alone)
+        self.pool_variants = pool_variants
+        # the `+rerank` arms: each stage re-scores the top `rerank_k` FAQs in turn; none = those arms refuse
+        self.stages = list(stages)
+        self.rerank_k = rerank_k
+        # the lexical arms: retriever -> the LexicalIndex of its build version (raises LexicalUnavailable)
+        self.lexical = lexical
+        self.lexical_k = lexical_k
+        if callable(retriever_provider) and not hasattr(retriever_provider, "search"):
+            self._provider = retriever_provider
+        else:
+            self._provider = lambda: retriever_provider  # a fixed retriever
+
+    def current_retriever(self) -> RetrieverLike | None:
+        return self._provider()
+
+    # -- public API ------------------------------------------------------------------------------
+    def match(
+        self,
+        queries: Sequence[str],
+        top_k: int = 5,
+        threshold: float = 0.5,
+        *,
+        retriever: RetrieverLike | None = None,
+    ) -> list[MatchResult]:
+        """Match `queries` with the same options. See `match_many` for per-query options."""
+        return self.match_many([MatchQuery(q, top_k, threshold) for q in queries], retriever=retriever)
+
+    def match_many(
+        self, requests: Sequence[MatchQuery], *, retriever: RetrieverLike | None = None
+    ) -> list[MatchResult]:
+        """Encode every query in one call and rank each against one retriever."""
+        if not requests:
+            return []
+        retriever = retriever if retriever is not None else self.current_retriever()
+        if retriever is None:
+            raise NoIndexError("no index built: run `faq index build`")
+        t0 = time.perf_counter()
+        vecs = self.encode([r.query for r in requests])
+        encode_ms = (time.perf_counter() - t0) * 1000.0
+        return self.rank(requests, vecs, retriever, encode_ms=encode_ms, started=t0)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def rank(
+        self,
+        requests: Sequence[MatchQuery],
+        vecs: np.ndarray,
+        retriever: RetrieverLike,
+        *,
+        encode_ms: float = 0.0,
+        started: float | None = None,
+    ) -> list[MatchResult]:
+        """Retrieve, group and score already-encoded queries (one search call for all of them)."""
+        started = started if started is not None else time.perf_counter()
+        t1 = time.perf_counter()
+        hits_per_query = self.retrieve(requests, vecs, retriever)
+        retrieve_ms = (time.perf_counter() - t1) * 1000.0
+
+        calibration = calibration_for(retriever.manifest, self.encoder, self.pool_variants)
+        answers = retriever.answers
+        ranked: list[list[FaqMatch]] = []
+        t2 = time.perf_counter()
+        # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
+        # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
+        counts = variant_counts(retriever) if self.pool_variants > 1 else None
+        for request, hits in zip(requests, hits_per_query):
+            reranked = uses_reranker(request.arm)
+            grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
+                                 pool=self.pool_variants, counts=counts if base_arm(request.arm) == "ann" else None)
+            ranked.append(self.rerank(request, grouped) if reranked else grouped)
+        rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
+        total_ms = (time.perf_counter() - started) * 1000.0
+        results: list[MatchResult] = []
+        for request, matches in zip(requests, ranked):
+            best = matches[0] if matches else None
+            answer = best if best is not None and best.score >= request.threshold else None
+            results.append(
+                MatchResult(
+                    query=request.query,
+                    matches=matches,
+                    answer=answer,
+                    index_version=str(retriever.version),
+                    timings_ms={
+                        "encode": round(encode_ms, 3),
+                        "retrieve": round(retrieve_ms, 3),
+                        "rerank": round(rerank_ms, 3),
+                        "total": round(total_ms, 3),
+                    },
+                )
+            )
+        return results
+
+    def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
+        """The `+rerank` arms: each stage re-scores the top `rerank_k` FAQs (their scores so far are its
+        prior); the last stage's probability becomes the score and the order."""
+        if not self.stages:
+            raise NoRerankerError("no re-ranker installed: set FAQ_RERANKER to a re-ranker folder")
+        head = candidates[: max(request.top_k, self.rerank_k)]
+        for stage in self.stages:
+            if not head:
+                return []
+            probs = np.asarray(stage.rescore(request.query, head), dtype=np.float64)
+            head = [replace(m, score=float(p)) for m, p in zip(head, probs.tolist())]
+            head.sort(key=lambda m: (-m.score, m.faq_id))
+        return head[: request.top_k]
+
+    def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
+        """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
+        hits: list[list[Any]] = [[] for _ in requests]
+        ann_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "ann"]
+        lexical_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "lexical"]
+        if len(ann_rows) + len(lexical_rows) != len(requests):
+            unknown = sorted({r.arm for r in requests} - {"ann", "lexical", "ann+rerank", "lexical+rerank"})
+            raise ValueError(f"unknown arm(s) {unknown}")
+        if ann_rows:
+            # a re-ranked arm needs rerank_k FAQs from its recall stage, whatever top_k it returns
+            sub = [replace(requests[i], top_k=max(requests[i].top_k, self.rerank_k)) if uses_reranker(requests[i].arm)
+                   else requests[i] for i in ann_rows]
+            sub_vecs = vecs if len(ann_rows) == len(requests) else vecs[ann_rows]
+            k = max(retrieve_depth(r.top_k) for r in sub)
+            for i, found in zip(ann_rows, deepen(retriever, sub_vecs, [r.top_k for r in sub], retriever.search(sub_vecs, k), k)):
+                hits[i] = found
+        if lexical_rows:
+            if self.lexical is None:
+                from index.lexical import LexicalUnavailable
+
+                raise LexicalUnavailable("no lexical index configured for this matcher")
+            index = self.lexical(retriever)
+            k = max([self.lexical_k] + [requests[i].top_k for i in lexical_rows])
+            found = lexical_hits(index, retriever, [requests[i].query for i in lexical_rows], vecs[lexical_rows], k)
+            for i, row_hits in zip(lexical_rows, found):
+                hits[i] = row_hits
+        return hits
+
+
+class NoIndexError(RuntimeError):
+    """No retriever is loaded (no build yet, or the current build could not be loaded)."""
+
+
+class NoRerankerError(RuntimeError):
+    """A `+rerank` arm was asked for but no re-ranker is installed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# assembly
+# ---------------------------------------------------------------------------------------------
 def encoder_spec(settings: Settings, manifest: dict | None = None) -> str:
     """The encoder to load: FAQ_ENCODER, else the one that built `manifest` (a served index must be
-    queried with its own encoder), else the default (mpnet when installed, else minilm)."""
+    queried with its own encoder), else the default."""
     if settings.encoder:
         return settings.encoder
     if (manifest or {}).get("encoder_spec"):
@@ -33,3 +290,29 @@ def lexical_engine(settings: Settings) -> str:
     from index.lexical import resolve_engine
 
     return resolve_engine(settings.lexical_engine, settings.es_url)
+
+
+def load_rerank_stages(settings: Settings, path: str | None = None, weight: float | None = None) -> list[RerankStage]:
+    """The re-ranking stages of FAQ_RERANKER (or `path`), with FAQ_RERANK_WEIGHT (or `weight`);
+    none when no re-ranker is configured. Raises what loading the folder raises."""
+    path = path or settings.reranker
+    if not path:
+        return []
+    from models.reranker import load_reranker
+
+    reranker = load_reranker(path, runtime=settings.rerank_runtime, threads=settings.torch_threads)
+    return [CrossEncoderStage(reranker, settings.rerank_weight if weight is None else weight)]
+
+
+def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
+                   lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
+                   pool_variants: int | None = None, rerank_k: int | None = None,
+                   lexical_k: int | None = None) -> Pipeline:
+    """The matching pipeline: settings give every option a caller does not override."""
+    return Pipeline(
+        encoder, retriever, lexical=lexical,
+        lexical_k=settings.lexical_k if lexical_k is None else lexical_k,
+        stages=stages,
+        rerank_k=settings.rerank_k if rerank_k is None else rerank_k,
+        pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
+    )

@@ -1,7 +1,7 @@
 """What the re-ranker adds to a `/match` call, and what each speed-up costs in quality.
 
 For one trained re-ranker folder, every runtime variant scores the same requests: one query against
-20 candidate questions (the service's rerank_k) in ONE forward pass, as `Matcher.rerank` does. Variants
+20 candidate questions (the service's rerank_k) in ONE forward pass, as `Pipeline.rerank` does. Variants
 run interleaved (round-robin, request by request), so machine load that comes and goes hits all of
 them alike:
 

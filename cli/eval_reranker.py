@@ -88,7 +88,8 @@ def cmd_reranker(args: argparse.Namespace) -> int:
 
     from models.pairs import PairFileError, read_pair_file
     from models.reranker import RerankerError, load_reranker
-    from models.train_reranker import HELDOUT_FILE, RerankTrainError, best_threshold, pearson_spearman, read_stsb, read_written_pairs
+    from models.scoring import best_threshold
+    from models.train_reranker import HELDOUT_FILE, RerankTrainError, pearson_spearman, read_stsb, read_written_pairs
 
     if not args.stsb and not args.qqp_test:
         print("error: give --stsb and/or --qqp-test", file=sys.stderr)
@@ -121,7 +122,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
             if not tune:
                 raise ValueError("no pairs to tune the QQP threshold on")
             tune_scores = model.score_pairs([(a, b) for a, b, _ in tune], progress=True)
-            threshold, tune_acc = best_threshold(tune_scores, np.array([y for _, _, y in tune]))
+            threshold, tune_acc = best_threshold(tune_scores, np.array([y for _, _, y in tune]) >= 0.5)
             test = read_pair_file(args.qqp_test)[: args.limit]
             scores = model.score_pairs([(p.q1, p.q2) for p in test], progress=True)
             labels = np.array([p.label for p in test])

@@ -3,7 +3,7 @@
 The paper's comparison (Table VIII): ANN retrieval over encoder vectors vs the classic pipeline,
 BM25 recalls 30 candidates that the encoder re-ranks. Every arm runs through the PRODUCT's path, as
 `faq eval match` does: the KB is imported into a scratch store, `faq index build`'s `build_index`
-writes the Annoy index and the lexical index under one version, and `app.matcher.Matcher` answers
+writes the Annoy index and the lexical index under one version, and the `app.pipeline` pipeline answers
 with `MatchQuery.arm` set, exactly as `/match` does.
 
 Per arm:
@@ -242,7 +242,7 @@ def run_arm(matcher: Any, retriever: Any, arm: str, queries: Sequence[str], vecs
     per threshold afterwards) -> (results, seconds)."""
     from tqdm import tqdm
 
-    from app.matcher import MatchQuery
+    from app.pipeline import MatchQuery
 
     results: list[Any] = []
     t = time.perf_counter()
@@ -260,7 +260,7 @@ def measure_latency(matcher: Any, retriever: Any, arms: Sequence[str], queries: 
                     sample: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """Single-query calls (encode + retrieve + re-rank, as one /match) per arm on a sample of queries.
     Arms are interleaved query by query so a load change on the machine hits every arm alike."""
-    from app.matcher import MatchQuery
+    from app.pipeline import MatchQuery
 
     if sample <= 0 or not queries:
         return {arm: {"total": [], "encode": [], "retrieve": [], "rerank": []} for arm in arms}
@@ -324,7 +324,7 @@ def run_eval_ab(
     import torch
 
     from kb.records import read_kb, read_queries
-    from app.matcher import Matcher
+    from app.pipeline import build_pipeline, load_rerank_stages
     from app.settings import get_settings
     from app.pipeline import encoder_spec
     from index.lexical import resolve_engine
@@ -354,12 +354,11 @@ def run_eval_ab(
     _known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
 
     skipped: dict[str, str] = {}
-    reranker = None
+    rerank_stages: list = []
     if any(uses_reranker(a) for a in arms):
         if reranker_path:
-            from models.reranker import load_reranker
-
-            reranker = load_reranker(reranker_path)
+            # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
+            rerank_stages = load_rerank_stages(base, reranker_path)
         else:
             for arm in [a for a in arms if uses_reranker(a)]:
                 skipped[arm] = "no re-ranker: pass --reranker DIR (or set FAQ_RERANKER)"
@@ -389,11 +388,8 @@ def run_eval_ab(
         timings["encode_queries_s"] = time.perf_counter() - t
 
         lexical = prep.lexical
-        # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
-        rerank_weight = getattr(base, "rerank_weight", None)
-        matcher = Matcher(encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
-                          reranker=reranker, rerank_k=rerank_k, rerank_weight=rerank_weight,
-                          pool_variants=int(getattr(base, "pool_variants", 1)))
+        matcher = build_pipeline(base, encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
+                                 stages=rerank_stages, rerank_k=rerank_k)
         # first-stage arms return their whole candidate list (recall@K); re-ranked arms NDCG_K FAQs
         first_stage_k = max(NDCG_K, lexical_k)
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall
@@ -458,9 +454,8 @@ def run_eval_ab(
             "model": spec, "encoder_id": encoder.id, "pool_variants": matcher.pool_variants,
             "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
-            "reranker": {"path": reranker_path, "id": getattr(reranker, "id", None), "rerank_k": rerank_k,
-                         "weight": rerank_weight if rerank_weight is not None
-                         else getattr(getattr(reranker, "config", None), "fusion_weight", None)} if reranker else None,
+            "reranker": {"path": reranker_path, "id": rerank_stages[0].id, "rerank_k": rerank_k,
+                         "weight": rerank_stages[0].served_weight} if rerank_stages else None,
             "index": {"version": prep.manifest["version"], "n_trees": prep.manifest.get("n_trees"),
                       "search_k": prep.manifest.get("search_k"), "calibration": prep.manifest.get("calibration"),
                       "reused": prep.reused},

@@ -4,7 +4,7 @@ The metrics themselves are in evaluation/metrics.py.
 
 The runner goes through the PRODUCT's own path so the numbers describe what is served: a fresh
 `FaqStore` on a SQLite file in a work folder (Alembic migrations, `import_records`),
-`index.build.build_index` with the chosen encoder (Annoy + calibration), then `app.matcher.Matcher`
+`index.build.build_index` with the chosen encoder (Annoy + calibration), then the pipeline of `app.pipeline.build_pipeline`
 over all queries in batches. The answer threshold is tuned on dev queries (maximising answer F1)
 when a dev file is given, else the default threshold from settings is used.
 """
@@ -53,7 +53,7 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
     """All queries through `Matcher.match_many` in batches (one pinned retriever, one arm) -> (results, seconds)."""
     from tqdm import tqdm
 
-    from app.matcher import MatchQuery
+    from app.pipeline import MatchQuery
 
     results: list[Any] = []
     t = time.perf_counter()
@@ -64,25 +64,6 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
                                               retriever=retriever))
             bar.update(len(batch))
     return results, time.perf_counter() - t
-
-
-class MemoEncoder:
-    """An encoder that remembers the vectors of texts it has encoded (an evaluation matches the same dev
-    queries once per tuned setting); everything else is the wrapped encoder's."""
-
-    def __init__(self, encoder: Any):
-        self._encoder = encoder
-        self._memo: dict[str, np.ndarray] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._encoder, name)
-
-    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
-        if missing:
-            vecs = self._encoder.encode(missing, batch_size=batch_size, show_progress_bar=show_progress_bar)
-            self._memo.update(zip(missing, np.asarray(vecs, dtype=np.float32)))
-        return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self._encoder.dim), np.float32)
 
 
 def tune_pool(matcher: Any, retriever: Any, dev: Sequence[Any], pools: Sequence[int], threshold: float, top_k: int,
@@ -142,16 +123,18 @@ def run_eval_match(
     question per FAQ matches).
     `reranker`: a re-ranker folder; the queries then run the `ann+rerank` arm (the cross-encoder re-scores
     the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities.
-    `pool_variants`: how many of a FAQ's best phrasings its cosine averages (app/matcher.py `group_hits`;
+    `pool_variants`: how many of a FAQ's best phrasings its cosine averages (index/candidates.py `group_hits`;
     default settings.pool_variants); several values are each run on dev (`ann` arm, queries encoded once)
     and the one with the best dev answer F1 is used."""
     from kb.records import read_kb, read_queries
-    from app.matcher import Matcher, calibration_for
+    from app.pipeline import CrossEncoderStage, build_pipeline, load_rerank_stages
+    from index.calibration import calibration_for
     from app.settings import get_settings
     from app.pipeline import encoder_spec
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.retriever import Retriever
+    from models.encoder import SharedEncoder
     from models.load import load_encoder
 
     base = settings or get_settings()
@@ -200,39 +183,32 @@ def run_eval_match(
         )
         timings["index_build_s"] = time.perf_counter() - t
         retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-        encoder = MemoEncoder(encoder)  # dev queries are matched more than once when something is tuned on them
+        encoder = SharedEncoder(encoder, memo=True)  # dev queries are matched more than once when something is tuned on them
         pools = list(pool_variants) if pool_variants else [int(getattr(base, "pool_variants", 1))]
         if len(pools) > 1 and not dev:
             raise ValueError("several pool_variants values need dev queries to choose from")
-        arm, reranker_model = "ann", None
-        if reranker:
-            from models.reranker import load_reranker
-
-            reranker_model = load_reranker(reranker, runtime=getattr(base, "rerank_runtime", "auto"),
-                                           threads=getattr(base, "torch_threads", None))
-            arm = "ann+rerank"
-        matcher = Matcher(encoder, retriever, reranker=reranker_model,
-                          rerank_k=int(rerank_k or getattr(base, "rerank_k", 20)),
-                          rerank_weight=rerank_weight if rerank_weight is not None else getattr(base, "rerank_weight", None),
-                          pool_variants=pools[0])
+        stages = load_rerank_stages(base, reranker, rerank_weight) if reranker else []
+        stage = stages[0] if stages else None
+        arm = "ann+rerank" if stages else "ann"
+        matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0])
         pool_report = None
         if len(pools) > 1:
             t = time.perf_counter()
             pool_report = tune_pool(matcher, retriever, dev, pools, float(base.default_threshold), top_k, batch_size)
             timings["pool_tuning_s"] = time.perf_counter() - t
         weight_report = None
-        if reranker_model is not None and tune_rerank_weight and dev:
+        if stage is not None and tune_rerank_weight and dev:
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
             from evaluation.rerank_tuning import tune_weight
 
-            pure = Matcher(encoder, retriever, reranker=reranker_model, rerank_k=matcher.rerank_k, rerank_weight=1.0,
-                           pool_variants=matcher.pool_variants)
+            pure = build_pipeline(base, encoder, retriever, stages=[CrossEncoderStage(stage.reranker, 1.0)],
+                                  rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants)
             t = time.perf_counter()
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
             timings["rerank_weight_tuning_s"] = time.perf_counter() - t
             best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.pool_variants), top_k)
-            matcher.rerank_weight = best
+            stage.weight = best
             weight_report = {"chosen": best, "dev_f1_by_weight": f1s}
 
         default_threshold = float(base.default_threshold)
@@ -267,10 +243,9 @@ def run_eval_match(
             "arm": arm,
             "pool_variants": matcher.pool_variants,
             "pool_tuning": pool_report,
-            "reranker": {"path": reranker, "id": reranker_model.id, "rerank_k": matcher.rerank_k,
-                         "weight": matcher.rerank_weight if matcher.rerank_weight is not None
-                         else reranker_model.config.fusion_weight, "weight_tuning": weight_report}
-            if reranker_model else None,
+            "reranker": {"path": reranker, "id": stage.id, "rerank_k": matcher.rerank_k,
+                         "weight": stage.served_weight, "weight_tuning": weight_report}
+            if stage else None,
             "index": {
                 "version": manifest["version"],
                 "n_trees": manifest.get("n_trees"),

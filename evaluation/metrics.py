@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-import numpy as np
-
 RECALL_K = 5
 
 
@@ -105,38 +103,18 @@ def apply_threshold(outcomes: Sequence[QueryOutcome], threshold: float) -> list[
 
 
 def tune_threshold(outcomes: Sequence[QueryOutcome]) -> tuple[float, float]:
-    """The threshold maximising answer F1 on `outcomes` -> (threshold, F1).
+    """The answer threshold maximising answer F1 on `outcomes` -> (threshold, F1): models/scoring.py
+    `best_threshold` over the top scores, a pass being right when the top FAQ is the gold one, recall
+    counted over every answerable query (ties go to the higher threshold: fewer wrong answers to
+    out-of-scope queries)."""
+    from models.scoring import best_threshold
 
-    Only the order of top scores matters, so the candidates are exact: "answer the m best-scored
-    queries" for every m at a change of score. The threshold returned sits midway between the
-    lowest answered score and the next lower one (robust to small score shifts on new data); ties in
-    F1 go to the higher threshold (fewer wrong answers to out-of-scope queries).
-    """
     scored = [o for o in outcomes if o.ranked and o.top_score is not None]
     answerable = sum(o.gold is not None for o in outcomes)
     if not scored or answerable == 0:
         return 1.0, 0.0
-    scores = np.array([o.top_score for o in scored], dtype=np.float64)
-    correct = np.array([o.ranked[0] == o.gold for o in scored], dtype=np.float64)
-    order = np.argsort(-scores, kind="stable")
-    scores, correct = scores[order], correct[order]
-    n_answered = np.arange(1, len(scores) + 1, dtype=np.float64)
-    n_correct = np.cumsum(correct)
-    precision = n_correct / n_answered
-    recall = n_correct / answerable
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
-    # a cut is only possible after the last of a run of equal scores
-    last_of_tie = np.append(scores[1:] < scores[:-1], True)
-    candidates = np.flatnonzero(last_of_tie)
-    best_f1 = float(f1[candidates].max())
-    best = int(candidates[np.flatnonzero(np.isclose(f1[candidates], best_f1, rtol=0, atol=1e-12))[0]])
-    if best_f1 <= 0.0:
-        return float(scores[0]) + 1e-6, 0.0  # answering never helps: answer nothing
-    lower = scores[best + 1] if best + 1 < len(scores) else None
-    threshold = float(scores[best]) if lower is None else float((scores[best] + lower) / 2.0)
-    return threshold, best_f1
-
+    return best_threshold([o.top_score for o in scored], [o.ranked[0] == o.gold for o in scored],
+                          objective="f1", n_relevant=answerable)
 
 
 def outcomes_from_results(results: Sequence[Any], golds: Sequence[str | None]) -> list[QueryOutcome]:

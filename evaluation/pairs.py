@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from models.scoring import best_threshold
+
 
 def _pairs(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
     from models.pairs import read_pair_file
@@ -38,24 +40,6 @@ def pair_cosines(encoder: Any, q1: Sequence[str], q2: Sequence[str], batch_size:
 
 def accuracy_at(cos: np.ndarray, labels: np.ndarray, threshold: float) -> float:
     return float(np.mean((cos >= threshold) == (labels == 1)))
-
-
-def best_threshold(cos: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """(threshold, accuracy) maximising accuracy; candidate thresholds are the midpoints of sorted cosines."""
-    order = np.argsort(cos)
-    c, y = cos[order], labels[order]
-    # predicting "paraphrase" for items i >= k: correct = negatives below k + positives from k on
-    neg_below = np.concatenate([[0], np.cumsum(y == 0)])
-    pos_from = np.concatenate([np.cumsum((y == 1)[::-1])[::-1], [0]])
-    correct = neg_below + pos_from
-    k = int(np.argmax(correct))
-    if k == 0:
-        thr = float(c[0]) - 1e-6
-    elif k == len(c):
-        thr = float(c[-1]) + 1e-6
-    else:
-        thr = float((c[k - 1] + c[k]) / 2)
-    return thr, float(correct[k] / len(c))
 
 
 def roc_auc(cos: np.ndarray, labels: np.ndarray) -> float | None:
@@ -92,11 +76,11 @@ def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_p
     if dev_pairs_path:
         d1, d2, dlabels = _pairs(dev_pairs_path)
         dcos = pair_cosines(encoder, d1, d2, batch_size)
-        thr, dev_acc = best_threshold(dcos, dlabels)
+        thr, dev_acc = best_threshold(dcos, dlabels == 1)
         report["dev_pairs"] = str(dev_pairs_path)
         report["accuracy"]["dev_tuned"] = {"threshold": thr, "dev_accuracy": dev_acc,
                                            "accuracy": accuracy_at(cos, labels, thr)}
-    thr, oracle = best_threshold(cos, labels)
+    thr, oracle = best_threshold(cos, labels == 1)
     report["accuracy"]["oracle_on_test"] = {"threshold": thr, "accuracy": oracle,
                                             "note": "upper bound: threshold chosen on the test pairs themselves"}
     report["seconds"] = round(time.perf_counter() - t0, 1)

@@ -20,6 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from index.ann import AnnIndex
+from models import scoring
+from models.scoring import sigmoid
 from index.pooling import MAX_POOL, pooled_cosine
 
 DEFAULT_A = 12.0
@@ -33,17 +35,30 @@ DEFAULT_L2 = 1.0
 
 @dataclass(frozen=True)
 class Calibration:
+    """p(match) = sigmoid(a * cos + b)."""
+
     a: float
     b: float
-    source: str  # "kb_fit" | "encoder" | "default"
+    source: str = "manifest"  # "kb_fit" | "encoder" | "default" when fitted; "manifest" when read back
 
     def prob(self, cos: np.ndarray | float) -> np.ndarray:
         return sigmoid(self.a * np.asarray(cos, dtype=np.float64) + self.b)
 
+    def probability(self, cosine: float) -> float:
+        return float(self.prob(cosine))
 
-def sigmoid(z: np.ndarray | float) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free form of 1 / (1 + exp(-z))
+
+def calibration_for(manifest: dict | None, encoder: object = None, pool: int = 1) -> Calibration:
+    """A build's calibration from its manifest (every build writes one), the curve fitted for FAQ scores
+    pooled over `pool` phrasings when the build has it; for a manifest without one, the prior a build
+    would fall back to (the encoder's matching layer, else the MiniLM-like default)."""
+    cal = (manifest or {}).get("calibration")
+    if isinstance(cal, dict) and pool > 1:
+        pooled = (cal.get("pooled") or {}).get(str(pool))
+        cal = pooled if isinstance(pooled, dict) else cal  # builds before pooled curves: the best-phrasing one
+    if isinstance(cal, dict) and cal.get("a") is not None and cal.get("b") is not None:
+        return Calibration(float(cal["a"]), float(cal["b"]))
+    return prior_calibration(encoder)
 
 
 def prior_calibration(encoder: object) -> Calibration:
@@ -57,34 +72,9 @@ def prior_calibration(encoder: object) -> Calibration:
     return Calibration(a=DEFAULT_A, b=DEFAULT_B, source="default")
 
 
-def fit_platt(
-    cos: np.ndarray, labels: np.ndarray, prior: Calibration, l2: float = DEFAULT_L2, max_steps: int = 25, tol: float = 1e-8
-) -> tuple[float, float]:
-    """Logistic regression p = sigmoid(a * cos + b) by Newton's method, minimising
-    NLL + l2/2 * ||(a, b) - (a0, b0)||^2.
-
-    Targets are Platt's smoothed labels ((N+ + 1)/(N+ + 2) and 1/(N- + 2)) so a separable sample
-    cannot push the slope to infinity.
-    """
-    x = np.asarray(cos, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"cos and labels must be 1-d and the same length, got {x.shape} and {y.shape}")
-    n_pos = float(y.sum())
-    n_neg = float(len(y) - n_pos)
-    target = np.where(y > 0.5, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-    features = np.stack([x, np.ones_like(x)], axis=1)
-    w0 = np.array([prior.a, prior.b], dtype=np.float64)
-    w = w0.copy()
-    for _ in range(max_steps):
-        p = sigmoid(features @ w)
-        grad = features.T @ (p - target) + l2 * (w - w0)
-        hess = (features * (p * (1.0 - p))[:, None]).T @ features + l2 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.max(np.abs(step)) < tol:
-            break
-    return float(w[0]), float(w[1])
+def fit_platt(cos: np.ndarray, labels: np.ndarray, prior: Calibration, l2: float = DEFAULT_L2) -> tuple[float, float]:
+    """Platt scaling of cosines, L2-regularised toward `prior` (models/scoring.py)."""
+    return scoring.fit_platt(cos, labels, prior=(prior.a, prior.b), l2=l2)
 
 
 def nearest_faq(

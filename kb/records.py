@@ -448,3 +448,17 @@ def _write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int
                 obj["tags"] = list(rec.tags or [])
             fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return len(seen), n_variants
+
+
+def kb_groups(records: Iterable[Any]) -> dict[str, list[str]]:
+    """Records (anything with `.faq_id` and `.question`) -> faq_id -> its distinct phrasings in file
+    order, whitespace normalised as the store keeps them; empty questions are skipped."""
+    groups: dict[str, list[str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for rec in records:
+        q = normalize_question(rec.question)
+        if not q or (rec.faq_id, q) in seen:
+            continue
+        seen.add((rec.faq_id, q))
+        groups.setdefault(rec.faq_id, []).append(q)
+    return groups

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -51,3 +52,43 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+class SharedEncoder:
+    """The one wrapper an encoder is used through when it is shared: `encode` calls run one at a time,
+    and with `memo` the vectors of texts it has already encoded are reused. Everything else (id, dim,
+    calibration, ...) is the wrapped encoder's.
+
+    One at a time, because Hugging Face fast tokenizers are not thread-safe: two threads tokenizing with
+    one tokenizer can fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and the
+    service encodes from its encode workers and from KB refreshes. Parallel encoding belongs in separate
+    processes (`faq serve --workers N`). The memo serves evaluations, which match the same dev queries
+    once per setting they tune (it grows without bound: not for a service).
+    """
+
+    def __init__(self, inner: Encoder, memo: bool = False):
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._memo: dict[str, np.ndarray] | None = {} if memo else None
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+        with self._lock:
+            if self._memo is None:
+                return self.inner.encode(texts, batch_size=batch_size, show_progress_bar=show_progress_bar)
+            missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+            if missing:
+                vecs = self.inner.encode(missing, batch_size=batch_size, show_progress_bar=show_progress_bar)
+                self._memo.update(zip(missing, np.asarray(vecs, dtype=np.float32)))
+            if len(texts) == 0:
+                return np.zeros((0, self.inner.dim), np.float32)
+            return np.stack([self._memo[t] for t in texts])
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def shared(encoder: Encoder | None, memo: bool = False) -> Encoder | None:
+    """`encoder` behind a SharedEncoder (once: an already shared one is returned as it is)."""
+    if encoder is None or isinstance(encoder, SharedEncoder):
+        return encoder
+    return SharedEncoder(encoder, memo=memo)

@@ -6,7 +6,7 @@ What lives here:
   edge; connected components (union-find) are intent clusters. Components with MORE than 3
   questions become classes, all smaller ones share one "other" class (paper, section on
   multi-task training). Class 0 is always "other".
-- `LexicalIndex`: a small BM25 index over KB questions (numpy/scipy sparse) whose nearest
+- `Bm25Neighbours`: a small BM25 index over KB questions (numpy/scipy sparse) whose nearest
   neighbours are lexical hard negatives before any encoder is trained.
 - `NeighbourFn` / `encoder_neighbours`: the hard-negative hook. A *miner* takes the list of
   questions and returns `neighbours(i) -> indices of the most similar other questions, best
@@ -254,7 +254,7 @@ def encoder_neighbours(encode: Callable[[Sequence[str]], np.ndarray], k: int = 2
     return miner
 
 
-class LexicalIndex:
+class Bm25Neighbours:
     """BM25 over a fixed list of short texts. score(q, d) = sum_t idf(t) * tf(t,d)(k1+1) /
     (tf(t,d) + k1(1 - b + b |d| / avgdl)) for the distinct terms t of q."""
 
@@ -294,7 +294,7 @@ class LexicalIndex:
 
 def lexical_neighbours(k: int = 20) -> NeighbourMiner:
     def miner(questions: Sequence[str]) -> NeighbourFn:
-        return table_neighbours(LexicalIndex(questions).nearest(k))
+        return table_neighbours(Bm25Neighbours(questions).nearest(k))
 
     return miner
 
@@ -375,19 +375,6 @@ class KbPairSampler:
                     pairs.append(Pair(qs[i], qs[j], 0))
         rng.shuffle(pairs)
         return pairs
-
-
-def kb_groups(records: Iterable) -> dict[str, list[str]]:
-    """KbRecord-likes (`.faq_id`, `.question`) -> faq_id -> distinct questions in file order."""
-    groups: dict[str, list[str]] = {}
-    seen: set[tuple[str, str]] = set()
-    for rec in records:
-        q = rec.question.strip()
-        if not q or (rec.faq_id, q) in seen:
-            continue
-        seen.add((rec.faq_id, q))
-        groups.setdefault(rec.faq_id, []).append(q)
-    return groups
 
 
 def build_intent_classes(groups: dict[str, list[str]], pairs: Iterable[Pair] = ()) -> IntentClasses:

@@ -48,6 +48,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from models.scoring import logit, sigmoid
+
 FORMAT = "faq-reranker/1"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -203,27 +205,12 @@ def format_pair(tokenizer, query: str, candidate: str, max_len: int = 64) -> str
     return tokenizer.decode(ids.tolist())
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1 - 1e-7)
-    return np.log(p) - np.log1p(-p)
-
-
 def pool(p_cross: np.ndarray, p_first: np.ndarray, weight: float) -> np.ndarray:
     """Logarithmic opinion pool of two probabilities of the same event: sigmoid(w*logit(a) + (1-w)*logit(b))."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"fusion weight must be in 0..1, got {weight}")
-    z = weight * _logit(p_cross) + (1.0 - weight) * _logit(p_first)
-    return _sigmoid(z).astype(np.float32)
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    ez = np.exp(z[~pos])
-    out[~pos] = ez / (1.0 + ez)
-    return out
+    z = weight * logit(p_cross) + (1.0 - weight) * logit(p_first)
+    return sigmoid(z).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +292,7 @@ class Reranker:
             return self.runtime.logits(batch)[:, head].astype(np.float32)
 
     def calibrate(self, logits: np.ndarray) -> np.ndarray:
-        return _sigmoid(self.cal_a * np.asarray(logits, dtype=np.float64) + self.cal_b).astype(np.float32)
+        return sigmoid(self.cal_a * np.asarray(logits, dtype=np.float64) + self.cal_b).astype(np.float32)
 
     def pair_logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False,
                     head: int = 0) -> np.ndarray:
@@ -337,7 +324,7 @@ class Reranker:
 
     def similarity(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """sigmoid(STS logit): the STS-B regression output in 0..1 (= score / 5), uncalibrated."""
-        return _sigmoid(self.pair_logits(pairs, batch_size, progress, head=-1)).astype(np.float32)
+        return sigmoid(self.pair_logits(pairs, batch_size, progress, head=-1)).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,16 +52,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kb.records import kb_groups
 from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.msem_encoder import MsemEncoder, init_minilm_layers
 from models.pairs import (
     IntentClasses,
     KbPairSampler,
-    LexicalIndex,
+    Bm25Neighbours,
     Pair,
     build_intent_classes,
     encoder_neighbours,
-    kb_groups,
     lexical_neighbours,
     split_pairs,
 )
@@ -208,7 +208,7 @@ def _hold_out_kb_pairs(
     all_questions = [q for qs in kept.values() for q in qs]
     faq_of = [f for f, qs in kept.items() for _ in qs]
     # lexical neighbours of each held-out question among the kept ones
-    index = LexicalIndex(all_questions + [q for q, _ in held])
+    index = Bm25Neighbours(all_questions + [q for q, _ in held])
     nearest = index.nearest(10)
     pairs: list[Pair] = []
     for h, (question, faq_id) in enumerate(held):

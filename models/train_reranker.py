@@ -39,12 +39,14 @@ import random
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from kb.records import kb_groups, read_kb
+from models.scoring import fit_platt
 from models.reranker import (
     RerankerConfig, build_module, encode_pairs, export_onnx, load_tokenizer, save_reranker,
 )
@@ -130,17 +132,6 @@ def read_pairs_file(path: str | Path) -> list[LabelledPair]:
 
     name = Path(path).parent.name if Path(path).name.startswith("pairs_") else Path(path).stem
     return [LabelledPair(p.q1, p.q2, float(p.label), name) for p in read_pair_file(path)]
-
-
-def kb_groups(path: str | Path) -> dict[str, list[str]]:
-    from kb.records import read_kb
-
-    groups: dict[str, list[str]] = {}
-    for rec in read_kb(path):
-        groups.setdefault(rec.faq_id, [])
-        if rec.question not in groups[rec.faq_id]:
-            groups[rec.faq_id].append(rec.question)
-    return groups
 
 
 def intent_pairs(groups: dict[str, list[str]], anchors_per_faq: int, rng: random.Random, source: str,
@@ -413,7 +404,7 @@ def build_phase_a(kb_paths: Sequence[str], pair_paths: Sequence[str], cfg: Reran
         train += pairs[n_hold:]
         counts[str(path)] = {"train": len(pairs) - n_hold, "heldout": n_hold}
     for path in kb_paths:
-        groups = kb_groups(path)
+        groups = kb_groups(read_kb(path))
         source = Path(path).parent.name or Path(path).stem
         both = intent_pairs(groups, cfg.anchors_per_faq, rng, source, embed=embed)
         rng.shuffle(both)
@@ -444,37 +435,6 @@ def pearson_spearman(pred: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
     from scipy.stats import pearsonr, spearmanr
 
     return float(pearsonr(pred, gold)[0]), float(spearmanr(pred, gold)[0])
-
-
-def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """a, b minimising the log loss of sigmoid(a * logit + b) (Newton's method on 2 parameters)."""
-    x = np.asarray(logits, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    a, b = 1.0, 0.0
-    for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-(a * x + b)))
-        g = np.array([np.sum((p - y) * x), np.sum(p - y)])
-        w = p * (1 - p) + 1e-9
-        h = np.array([[np.sum(w * x * x), np.sum(w * x)], [np.sum(w * x), np.sum(w)]]) + 1e-6 * np.eye(2)
-        step = np.linalg.solve(h, g)
-        a, b = a - step[0], b - step[1]
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    return float(a), float(b)
-
-
-def best_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """(threshold, accuracy) maximising accuracy of `score >= threshold` (midpoints between scores)."""
-    s = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(labels).astype(int)
-    uniq = np.unique(s)
-    cands = np.concatenate([[uniq[0] - 1e-6], (uniq[:-1] + uniq[1:]) / 2, [uniq[-1] + 1e-6]])
-    best = (0.5, -1.0)
-    for t in cands:
-        acc = float(np.mean((s >= t).astype(int) == y))
-        if acc > best[1]:
-            best = (float(t), acc)
-    return best
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.api.main import create_app
-from app.matcher import Matcher, group_hits, retrieve_depth
+from app.pipeline import Pipeline, build_pipeline
+from index.candidates import group_hits, retrieve_depth
 from app.settings import Settings
 from app.store import FaqStore, KbRecord
 from index.artifacts import BuildRegistry
@@ -181,11 +182,12 @@ def test_batch_encodes_all_and_matches_single_results(service):
     assert mixed["results"][1]["answer"] is None
 
 
-def test_matcher_is_what_the_api_serves(service, encoder):
-    """`faq eval match` uses Matcher directly: it must rank exactly like /match."""
+def test_the_built_pipeline_is_what_the_api_serves(service, encoder):
+    """Evaluations get their pipeline from `build_pipeline` as the service does: it ranks exactly like /match."""
     client, _, manifest, settings = service
     retriever = client.app.state.service.retriever
-    matcher = Matcher(encoder, lambda: retriever)
+    matcher = build_pipeline(settings, encoder, lambda: retriever)
+    assert matcher.pool_variants == settings.pool_variants == client.app.state.service.matcher.pool_variants
     result = matcher.match(["how long is delivery"], top_k=3, threshold=0.5)[0]
     api = client.post("/match", json={"query": "how long is delivery", "top_k": 3}).json()
     assert [m.faq_id for m in result.matches] == [m["faq_id"] for m in api["matches"]]
@@ -193,12 +195,12 @@ def test_matcher_is_what_the_api_serves(service, encoder):
     assert retrieve_depth(3) == 20 and retrieve_depth(10) == 40
     # a fixed retriever works too (no provider callable)
     loaded = Retriever.load(BuildRegistry(settings.index_dir).current_dir())
-    assert Matcher(encoder, loaded.with_kb(client.app.state.service.store.snapshot(), encoder)).match(
+    assert Pipeline(encoder, loaded.with_kb(client.app.state.service.store.snapshot(), encoder)).match(
         ["how long is delivery"], top_k=3)[0].matches[0].faq_id == result.matches[0].faq_id
 
 
 def test_group_hits_keeps_best_variant_and_skips_deleted_faqs():
-    from app.matcher import Calibration
+    from index.calibration import Calibration
     from index.retriever import Hit
 
     hits = [Hit(1, "a", "a1", 0.9), Hit(2, "a", "a2", 0.8), Hit(3, "gone", "g", 0.85), Hit(4, "b", "b1", 0.7)]
@@ -208,7 +210,7 @@ def test_group_hits_keeps_best_variant_and_skips_deleted_faqs():
 
 
 def test_group_hits_pools_a_faqs_best_phrasings():
-    from app.matcher import Calibration
+    from index.calibration import Calibration
     from index.retriever import Hit
 
     answers = {"a": ("A", []), "b": ("B", []), "c": ("C", [])}
@@ -237,11 +239,11 @@ def test_retriever_variant_counts_follow_the_kb(service, encoder):
     for v in snapshot.variants:
         expected[v.faq_id] = expected.get(v.faq_id, 0) + 1
     assert loaded.with_kb(snapshot, encoder).variant_counts == expected
-    matcher = Matcher(encoder, loaded.with_kb(snapshot, encoder), pool_variants=3)
+    matcher = Pipeline(encoder, loaded.with_kb(snapshot, encoder), pool_variants=3)
     result = matcher.match(["how long is delivery"], top_k=3)[0]
     assert result.matches and all(0.0 <= m.score <= 1.0 for m in result.matches)
     with pytest.raises(ValueError, match="pool_variants"):
-        Matcher(encoder, loaded, pool_variants=0)
+        Pipeline(encoder, loaded, pool_variants=0)
 
 
 def test_query_log_and_feedback(service):

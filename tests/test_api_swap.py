@@ -16,7 +16,7 @@ import httpx
 import uvicorn
 
 from app.api.main import create_app
-from app.matcher import MatchQuery
+from app.pipeline import MatchQuery
 from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
 
 TOKEN = "swap-token"

@@ -16,9 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.api.main import create_app
-from app.arms import ARMS, lexical_hits, parse_split
+from app.arms import ARMS, parse_split
+from index.candidates import lexical_hits
 from app.db.models import QueryLog
-from app.matcher import Matcher, MatchQuery
+from app.pipeline import Pipeline, MatchQuery
 from index.artifacts import BuildRegistry
 from index.build import build_index
 from index.lexical import TANTIVY_DIR, ElasticsearchLexicalIndex, TantivyLexicalIndex, es_index_name
@@ -175,12 +176,12 @@ def test_elasticsearch_engine_and_outage(tmp_path, encoder):  # noqa: F811
 
 
 def test_matcher_offline_uses_the_same_arms(tantivy_service, encoder):  # noqa: F811
-    """`faq eval ab` drives Matcher directly: per-query arms in one call rank like the API."""
+    """`faq eval ab` drives Pipeline directly: per-query arms in one call rank like the API."""
     client, store, manifest, settings = tantivy_service
     build_dir = BuildRegistry(settings.index_dir).path(manifest["version"])
     retriever = Retriever.load(build_dir).with_kb(store.snapshot(), encoder)
     lexical = TantivyLexicalIndex(build_dir / TANTIVY_DIR)
-    matcher = Matcher(encoder, retriever, lexical=lambda r: lexical)
+    matcher = Pipeline(encoder, retriever, lexical=lambda r: lexical)
     results = matcher.match_many([MatchQuery("refund policy", 3, 0.5, "lexical"), MatchQuery("refund policy", 3, 0.5, "ann")])
     api = client.post("/match", json={"query": "refund policy", "arm": "lexical", "top_k": 3}).json()
     assert [m.faq_id for m in results[0].matches] == [m["faq_id"] for m in api["matches"]]

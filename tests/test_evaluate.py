@@ -67,7 +67,7 @@ def test_empty_and_degenerate_inputs():
 def test_apply_threshold_matches_matcher_rule():
     applied = apply_threshold(OUTCOMES, 0.75)
     assert [o.answer for o in applied] == ["a", "a", None, None, None, None]
-    # a score equal to the threshold is answered (the Matcher uses >=)
+    # a score equal to the threshold is answered (the Pipeline uses >=)
     assert apply_threshold([Q("a", ["a"], 0.5, None)], 0.5)[0].answer == "a"
 
 
@@ -100,7 +100,7 @@ def test_tune_threshold_ties_and_nothing_to_gain():
 
 
 # ---------------------------------------------------------------------------------------------
-# the runner: the product path (store -> build_index -> Matcher) with a tiny random MSEM
+# the runner: the product path (store -> build_index -> Pipeline) with a tiny random MSEM
 
 
 import json  # noqa: E402
@@ -195,8 +195,8 @@ def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys)
     assert "faq_id(s) not in the KB" in capsys.readouterr().err
 
 
-def test_memo_encoder_encodes_each_text_once():
-    from evaluation.match import MemoEncoder
+def test_a_shared_encoder_with_memo_encodes_each_text_once():
+    from models.encoder import SharedEncoder, shared
 
     class Counting:
         id, dim = "counting", 2
@@ -207,9 +207,12 @@ def test_memo_encoder_encodes_each_text_once():
             return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
 
     inner = Counting()
-    memo = MemoEncoder(inner)
+    memo = SharedEncoder(inner, memo=True)
     first = memo.encode(["ab", "c", "ab"])
     again = memo.encode(["c", "ab", "def"])
     assert inner.calls == [["ab", "c"], ["def"]] and memo.id == "counting"
     assert first.tolist() == [[2, 1], [1, 1], [2, 1]] and again.tolist() == [[1, 1], [2, 1], [3, 1]]
     assert memo.encode([]).shape == (0, 2)
+    assert shared(memo) is memo and shared(None) is None
+    plain = shared(inner)
+    assert plain.encode(["ab"]).tolist() == [[2, 1]] and inner.calls[-1] == ["ab"]  # no memo: every call encodes

@@ -241,7 +241,7 @@ def test_calibrate_fits_on_the_kb_and_ranks_sensibly():
 
 
 def test_calibration_for_picks_the_pooled_curve():
-    from app.matcher import calibration_for
+    from index.calibration import calibration_for
 
     manifest = {"calibration": {"a": 10.0, "b": -8.0, "pooled": {"2": {"a": 11.0, "b": -7.0}}}}
     assert (calibration_for(manifest).a, calibration_for(manifest).b) == (10.0, -8.0)

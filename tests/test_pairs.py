@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from kb.records import kb_groups
 from models.pairs import (
     KbPairSampler,
-    LexicalIndex,
+    Bm25Neighbours,
     Pair,
     PairFileError,
     ParaphraseGraph,
     build_intent_classes,
     intent_classes,
-    kb_groups,
     nearest_from_vectors,
     read_pair_file,
     split_pairs,
@@ -115,7 +115,7 @@ def test_sampler_hard_negatives_come_from_the_neighbour_function():
 
 def test_lexical_index_finds_word_overlap():
     texts = ["how do i reset my password", "reset password please", "what is the weather", "weather today"]
-    nearest = LexicalIndex(texts).nearest(2)
+    nearest = Bm25Neighbours(texts).nearest(2)
     assert nearest.shape == (4, 2)
     assert nearest[0, 0] == 1 and nearest[1, 0] == 0
     assert nearest[2, 0] == 3 and nearest[3, 0] == 2

@@ -158,7 +158,7 @@ def test_mrpc_test_pairs_are_refused(tmp_path):
 
 
 def test_platt_fit_and_threshold():
-    from models.train_reranker import best_threshold, fit_platt
+    from models.scoring import best_threshold, fit_platt
 
     rng = np.random.default_rng(0)
     logits = np.concatenate([rng.normal(2, 1, 400), rng.normal(-2, 1, 400)])
@@ -252,7 +252,8 @@ def test_pool_is_a_weighted_mean_of_log_odds(tiny):
 
 
 def test_weight_tuning_prefers_the_stage_that_ranks_the_gold_first():
-    from app.matcher import Calibration, FaqMatch, MatchResult
+    from app.pipeline import FaqMatch, MatchResult
+    from index.calibration import Calibration
     from evaluation.rerank_tuning import tune_weight
 
     def result(cross: list[float], cosines: list[float]) -> MatchResult:

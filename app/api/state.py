@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from app.api.metrics import ServiceMetrics
-from app.matcher import Matcher, MatchQuery, MatchResult, NoIndexError
-from app.pipeline import encoder_spec, lexical_engine
+from app.pipeline import (
+    MatchQuery, MatchResult, NoIndexError, Pipeline, build_pipeline, encoder_spec, lexical_engine, load_rerank_stages,
+)
 from app.settings import Settings
+from models.encoder import shared
 
 log = logging.getLogger(__name__)
 
@@ -44,34 +46,6 @@ class Overloaded(RuntimeError):
 
 class QueryLogDisabled(RuntimeError):
     """Feedback needs the query log, which `FAQ_QUERY_LOG=false` turned off."""
-
-
-# -- encoder access ---------------------------------------------------------------------------------
-class SerializedEncoder:
-    """An encoder whose `encode` calls run one at a time, whatever thread they come from.
-
-    Hugging Face fast tokenizers are not thread-safe: two threads tokenizing with one tokenizer can
-    fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537). The service encodes from
-    the encode workers AND from KB refreshes (admin writes, the poller), so every call goes through
-    this lock. Parallel encoding belongs in separate processes (`faq serve --workers N`); extra
-    encode workers still overlap searching/grouping with the next batch's encoding. Everything but
-    `encode` (id, dim, calibration, ...) is the wrapped encoder's.
-    """
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self._lock = threading.Lock()
-
-    def encode(self, texts: Any, batch_size: int = 64, show_progress_bar: bool = False) -> Any:
-        with self._lock:
-            return self.inner.encode(texts, batch_size=batch_size, show_progress_bar=show_progress_bar)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def serialized(encoder: Any) -> Any:
-    return encoder if encoder is None or isinstance(encoder, SerializedEncoder) else SerializedEncoder(encoder)
 
 
 # -- query log -------------------------------------------------------------------------------------
@@ -173,7 +147,7 @@ class MatchBatcher:
     share the encoding but are searched on their own retriever.
     """
 
-    def __init__(self, matcher: Matcher, workers: int, metrics: ServiceMetrics | None = None):
+    def __init__(self, matcher: Pipeline, workers: int, metrics: ServiceMetrics | None = None):
         self.matcher = matcher
         self.workers = max(1, int(workers))
         self.metrics = metrics
@@ -276,7 +250,7 @@ class ServiceState:
         self.settings = settings
         self.store = store
         self._owns_store = store is None  # created in open(): closed in close()
-        self.encoder = serialized(encoder)
+        self.encoder = shared(encoder)
         self.metrics = metrics or ServiceMetrics()
         self.registry: Any = None
         # the served retriever: replaced (one reference assignment), never mutated
@@ -284,7 +258,7 @@ class ServiceState:
         self.kb_revision: int | None = None  # KB revision the served retriever reflects
         self.loaded_at: datetime | None = None
         self.not_ready_reason: str | None = "starting up"
-        self.matcher: Matcher | None = None
+        self.matcher: Pipeline | None = None
         self.batcher: MatchBatcher | None = None
         self.query_log: QueryLogWriter | None = None
         self._swap_lock = threading.RLock()
@@ -326,22 +300,16 @@ class ServiceState:
         if self.encoder is None:
             from models.load import load_encoder
 
-            self.encoder = serialized(load_encoder(encoder_spec(self.settings, self._current_manifest())))
-        reranker_path = getattr(self.settings, "reranker", None)
-        if self.reranker is None and reranker_path:
-            from models.reranker import load_reranker
-
-            try:
-                self.reranker = load_reranker(reranker_path, runtime=getattr(self.settings, "rerank_runtime", "auto"),
-                                              threads=self.settings.torch_threads)
-            except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
-                log.exception("could not load the re-ranker %s", reranker_path)
-                self.reranker_problem = f"FAQ_RERANKER={reranker_path} could not be loaded: {exc}"
-        self.matcher = Matcher(self.encoder, lambda: self.retriever, lexical=self.lexical_for,
-                               lexical_k=self.settings.lexical_k, reranker=self.reranker,
-                               rerank_k=int(getattr(self.settings, "rerank_k", 20)),
-                               rerank_weight=getattr(self.settings, "rerank_weight", None),
-                               pool_variants=int(getattr(self.settings, "pool_variants", 1)))
+            self.encoder = shared(load_encoder(encoder_spec(self.settings, self._current_manifest())))
+        stages = []
+        try:
+            stages = load_rerank_stages(self.settings)
+        except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
+            log.exception("could not load the re-ranker %s", self.settings.reranker)
+            self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
+        self.reranker = stages[0].reranker if stages else None
+        self.matcher = build_pipeline(self.settings, self.encoder, lambda: self.retriever, lexical=self.lexical_for,
+                                      stages=stages)
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why

@@ -24,7 +24,7 @@ from app.api.schemas import (
 )
 from app.api.state import QueryLogDisabled, ServiceState
 from app.arms import arm_split, resolve_arm, uses_reranker
-from app.matcher import MatchQuery, MatchResult
+from app.pipeline import MatchQuery, MatchResult
 
 router = APIRouter(tags=["match"])
 
