@@ -30,7 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.routes import admin, health, match
-from app.api.state import NO_INDEX_REASON, Overloaded, ServiceState
+from app.api.state import NO_INDEX_REASON, ServiceState
+from app.api.workers import Overloaded
 from app.pipeline import NoIndexError
 from index.lexical import LexicalUnavailable
 from app.settings import Settings, get_settings
