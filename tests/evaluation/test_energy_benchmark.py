@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / "evaluation/data/energy"
+DATA = Path(__file__).resolve().parents[2] / "evaluation/data/energy"
 SPLITS = ("dev", "test")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import write_kb_jsonl
-from tests.test_train_msem import FAQS, WIDE
+from tests.models.test_train_msem import FAQS, WIDE
 
 
 def _quickstart(monkeypatch, faq_env, kb, *extra):

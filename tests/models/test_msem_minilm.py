@@ -288,7 +288,7 @@ def test_fusion_weight_is_chosen_on_held_out_phrasings(tmp_path):
     """After training, w is re-chosen on the held-out phrasings from one encode; config.json gets the
     best (ties keep the trained w), the weights stay as they are."""
     from models.train_msem import FUSION_GRID
-    from tests.test_train_msem import WIDE
+    from tests.models.test_train_msem import WIDE
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.1)

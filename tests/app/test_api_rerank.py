@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from app.api.main import create_app
 from models.reranker import load_reranker
 from tests.reranker_helpers import make_tiny_reranker
-from tests.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
 
 
 @pytest.fixture(scope="module")

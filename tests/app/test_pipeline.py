@@ -1,0 +1,56 @@
+"""app/pipeline.py: the one place the request path is assembled, and its re-ranking stage contract.
+Real parts throughout: MiniLM, a built Annoy index, a tiny real cross-encoder folder."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.pipeline import (
+    CrossEncoderStage, MatchQuery, NoRerankerError, build_pipeline, load_rerank_stages,
+)
+from index.artifacts import BuildRegistry
+from index.retriever import Retriever
+from models.reranker import pool
+from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.reranker_helpers import make_tiny_reranker
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, encoder):  # noqa: F811
+    settings = make_settings(tmp_path_factory.mktemp("pipeline"))
+    store = make_store(settings)
+    build(store, encoder, settings)
+    retriever = Retriever.load(BuildRegistry(settings.index_dir).current_dir()).with_kb(store.snapshot(), encoder)
+    reranker_dir = make_tiny_reranker(tmp_path_factory.mktemp("rr") / "tiny")
+    return settings, retriever, reranker_dir
+
+
+def test_settings_give_every_option_the_caller_does_not_override(built, encoder):  # noqa: F811
+    settings, retriever, _ = built
+    p = build_pipeline(settings, encoder, retriever)
+    assert (p.pool_variants, p.rerank_k, p.lexical_k) == (settings.pool_variants, settings.rerank_k, settings.lexical_k)
+    p = build_pipeline(settings.model_copy(update={"pool_variants": 3}), encoder, retriever, rerank_k=7, lexical_k=9)
+    assert (p.pool_variants, p.rerank_k, p.lexical_k) == (3, 7, 9)
+    assert build_pipeline(settings, encoder, retriever, pool_variants=1).pool_variants == 1
+
+
+def test_rerank_arms_need_a_stage_and_stages_chain(built, encoder):  # noqa: F811
+    settings, retriever, reranker_dir = built
+    plain = build_pipeline(settings, encoder, retriever)
+    with pytest.raises(NoRerankerError, match="FAQ_RERANKER"):
+        plain.match_many([MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])
+    assert load_rerank_stages(settings) == []  # no FAQ_RERANKER: no stage
+    [first] = load_rerank_stages(settings, str(reranker_dir), weight=0.5)
+    second = CrossEncoderStage(first.reranker, weight=0.25)
+    assert first.served_weight == 0.5 and first.id.startswith("cross-encoder-minilm-L1")
+    chained = build_pipeline(settings, encoder, retriever, stages=[first, second], rerank_k=4)
+    [ann] = build_pipeline(settings, encoder, retriever, rerank_k=4).match_many([MatchQuery("how long is delivery", 4, 0.5, "ann")])
+    [res] = chained.match_many([MatchQuery("how long is delivery", 4, 0.5, "ann+rerank")])
+    # each stage pools its probability with the score the previous stage left (the first: the calibrated cosine)
+    cross = first.reranker.score("how long is delivery", [m.question for m in ann.matches])
+    prior = np.array([m.score for m in ann.matches])
+    expected = pool(cross, pool(cross, prior, 0.5), 0.25)
+    got = {m.faq_id: m.score for m in res.matches}
+    for m, e in zip(ann.matches, expected):
+        assert got[m.faq_id] == pytest.approx(float(e), abs=1e-5)
+    assert [m.score for m in res.matches] == sorted(got.values(), reverse=True)

@@ -1,0 +1,39 @@
+"""app/settings.py: every FAQ_* value is parsed and checked at start-up, naming the variable."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.arms import arm_split, parse_split
+from app.settings import ARMS, Settings, split_weights
+
+
+def test_defaults_and_paths(tmp_path):
+    s = Settings(data_dir=tmp_path)
+    assert s.db_url == f"sqlite:///{(tmp_path / 'faq.db').as_posix()}" and s.index_dir == tmp_path / "indexes"
+    assert s.pool_variants == 2 and s.default_arm == "ann" and s.ab_split is None and arm_split(s) is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("rerank_runtime", "tensorrt", "FAQ_RERANK_RUNTIME"),
+    ("lexical_engine", "solr", "FAQ_LEXICAL_ENGINE"),
+    ("default_arm", "bm25", "FAQ_DEFAULT_ARM"),
+    ("ab_split", "ann:90,bm25:10", "unknown arm 'bm25'"),
+    ("ab_split", "ann:x", "needs a weight"),
+    ("ab_split", "ann:0", "no arm with a weight > 0"),
+    ("pool_variants", 6, "less than or equal to 5"),
+    ("rerank_weight", 1.5, "less than or equal to 1"),
+])
+def test_bad_values_are_refused_with_the_variable_named(tmp_path, field, value, message):
+    with pytest.raises(ValidationError, match=message):
+        Settings(data_dir=tmp_path, **{field: value})
+
+
+def test_the_split_is_normalised_and_sticky(tmp_path):
+    s = Settings(data_dir=tmp_path, ab_split=" ann:90 , lexical:10 ,")
+    assert s.ab_split == "ann:90,lexical:10" and split_weights(s.ab_split) == (("ann", 90), ("lexical", 10))
+    split = arm_split(s)
+    assert split == parse_split("ann:90,lexical:10") and {split.assign(f"s{i}") for i in range(200)} <= set(ARMS)
+    assert all(split.assign("same session") == split.assign("same session") for _ in range(3))
+    with pytest.raises(ValueError, match="listed twice"):
+        split_weights("ann:1,ann:2")
