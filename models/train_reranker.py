@@ -24,9 +24,12 @@ threshold tuning), the folder is saved and exported to ONNX (fp32 + int8).
 
 Budget: `max_minutes` covers the whole run. After a few phase A steps the measured speed decides
 how many phase A steps fit next to phase B, and the learning-rate schedule is planned for that many,
-so a cut run still ends with a decayed learning rate. A checkpoint (`checkpoint.pt`: weights,
-optimiser, phase, step, plan, RNG) is written every `checkpoint_every` steps and on Ctrl-C;
-`--resume` continues from it with the same data (`train_pairs_a.tsv` is written once).
+so a cut run still ends with a decayed learning rate (the speed is the median of the timing windows
+so far: another job that slows a few windows must not cut phase A for good). A checkpoint
+(`checkpoint.pt`: weights, optimiser, phase, step, plan, RNG) is written every `checkpoint_every`
+steps and on Ctrl-C; `--resume` continues from it with the same data (`train_pairs_a.tsv` is written
+once). `stop_after_minutes` ends one invocation with a checkpoint without changing the plan, so a long
+run (mpnet on a CPU) goes in chunks: the same command with `--resume` until it exits 0.
 """
 from __future__ import annotations
 
@@ -593,6 +596,7 @@ class RerankTrainer:
                    mininterval=10, dynamic_ncols=True)
         t_phase, steps_timed, ema = time.monotonic(), 0, None
         t_window = t_phase
+        windows: list[float] = []  # seconds per step of each timing window in this invocation
         while self.step < self.planned[name] and self.epoch < epochs:
             order = _batches(pairs, batch, self.cfg.seed + 7919 * self.epoch)
             while self.step_in_epoch < len(order) and self.step < self.planned[name]:
@@ -622,7 +626,9 @@ class RerankTrainer:
                 # re-plan with the recent speed: other jobs on the machine come and go
                 if name == "A" and (steps_timed == 20 or steps_timed % 100 == 0):
                     window = 20 if steps_timed == 20 else 100
-                    self._plan_phase_a(batch, (time.monotonic() - t_window) / window)
+                    windows.append((time.monotonic() - t_window) / window)
+                    # the median window: a few minutes of another job on the machine must not cut phase A for good
+                    self._plan_phase_a(batch, float(np.median(windows)))
                     t_window = time.monotonic()
                     bar.total = self.planned[name]
                 if self.step % self.cfg.checkpoint_every == 0:
