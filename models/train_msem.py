@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from kb.records import kb_groups
 from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.msem_encoder import MsemEncoder, init_minilm_layers
+from models.scoring import sigmoid
 from models.pairs import (
     IntentClasses,
     KbPairSampler,
@@ -606,7 +607,7 @@ class Trainer:
         v = self._encode([p.q2 for p in pairs])
         cos = np.sum(u * v, axis=1)
         cfg = self.model.config
-        prob = 1.0 / (1.0 + np.exp(-cfg.gamma * (cos - cfg.alpha)))
+        prob = sigmoid(cfg.gamma * (cos - cfg.alpha))
         labels = np.array([p.label for p in pairs])
         return float(np.mean((prob >= 0.5) == (labels == 1)))
 

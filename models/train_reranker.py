@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 
 from kb.records import kb_groups, read_kb
-from models.scoring import fit_platt
+from models.scoring import fit_platt, sigmoid
 from models.reranker import (
     RerankerConfig, build_module, encode_pairs, export_onnx, load_tokenizer, save_reranker,
 )
@@ -696,7 +696,7 @@ class RerankTrainer:
             raise
 
     def finish(self) -> dict:
-        sim = 1.0 / (1.0 + np.exp(-self.logits(self.dev_b, head=-1))) if self.dev_b else None
+        sim = sigmoid(self.logits(self.dev_b, head=-1)) if self.dev_b else None
         stsb_dev = pearson_spearman(sim, np.array([p.label for p in self.dev_b])) if sim is not None else None
         logits = self.logits(self.heldout)
         labels = np.array([p.label for p in self.heldout])

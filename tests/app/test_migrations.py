@@ -83,3 +83,11 @@ def test_db_cli(faq_env, capsys):
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head)")
+
+
+def test_the_code_expects_the_latest_revision():
+    """A new migration must move SCHEMA_REVISION with it, or every store would refuse the fresh schema."""
+    from app.db.models import SCHEMA_REVISION
+    from migrations import runner
+
+    assert SCHEMA_REVISION == runner.head()
