@@ -43,6 +43,10 @@ MINILM_MAX_POSITIONS = 512
 MINILM_LAYERS, MINILM_HEADS, MINILM_FFN, MINILM_LN_EPS, MINILM_DROPOUT = 6, 12, 1536, 1e-12, 0.1
 #: the pretrained transformers whose token states can be MSEM's word representation: name, width
 TOKEN_BASES = {"minilm": ("all-MiniLM-L6-v2", MINILM_DIM), "mpnet": ("all-mpnet-base-v2", 768)}
+#: all-mpnet-base-v2's encoder layers (post-LN BERT layers plus a relative position bias shared by all)
+MPNET_LAYERS, MPNET_HEADS, MPNET_FFN, MPNET_LN_EPS, MPNET_BUCKETS, MPNET_MAX_DISTANCE = 12, 12, 3072, 1e-5, 32, 128
+#: layers of each token base (what `minilm_train_layers` can take from the top)
+BASE_LAYERS = {"minilm": MINILM_LAYERS, "mpnet": MPNET_LAYERS}
 WORD_REPRESENTATIONS = ("glove_char", *TOKEN_BASES)
 
 
@@ -91,8 +95,9 @@ class MsemConfig:
     #: sentence vector = [sqrt(1-w)·û ; sqrt(w)·m̂], so cos = (1-w)·cos_MSEM + w·cos_base.
     #: 0 = MSEM alone (paper). Keeps the base's generality on FAQs far from the training data.
     minilm_fusion: float = 0.0
-    #: ours: the top N of MiniLM's 6 layers are part of MSEM (initialised from MiniLM, trained with it,
-    #: saved in its weights); the frozen text side stops below them. 0 = MiniLM entirely frozen.
+    #: ours: the top N layers of the token base (MiniLM's 6, mpnet's 12; the field keeps its first name)
+    #: are part of MSEM (initialised from the base, trained with it, saved in its weights); the frozen
+    #: text side stops below them. 0 = the base entirely frozen.
     minilm_train_layers: int = 0
 
     def __post_init__(self) -> None:
@@ -135,11 +140,11 @@ class MsemConfig:
         if self.minilm_fusion > 0 and not self.uses_token_states:
             raise ValueError("MsemConfig.minilm_fusion needs word_repr 'minilm' or 'mpnet' (it fuses the base's own "
                              "sentence vector)")
-        if not isinstance(self.minilm_train_layers, int) or not 0 <= self.minilm_train_layers <= MINILM_LAYERS:
-            raise ValueError(f"MsemConfig.minilm_train_layers must be an int in [0, {MINILM_LAYERS}], "
-                             f"got {self.minilm_train_layers!r}")
-        if self.minilm_train_layers and self.word_repr != "minilm":
-            raise ValueError("MsemConfig.minilm_train_layers needs word_repr='minilm' (mpnet stays frozen)")
+        top = BASE_LAYERS.get(self.word_repr, 0)
+        if not isinstance(self.minilm_train_layers, int) or isinstance(self.minilm_train_layers, bool) \
+                or not 0 <= self.minilm_train_layers <= max(top, 0):
+            raise ValueError(f"MsemConfig.minilm_train_layers must be an int in [0, {top}] for word_repr "
+                             f"{self.word_repr!r}, got {self.minilm_train_layers!r}")
         if self.uses_token_states and self.max_len > MINILM_MAX_POSITIONS:
             raise ValueError(f"MsemConfig.max_len={self.max_len}: word_repr={self.word_repr!r} reads at most "
                              f"{MINILM_MAX_POSITIONS} wordpieces")
@@ -294,6 +299,59 @@ class MiniLMLayer(nn.Module):
         return self.ffn_norm(a + self.dropout(self.ffn_out(F.gelu(self.ffn_in(a)))))
 
 
+def relative_position_bucket(relative: torch.Tensor, buckets: int = MPNET_BUCKETS,
+                             max_distance: int = MPNET_MAX_DISTANCE) -> torch.Tensor:
+    """MPNet's (T5's bidirectional) buckets of key - query offsets: half the buckets per direction, exact
+    up to buckets/4 apart, then logarithmic up to `max_distance`."""
+    half = buckets // 2
+    n = -relative
+    ret = (n < 0).long() * half
+    n = n.abs()
+    exact = half // 2
+    large = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return ret + torch.where(n < exact, n, large.clamp(max=half - 1))
+
+
+class MPNetLayer(nn.Module):
+    """One all-mpnet-base-v2 encoder layer, for `minilm_train_layers` on word_repr "mpnet": a BERT layer
+    (post-LN) whose attention scores also get the relative position bias B (heads, T, T):
+
+        a = LayerNorm(x + Dropout(W_o softmax(Q Kᵀ / sqrt(dh) + B + mask) V))
+        y = LayerNorm(a + Dropout(W_2 gelu(a W_1)))
+
+    Same parameter names as the HF checkpoint's `encoder.layer.{i}` (see `load_hf_state`); tested against
+    the transformer.
+    """
+
+    HF_NAMES = {
+        "attention.attn.q": "query", "attention.attn.k": "key", "attention.attn.v": "value",
+        "attention.attn.o": "attn_out", "attention.LayerNorm": "attn_norm",
+        "intermediate.dense": "ffn_in", "output.dense": "ffn_out", "output.LayerNorm": "ffn_norm",
+    }
+
+    def __init__(self, dim: int = 768, heads: int = MPNET_HEADS, ffn_dim: int = MPNET_FFN):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.attn_out = nn.Linear(dim, dim)
+        self.attn_norm = nn.LayerNorm(dim, eps=MPNET_LN_EPS)
+        self.ffn_in, self.ffn_out = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
+        self.ffn_norm = nn.LayerNorm(dim, eps=MPNET_LN_EPS)
+        self.dropout = nn.Dropout(MINILM_DROPOUT)
+
+    load_hf_state = MiniLMLayer.load_hf_state
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """(B, T, 768), (B, T) bool, (heads, T, T) -> (B, T, 768)."""
+        B, T, D = x.shape
+        split = lambda t: t.view(B, T, self.heads, D // self.heads).transpose(1, 2)  # (B, h, T, dh)
+        scores = bias.unsqueeze(0).masked_fill(~mask[:, None, None, :], float("-inf"))  # (B, h, T, T)
+        att = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)), split(self.value(x)),
+                                             attn_mask=scores, dropout_p=self.dropout.p if self.training else 0.0)
+        a = self.attn_norm(x + self.dropout(self.attn_out(att.transpose(1, 2).reshape(B, T, D))))
+        return self.ffn_norm(a + self.dropout(self.ffn_out(F.gelu(self.ffn_in(a)))))
+
+
 class MiniLMTokenStates(nn.Module):
     """Word representation of the token-state variants (ours): the base transformer's last-layer
     wordpiece states (all-MiniLM-L6-v2, 384 wide, or all-mpnet-base-v2, 768), optionally through a
@@ -309,16 +367,26 @@ class MiniLMTokenStates(nn.Module):
 
     def __init__(self, config: MsemConfig):
         super().__init__()
-        self.top = nn.ModuleList(MiniLMLayer() for _ in range(config.minilm_train_layers))
+        mpnet = config.word_repr == "mpnet"
+        self.top = nn.ModuleList((MPNetLayer() if mpnet else MiniLMLayer()) for _ in range(config.minilm_train_layers))
+        # mpnet's relative position bias, shared by its layers: a trainable copy for the top ones
+        self.rel_bias = nn.Embedding(MPNET_BUCKETS, MPNET_HEADS) if mpnet and config.minilm_train_layers else None
         dim = config.token_dim
         self.project = nn.Linear(dim, config.word_dim) if config.word_dim != dim else None
         self.dropout = nn.Dropout(config.embed_dropout)
         self.out_dim = config.word_dim
 
     def finish(self, token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The text side's states -> MiniLM's last-layer states (identity when no layer trains)."""
+        """The text side's states -> the base's last-layer states (identity when no layer trains)."""
+        if self.rel_bias is None:
+            for layer in self.top:
+                token_states = layer(token_states, mask)
+            return token_states
+        T = token_states.shape[1]
+        pos = torch.arange(T, device=token_states.device)
+        bias = self.rel_bias(relative_position_bucket(pos[None, :] - pos[:, None])).permute(2, 0, 1)  # (heads, T, T)
         for layer in self.top:
-            token_states = layer(token_states, mask)
+            token_states = layer(token_states, mask, bias)
         return token_states
 
     def forward(self, token_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -280,10 +280,14 @@ class MsemEncoder:
 
 
 def init_minilm_layers(model: MSEM, text: MiniLMText) -> None:
-    """Copy MiniLM's top `minilm_train_layers` layers into the model's trainable `embed.top`."""
+    """Copy the base's top `minilm_train_layers` layers into the model's trainable `embed.top` (and, for
+    mpnet, its relative position bias into `embed.rel_bias`)."""
     first = text.total_layers - model.config.minilm_train_layers
     for i, layer in enumerate(model.embed.top):
         layer.load_hf_state(text.layer_state(first + i))
+    if getattr(model.embed, "rel_bias", None) is not None:
+        with torch.no_grad():
+            model.embed.rel_bias.weight.copy_(text.transformer.encoder.relative_attention_bias.weight)
 
 
 def read_config(path: Path) -> MsemConfig:

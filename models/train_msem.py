@@ -387,11 +387,12 @@ def _set_rng_state(state: dict) -> None:
 
 
 def _make_optimizer(kind: str, model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam or SGD over the trainable parameters: MSEM's own, then (`minilm_train_layers`) MiniLM's
+    """Adam or SGD over the trainable parameters: MSEM's own, then (`minilm_train_layers`) the base's
     pretrained layers, which `_set_epoch_lr` gives a smaller rate. Rates start at epoch 0's."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if not n.startswith("embed.top.")]}]
-    top = [p for n, p in named if n.startswith("embed.top.")]
+    pretrained = ("embed.top.", "embed.rel_bias.")  # the base's layers (and mpnet's position bias)
+    groups = [{"params": [p for n, p in named if not n.startswith(pretrained)]}]
+    top = [p for n, p in named if n.startswith(pretrained)]
     if top:
         groups.append({"params": top})
     optimizer = torch.optim.Adam(groups, lr=cfg.lr) if kind == "adam" else torch.optim.SGD(groups, lr=cfg.sgd_lr)

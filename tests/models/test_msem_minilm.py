@@ -261,8 +261,27 @@ def test_trainable_top_layers_compute_what_minilm_computes(tmp_path, minilm_enco
     np.testing.assert_allclose(loaded.encode(texts), v, atol=1e-5)
     with pytest.raises(ValueError, match="minilm_train_layers must be"):
         MsemConfig(**{**TINY, "minilm_train_layers": 7}, word_vocab_size=10, char_vocab_size=10)
-    with pytest.raises(ValueError, match="needs word_repr='minilm'"):
+    with pytest.raises(ValueError, match=r"\[0, 0\] for word_repr 'glove_char'"):
         MsemConfig(minilm_train_layers=1, word_vocab_size=10, char_vocab_size=10)
+    MsemConfig(**{**TINY, "word_repr": "mpnet", "minilm_train_layers": 12}, word_vocab_size=10, char_vocab_size=10)
+
+
+def test_trainable_mpnet_layers_compute_what_mpnet_computes(tmp_path, real_mpnet_cache, monkeypatch):
+    """The same for all-mpnet-base-v2: its top layers with their relative position bias, rebuilt in MSEM
+    (MPNetLayer), give mpnet's own sentence vector at creation, also for sentences of different lengths
+    padded in one batch."""
+    monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
+    from models.load import load_encoder
+
+    text = MiniLMText(base="mpnet")
+    enc = MsemEncoder.create({**TINY, "word_repr": "mpnet", "max_len": 64, "minilm_fusion": 0.5,
+                              "minilm_train_layers": 2}, [], device="cpu", seed=0, minilm=text)
+    enc.model.eval()
+    assert text.n_layers == 10 and len(enc.model.embed.top) == 2 and enc.model.embed.rel_bias is not None
+    texts = [t for t in SENTENCES if t]
+    v = enc.encode(texts)
+    np.testing.assert_allclose(v[:, TINY["out_dim"]:], np.sqrt(0.5) * load_encoder("mpnet").encode(texts), atol=2e-4)
+    np.testing.assert_allclose(np.stack([enc.encode([t])[0] for t in texts]), v, atol=1e-5)
 
 
 def test_init_adds_trainable_layers_and_training_moves_them(tmp_path):
