@@ -264,14 +264,15 @@ class MiniLMLayer(nn.Module):
     MiniLM's layer computes exactly what MiniLM computes (tested against the transformer).
     """
 
-    def __init__(self, dim: int = MINILM_DIM, heads: int = MINILM_HEADS, ffn_dim: int = MINILM_FFN):
+    def __init__(self, dim: int = MINILM_DIM, heads: int = MINILM_HEADS, ffn_dim: int = MINILM_FFN,
+                 eps: float = MINILM_LN_EPS):
         super().__init__()
         self.heads = heads
         self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.attn_out = nn.Linear(dim, dim)
-        self.attn_norm = nn.LayerNorm(dim, eps=MINILM_LN_EPS)
+        self.attn_norm = nn.LayerNorm(dim, eps=eps)
         self.ffn_in, self.ffn_out = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
-        self.ffn_norm = nn.LayerNorm(dim, eps=MINILM_LN_EPS)
+        self.ffn_norm = nn.LayerNorm(dim, eps=eps)
         self.dropout = nn.Dropout(MINILM_DROPOUT)
 
     #: HF name -> ours
@@ -312,7 +313,7 @@ def relative_position_bucket(relative: torch.Tensor, buckets: int = MPNET_BUCKET
     return ret + torch.where(n < exact, n, large.clamp(max=half - 1))
 
 
-class MPNetLayer(nn.Module):
+class MPNetLayer(MiniLMLayer):
     """One all-mpnet-base-v2 encoder layer, for `minilm_train_layers` on word_repr "mpnet": a BERT layer
     (post-LN) whose attention scores also get the relative position bias B (heads, T, T):
 
@@ -329,17 +330,8 @@ class MPNetLayer(nn.Module):
         "intermediate.dense": "ffn_in", "output.dense": "ffn_out", "output.LayerNorm": "ffn_norm",
     }
 
-    def __init__(self, dim: int = 768, heads: int = MPNET_HEADS, ffn_dim: int = MPNET_FFN):
-        super().__init__()
-        self.heads = heads
-        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.attn_out = nn.Linear(dim, dim)
-        self.attn_norm = nn.LayerNorm(dim, eps=MPNET_LN_EPS)
-        self.ffn_in, self.ffn_out = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
-        self.ffn_norm = nn.LayerNorm(dim, eps=MPNET_LN_EPS)
-        self.dropout = nn.Dropout(MINILM_DROPOUT)
-
-    load_hf_state = MiniLMLayer.load_hf_state
+    def __init__(self):
+        super().__init__(dim=768, heads=MPNET_HEADS, ffn_dim=MPNET_FFN, eps=MPNET_LN_EPS)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """(B, T, 768), (B, T) bool, (heads, T, T) -> (B, T, 768)."""

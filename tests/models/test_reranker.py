@@ -173,19 +173,7 @@ def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
     """Two phases, a few steps of a 1-layer MiniLM cross-encoder, calibration, save, ONNX export, resume."""
     from models.train_reranker import RerankTrainConfig, train_reranker
 
-    pairs = tmp_path / "qqp" / "pairs_dev.tsv"
-    pairs.parent.mkdir()
-    lines = []
-    for i in range(12):
-        lines.append(f"1\tHow do I reset my password {i}?\tI forgot my password {i}")
-        lines.append(f"0\tHow do I reset my password {i}?\tWhere is my parcel number {i}?")
-    pairs.write_text("\n".join(lines) + "\n")
-    stsb = tmp_path / "stsb"
-    stsb.mkdir()
-    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i % 6}.000\tA man plays a guitar {i}.\tA man plays music {i}."
-            for i in range(12)]
-    (stsb / "sts-train.csv").write_text("\n".join(rows) + "\n")
-    (stsb / "sts-dev.csv").write_text("\n".join(rows[:6]) + "\n")
+    pairs, stsb = _tiny_training_data(tmp_path)
     cfg = RerankTrainConfig(n_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8, augment=True,
                             augment_max=6, holdout_fraction=0.25, checkpoint_every=2)
     out = tmp_path / "rr"
