@@ -27,17 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_current)
 
 
-def migrated_store(settings=None):
-    """The configured store, its database migrated to head first: what every command that reads or
-    writes the KB opens (the CLI is an entry point, and entry points own migrations)."""
-    from app.store import FaqStore
-
-    settings = settings or get_settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    runner.upgrade(settings.db_url)
-    return FaqStore.from_settings(settings)
-
-
 def _url() -> str:
     settings = get_settings()
     if settings.database_url is None:

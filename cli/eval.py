@@ -225,7 +225,7 @@ def _parse_time(value: str | None, flag: str):
 def cmd_online(args: argparse.Namespace) -> int:
     from evaluation.online import format_online_markdown, online_report, write_online_report
     from app.settings import get_settings
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     try:
         since, until = _parse_time(args.since, "--since"), _parse_time(args.until, "--until")

@@ -76,7 +76,7 @@ def _warn_if_not_selected(spec: str) -> None:
 def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
     from app.pipeline import encoder_spec
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
     from index.build import BuildError, build_index
     from models.load import load_encoder
 

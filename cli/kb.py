@@ -50,7 +50,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _open_store() -> FaqStore:
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     return migrated_store(get_settings())
 

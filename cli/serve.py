@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.settings import get_settings
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     settings = get_settings()
     # migrations belong to the entry point: once here, before any worker process opens the store

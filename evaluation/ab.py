@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from app.arms import ARMS, base_arm, uses_reranker
-from evaluation.match import _known_faq_check, keep_first_variants, scratch_store
+from evaluation.match import _known_faq_check, keep_first_variants
+from migrations.runner import migrated_store
 from evaluation.metrics import (
     QueryOutcome,
     all_metrics,
@@ -181,7 +182,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
                 and json.loads(fp_path.read_text()) == fingerprint)
     store = manifest = lexical = None
     if reusable:
-        store = scratch_store(settings)
+        store = migrated_store(settings)
         manifest = registry.read_manifest(registry.current())
         lexical = open_lexical(registry.current_dir(), manifest, engine, es_url=es_url,
                                es_prefix=settings.es_index_prefix, es_timeout_s=30.0)
@@ -201,7 +202,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
         for suffix in ("-wal", "-shm"):
             Path(str(db_file) + suffix).unlink(missing_ok=True)
         shutil.rmtree(index_dir, ignore_errors=True)  # query vectors stay: their cache key is encoder + texts
-        store = scratch_store(settings)
+        store = migrated_store(settings)
         store.import_records(records)
         manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
                                batch_size=min(batch_size, 128), progress=progress, report=say, encoder_spec=spec,

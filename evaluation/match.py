@@ -37,17 +37,6 @@ EVAL_DB_FILE = "eval.db"
 EVAL_INDEX_DIR = "indexes"
 
 
-def scratch_store(settings: Any) -> Any:
-    """A store on the evaluation's own scratch database, migrated to head (evaluations build their
-    databases themselves: they are entry points, like `faq db upgrade`)."""
-    from app.store import FaqStore
-    from migrations import runner
-
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    runner.upgrade(settings.db_url)
-    return FaqStore.from_settings(settings)
-
-
 def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: float, top_k: int,
               batch_size: int, desc: str, arm: str = "ann") -> tuple[list[Any], float]:
     """All queries through `Matcher.match_many` in batches (one pinned retriever, one arm) -> (results, seconds)."""
@@ -130,6 +119,7 @@ def run_eval_match(
     from app.pipeline import CrossEncoderStage, build_pipeline, load_rerank_stages
     from index.calibration import calibration_for
     from app.settings import get_settings
+    from migrations import runner
     from app.pipeline import encoder_spec
     from index.artifacts import BuildRegistry
     from index.build import build_index
@@ -167,7 +157,7 @@ def run_eval_match(
     settings_eval = base.model_copy(update=update)
     try:
         t = time.perf_counter()
-        store = scratch_store(settings_eval)
+        store = runner.migrated_store(settings_eval)  # a scratch database of its own
         import_report = store.import_records(records)
         timings["import_s"] = time.perf_counter() - t
 

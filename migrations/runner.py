@@ -67,3 +67,14 @@ def upgrade(url: str, rev: str = "head") -> None:
 
 def downgrade(url: str, rev: str) -> None:
     command.downgrade(make_config(url), rev)
+
+
+def migrated_store(settings):
+    """The configured store, its database migrated to head first (creating data_dir): what entry
+    points open (the `faq` commands, `faq serve` before its workers start, evaluations on their scratch
+    databases). Library code opens `FaqStore.from_settings`, which only checks the schema."""
+    from app.store import FaqStore
+
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    upgrade(settings.db_url)
+    return FaqStore.from_settings(settings)

@@ -72,7 +72,7 @@ def make_settings(data_dir: Path, **overrides) -> Settings:
 
 
 def make_store(settings: Settings, records: list[KbRecord] | None = None) -> FaqStore:
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     store = migrated_store(settings)
     store.import_records(records if records is not None else kb_records())

@@ -258,7 +258,7 @@ def test_from_settings_needs_a_migrated_database(tmp_path):
     the command that fixes it, and a migrated one opens."""
     from app.settings import Settings
     from app.store import SchemaNotReady
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
     from migrations import runner
 
     settings = Settings(data_dir=tmp_path / "deep" / "var", database_url=None)

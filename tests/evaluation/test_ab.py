@@ -188,7 +188,7 @@ def test_feedback_to_online_report_end_to_end(tmp_path, faq_env, monkeypatch, ca
     monkeypatch.setenv("FAQ_KB_POLL_SECONDS", "0")
     get_settings.cache_clear()
     settings = get_settings()
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     store = migrated_store(settings)
     from app.store import KbRecord

@@ -150,7 +150,7 @@ def test_cli_build_list_verify_activate(faq_env, index_kb_records, capsys, monke
 
     get_settings.cache_clear()
     settings = get_settings()
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     store = migrated_store(settings)
     store.import_records(index_kb_records)

@@ -174,7 +174,7 @@ def test_cli_import_rejects_bad_file_and_imports_nothing(faq_env, tmp_path, caps
     assert code == 2 and out == ""
     assert f"{kb}:5: invalid JSON" in err and f"{kb}:6: faq_id 'q' has no answer on any row" in err
     assert err.rstrip().endswith("nothing was imported")
-    from cli.db import migrated_store
+    from migrations.runner import migrated_store
 
     with migrated_store(faq_env) as store:
         assert store.count_faqs() == 0 and store.revision() == 0
