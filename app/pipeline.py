@@ -2,6 +2,8 @@
 
     query texts -> encoder (one call per batch)
       -> candidate generation per arm: ANN (Annoy + delta segment + tombstones) or BM25 (index/candidates.py)
+      -> answer evidence (builds whose KB has real answers, index/answers.py): FAQs recalled through their
+         answers too, each FAQ's cosine mixed with its answer's: (1 - w) * phrasing + w * answer
       -> FAQ grouping and pooling, scored by the build's calibration: p = sigmoid(a * cos + b)
       -> re-ranking stages (the `+rerank` arms): each re-scores the top `rerank_k` FAQs
       -> decision: answer = the best FAQ when its probability >= threshold, else none
@@ -23,10 +25,12 @@ import numpy as np
 
 from app.arms import base_arm, uses_reranker
 from app.settings import Settings
+from index.answers import nearest_weight
 from index.calibration import calibration_for
 from index.candidates import (
     FaqMatch,
     RetrieverLike,
+    answer_hits,
     deepen,
     group_hits,
     lexical_hits,
@@ -113,10 +117,13 @@ class Pipeline:
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
-                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int = 1):
+                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int = 1,
+                 answer_weight: float = 0.0):
         self.encoder = encoder
         if pool_variants < 1:
             raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
+        # the answer's share of a FAQ's first-stage score (builds without answer evidence ignore it)
+        self.answer_weight = answer_weight
         # a FAQ's cosine = mean of its best `pool_variants` phrasings' (1 = its best phrasing alone)
         self.pool_variants = pool_variants
         # the `+rerank` arms: each stage re-scores the top `rerank_k` FAQs in turn; none = those arms refuse
@@ -176,19 +183,34 @@ class Pipeline:
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
         hits_per_query = self.retrieve(requests, vecs, retriever)
+        weight = self.served_answer_weight(retriever)
+        answer_cos: list[dict[str, float] | None] = [None] * len(requests)
+        floors: list[float | None] = [None] * len(requests)
+        if weight > 0:
+            answer_vectors = retriever.answer_vectors
+            cosines = answer_vectors.cosines(vecs)
+            for i, request in enumerate(requests):
+                hits = hits_per_query[i]
+                if base_arm(request.arm) == "ann":  # the lexical arms keep BM25's candidates, scored the same way
+                    floors[i] = min((h.cosine for h in hits), default=None)
+                    top_k = max(request.top_k, self.rerank_k) if uses_reranker(request.arm) else request.top_k
+                    hits = hits_per_query[i] = answer_hits(retriever, answer_vectors, cosines[i], vecs[i], hits, top_k)
+                row_of = answer_vectors.row_of
+                answer_cos[i] = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
-        calibration = calibration_for(retriever.manifest, self.encoder, self.pool_variants)
+        calibration = calibration_for(retriever.manifest, self.encoder, self.pool_variants, weight)
         answers = retriever.answers
         ranked: list[list[FaqMatch]] = []
         t2 = time.perf_counter()
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if self.pool_variants > 1 else None
-        for request, hits in zip(requests, hits_per_query):
+        for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_reranker(request.arm)
             grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
-                                 pool=self.pool_variants, counts=counts if base_arm(request.arm) == "ann" else None)
+                                 pool=self.pool_variants, counts=counts if base_arm(request.arm) == "ann" else None,
+                                 answer_cos=a_cos, answer_weight=weight, floor=floor)
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         total_ms = (time.perf_counter() - started) * 1000.0
@@ -211,6 +233,13 @@ class Pipeline:
                 )
             )
         return results
+
+    def served_answer_weight(self, retriever: RetrieverLike) -> float:
+        """The answer weight `retriever`'s build is served with: 0 when it encoded no answers, else the
+        configured one rounded to the nearest weight its calibration was fitted for."""
+        if self.answer_weight <= 0 or getattr(retriever, "answer_vectors", None) is None:
+            return 0.0
+        return nearest_weight(self.answer_weight)
 
     def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
         """The `+rerank` arms: each stage re-scores the top `rerank_k` FAQs (their scores so far are its
@@ -307,7 +336,7 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                    lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
                    pool_variants: int | None = None, rerank_k: int | None = None,
-                   lexical_k: int | None = None) -> Pipeline:
+                   lexical_k: int | None = None, answer_weight: float | None = None) -> Pipeline:
     """The matching pipeline: settings give every option a caller does not override."""
     return Pipeline(
         encoder, retriever, lexical=lexical,
@@ -315,4 +344,5 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
         stages=stages,
         rerank_k=settings.rerank_k if rerank_k is None else rerank_k,
         pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
+        answer_weight=settings.answer_weight if answer_weight is None else answer_weight,
     )

@@ -37,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pool-variants", type=_pool_list, help="a FAQ's cosine = mean of its best N phrasings' "
                    "(default: FAQ_POOL_VARIANTS, 2); a list such as 1,2,3,5 is tried on --dev and the best "
                    "dev answer F1 is used")
+    p.add_argument("--answer-weight", type=_weight_list, help="the answer's share of a FAQ's score, 0..0.9 "
+                   "(default: FAQ_ANSWER_WEIGHT); a list such as 0,0.3,0.5 is tried on --dev (with the pool sizes) "
+                   "and the best dev answer F1 is used. Ignored for a KB whose answers are placeholders")
+    p.add_argument("--tune-answer-weight", action="store_true", help="choose the answer weight on --dev from "
+                   "0, 0.1, .., 0.9 (max answer F1, then top-1)")
     p.set_defaults(func=cmd_match)
 
     p = ev_sub.add_parser(
@@ -112,8 +117,18 @@ def _pool_list(text: str) -> list[int]:
     return values
 
 
+def _weight_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not 0.0 <= v <= 0.9 for v in values):
+        raise argparse.ArgumentTypeError(f"--answer-weight: expected numbers in 0..0.9 separated by commas, got {text!r}")
+    return values
+
+
 def cmd_match(args: argparse.Namespace) -> int:
-    from evaluation.match import format_table, run_eval_match, write_report
+    from evaluation.match import ANSWER_WEIGHT_GRID, format_table, run_eval_match, write_report
     from kb.records import KbValidationError
     from index.artifacts import IndexVerificationError
     from index.build import BuildError
@@ -133,6 +148,13 @@ def cmd_match(args: argparse.Namespace) -> int:
     if args.variants_per_faq is not None and args.variants_per_faq < 1:
         print("error: --variants-per-faq must be >= 1", file=sys.stderr)
         return 2
+    if args.tune_answer_weight and args.answer_weight:
+        print("error: --tune-answer-weight and --answer-weight are exclusive (give the list to --answer-weight)",
+              file=sys.stderr)
+        return 2
+    if args.tune_answer_weight and not args.dev:
+        print("error: --tune-answer-weight needs --dev queries to choose on", file=sys.stderr)
+        return 2
     try:
         report = run_eval_match(args.kb, args.queries, args.dev, args.model, args.workdir,
                                 top_k=args.top_k, batch_size=args.batch_size,
@@ -140,7 +162,8 @@ def cmd_match(args: argparse.Namespace) -> int:
                                 variants_per_faq=args.variants_per_faq,
                                 reranker=args.reranker, rerank_k=args.rerank_k,
                                 rerank_weight=args.rerank_weight, tune_rerank_weight=args.tune_rerank_weight,
-                                pool_variants=args.pool_variants)
+                                pool_variants=args.pool_variants,
+                                answer_weights=ANSWER_WEIGHT_GRID if args.tune_answer_weight else args.answer_weight)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)

@@ -55,18 +55,30 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
     return results, time.perf_counter() - t
 
 
-def tune_pool(matcher: Any, retriever: Any, dev: Sequence[Any], pools: Sequence[int], threshold: float, top_k: int,
-              batch_size: int) -> dict:
-    """Match the dev queries (`ann` arm) with each pool size; leave `matcher.pool_variants` at the one with
-    the best dev answer F1 (then top-1, then the smaller N) and return {chosen, dev_by_pool}."""
-    by_pool = {}
+#: `faq eval match --tune-answer-weight`: the answer weights tried on dev
+ANSWER_WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def tune_first_stage(matcher: Any, retriever: Any, dev: Sequence[Any], pools: Sequence[int], weights: Sequence[float],
+                     threshold: float, top_k: int, batch_size: int) -> tuple[dict | None, dict | None]:
+    """Match the dev queries (`ann` arm) with every (pool size, answer weight); leave the matcher at the pair
+    with the best dev answer F1 (then top-1, then the smaller N and weight) and return (pool report,
+    answer-weight report): {chosen, dev_by_pool} at the chosen weight and {chosen, dev_by_weight} at the
+    chosen pool, None for an option with a single value."""
+    grid = {}
     for pool in pools:
-        matcher.pool_variants = pool
-        results, _ = match_all(matcher, retriever, [q.query for q in dev], threshold, top_k, batch_size, f"dev (pool {pool})")
-        outcomes = outcomes_from_results(results, [q.faq_id for q in dev])
-        by_pool[pool] = {"dev_f1": tune_threshold(outcomes)[1], "dev_top1": top1_accuracy(outcomes)}
-    matcher.pool_variants = max(pools, key=lambda p: (by_pool[p]["dev_f1"], by_pool[p]["dev_top1"], -p))
-    return {"chosen": matcher.pool_variants, "dev_by_pool": by_pool}
+        for weight in weights:
+            matcher.pool_variants, matcher.answer_weight = pool, weight
+            results, _ = match_all(matcher, retriever, [q.query for q in dev], threshold, top_k, batch_size,
+                                   f"dev (pool {pool}, answer weight {weight:g})")
+            outcomes = outcomes_from_results(results, [q.faq_id for q in dev])
+            grid[pool, weight] = {"dev_f1": tune_threshold(outcomes)[1], "dev_top1": top1_accuracy(outcomes)}
+    pool, weight = max(grid, key=lambda pw: (grid[pw]["dev_f1"], grid[pw]["dev_top1"], -pw[0], -pw[1]))
+    matcher.pool_variants, matcher.answer_weight = pool, weight
+    pool_report = {"chosen": pool, "dev_by_pool": {p: grid[p, weight] for p in pools}} if len(pools) > 1 else None
+    weight_report = {"chosen": weight, "dev_by_weight": {f"{w:g}": grid[pool, w] for w in weights}} \
+        if len(weights) > 1 else None
+    return pool_report, weight_report
 
 
 def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
@@ -105,6 +117,7 @@ def run_eval_match(
     rerank_weight: float | None = None,
     tune_rerank_weight: bool = False,
     pool_variants: Sequence[int] | None = None,
+    answer_weights: Sequence[float] | None = None,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
 
@@ -114,7 +127,10 @@ def run_eval_match(
     the top `rerank_k` FAQs, default settings.rerank_k) and the threshold is tuned on its probabilities.
     `pool_variants`: how many of a FAQ's best phrasings its cosine averages (index/candidates.py `group_hits`;
     default settings.pool_variants); several values are each run on dev (`ann` arm, queries encoded once)
-    and the one with the best dev answer F1 is used."""
+    and the one with the best dev answer F1 is used.
+    `answer_weights`: the answer's share of a FAQ's score (index/answers.py; default settings.answer_weight);
+    several values are tried on dev together with the pool sizes, as for `pool_variants`. A KB whose
+    answers are placeholders builds without answer evidence and ignores it (the report says so)."""
     from kb.records import read_kb, read_queries
     from app.pipeline import CrossEncoderStage, build_pipeline, load_rerank_stages
     from index.calibration import calibration_for
@@ -177,27 +193,35 @@ def run_eval_match(
         pools = list(pool_variants) if pool_variants else [int(getattr(base, "pool_variants", 1))]
         if len(pools) > 1 and not dev:
             raise ValueError("several pool_variants values need dev queries to choose from")
+        weights = list(answer_weights) if answer_weights else [float(base.answer_weight)]
+        if len(weights) > 1 and not dev:
+            raise ValueError("several answer weights need dev queries to choose from")
+        if retriever.answer_vectors is None:
+            weights = weights[:1]  # nothing to tune: the build has no answer evidence
         stages = load_rerank_stages(base, reranker, rerank_weight) if reranker else []
         stage = stages[0] if stages else None
         arm = "ann+rerank" if stages else "ann"
-        matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0])
-        pool_report = None
-        if len(pools) > 1:
+        matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],
+                                 answer_weight=weights[0])
+        pool_report = answer_weight_report = None
+        if len(pools) > 1 or len(weights) > 1:
             t = time.perf_counter()
-            pool_report = tune_pool(matcher, retriever, dev, pools, float(base.default_threshold), top_k, batch_size)
-            timings["pool_tuning_s"] = time.perf_counter() - t
+            pool_report, answer_weight_report = tune_first_stage(
+                matcher, retriever, dev, pools, weights, float(base.default_threshold), top_k, batch_size)
+            timings["first_stage_tuning_s"] = time.perf_counter() - t
         weight_report = None
         if stage is not None and tune_rerank_weight and dev:
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
             from evaluation.rerank_tuning import tune_weight
 
             pure = build_pipeline(base, encoder, retriever, stages=[CrossEncoderStage(stage.reranker, 1.0)],
-                                  rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants)
+                                  rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants,
+                                  answer_weight=matcher.answer_weight)
             t = time.perf_counter()
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
             timings["rerank_weight_tuning_s"] = time.perf_counter() - t
-            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.pool_variants), top_k)
+            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.pool_variants, matcher.served_answer_weight(retriever)), top_k)
             stage.weight = best
             weight_report = {"chosen": best, "dev_f1_by_weight": f1s}
 
@@ -233,6 +257,8 @@ def run_eval_match(
             "arm": arm,
             "pool_variants": matcher.pool_variants,
             "pool_tuning": pool_report,
+            "answers": {**(manifest.get("answers") or {}), "weight": matcher.served_answer_weight(retriever),
+                        "weight_tuning": answer_weight_report},
             "reranker": {"path": reranker, "id": stage.id, "rerank_k": matcher.rerank_k,
                          "weight": stage.served_weight, "weight_tuning": weight_report}
             if stage else None,
@@ -303,6 +329,7 @@ def format_table(report: dict) -> str:
         f"KB: {report['counts']['faqs']} FAQs, {report['counts']['variants']} variants;"
         f" test: {m['n_queries']} queries ({m['n_in_scope']} in scope, {m['n_oos']} out of scope)",
         f"threshold {thr['value']:.4f} ({'tuned on dev' if thr['source'] == 'dev' else 'default'}); {_pool_text(report)}",
+        _answer_text(report),
         "",
         f"{'metric':<28}{'test':>10}{'dev':>10}" if dev else f"{'metric':<28}{'test':>10}",
     ]
@@ -328,6 +355,18 @@ def _pool_text(report: dict) -> str:
     return text
 
 
+def _answer_text(report: dict) -> str:
+    answers = report.get("answers") or {}
+    if not answers.get("used"):
+        return "answers: not evidence (" + (answers.get("reason") or "the build encoded none") + ")"
+    text = f"answers: weight {answers['weight']:g} in the FAQ score"
+    tuning = answers.get("weight_tuning")
+    if tuning:
+        text += " (dev top-1 / F1 by weight: " + ", ".join(
+            f"{w} {v['dev_top1']:.3f}/{v['dev_f1']:.3f}" for w, v in tuning["dev_by_weight"].items()) + ")"
+    return text
+
+
 def format_markdown(report: dict) -> str:
     m, thr = report["metrics"], report["threshold"]
     dev = (report.get("dev_metrics") or {}).get("at_threshold")
@@ -337,7 +376,7 @@ def format_markdown(report: dict) -> str:
         f"- KB `{report['kb']}`: {report['counts']['faqs']} FAQs, {report['counts']['variants']} variants",
         f"- test `{report['queries']}`: {m['n_queries']} queries ({m['n_in_scope']} in scope, {m['n_oos']} out of scope)",
         f"- threshold {thr['value']:.4f} ({'tuned on dev `' + str(report['dev']) + '`' if thr['source'] == 'dev' else 'default'})",
-        f"- FAQ score: {_pool_text(report)}",
+        f"- FAQ score: {_pool_text(report)}; {_answer_text(report)}",
         f"- index {report['index']['version']}: n_trees {report['index']['n_trees']}, search_k {report['index']['search_k']}",
         "",
         "| metric | test |" + (" dev |" if dev else ""),

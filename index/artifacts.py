@@ -8,6 +8,9 @@ Layout (contract in docs/architecture.md):
         ids.npy                     annoy item -> variant_id (int64)
         vectors.npy                 fp16 copy of the vectors (exact rerank / verification)
         idmap.jsonl                 {"variant_id", "faq_id", "question"} per annoy item, same order
+        answers.npy                 fp16 answer vectors, one per FAQ with a real answer (index/answers.py);
+        answers.jsonl               {"faq_id", "answer"} per row, same order; both absent when the build
+                                    uses no answer evidence (manifest `answers.used` false)
         manifest.json               what was built, with which encoder, how it verified, calibration
       .staging-<version>/           a build in progress; renamed into place only when complete
       current -> 20261122T010203Z-a1b2c3    symlink, switched with os.replace (atomic on POSIX)
@@ -43,6 +46,8 @@ IDS_FILE = "ids.npy"
 VECTORS_FILE = "vectors.npy"
 IDMAP_FILE = "idmap.jsonl"
 MANIFEST_FILE = "manifest.json"
+ANSWERS_FILE = "answers.npy"
+ANSWER_MAP_FILE = "answers.jsonl"
 CURRENT_LINK = "current"
 STAGING_PREFIX = ".staging-"
 VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
@@ -282,6 +287,7 @@ def verify_build_dir(
                 report.errors.append(f"{what}: {n} entries, manifest says n_variants={expected}")
         if vectors.ndim != 2 or vectors.shape[1] != dim:
             report.errors.append(f"{VECTORS_FILE}: shape {vectors.shape}, manifest says dim={dim}")
+        report.errors.extend(_answer_errors(build_dir, manifest, dim))
         if recall and not report.errors:
             report.self_recall_at_10 = self_recall_at_k(
                 index, np.asarray(vectors, dtype=np.float32), k=10, search_k=int(manifest.get("search_k", -1)),
@@ -296,6 +302,28 @@ def verify_build_dir(
         index.unload()
     report.ok = not report.errors
     return report
+
+
+def _answer_errors(build_dir: Path, manifest: dict, dim: int) -> list[str]:
+    """The answer segment matches the manifest: present with the right shape when used, else absent."""
+    block = manifest.get("answers") or {}
+    if not block.get("used"):
+        return []
+    errors = []
+    for name in (ANSWERS_FILE, ANSWER_MAP_FILE):
+        if not (build_dir / name).is_file():
+            errors.append(f"missing {name} (manifest says answers are used)")
+    if errors:
+        return errors
+    vectors = np.load(build_dir / ANSWERS_FILE, mmap_mode="r")
+    with open(build_dir / ANSWER_MAP_FILE, encoding="utf-8") as fh:
+        n_rows = sum(1 for _ in fh)
+    expected = int(block.get("n_encoded", -1))
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        errors.append(f"{ANSWERS_FILE}: shape {vectors.shape}, manifest says dim={dim}")
+    elif not (len(vectors) == n_rows == expected):
+        errors.append(f"{ANSWERS_FILE}: {len(vectors)} rows, {ANSWER_MAP_FILE}: {n_rows}, manifest n_encoded={expected}")
+    return errors
 
 
 def _fsync_dir(path: Path) -> None:

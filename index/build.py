@@ -1,5 +1,5 @@
-"""The offline build job: KB snapshot -> vectors -> Annoy forest -> verified, versioned artifact
-folder -> atomic switch of `current`.
+"""The offline build job: KB snapshot -> vectors (phrasings, and answers when the KB has real ones:
+index/answers.py) -> Annoy forest -> verified, versioned artifact folder -> atomic switch of `current`.
 
 Safety properties:
 - Everything is written into `index_dir/.staging-<version>/` and renamed into place only after it
@@ -27,6 +27,7 @@ import numpy as np
 from index import artifacts
 from index.ann import AnnIndex
 from index.artifacts import BuildRegistry, IndexVerificationError, sha256_file, verify_build_dir, write_json_atomic
+from index.answers import AnswerVectors, answer_policy
 from index.calibration import calibrate
 from index.lexical import build_lexical, delete_es_indexes, es_index_name
 
@@ -132,6 +133,17 @@ def build_index(
             f"{', device ' + str(getattr(encoder, 'device', '')) if getattr(encoder, 'device', None) else ''})")
 
         t = time.perf_counter()
+        policy = answer_policy(snapshot.faqs)
+        answers = None
+        if policy.used:
+            answer_texts = [snapshot.faqs[f][0] for f in policy.faq_ids]
+            answers = AnswerVectors(policy.faq_ids, encode_in_batches(encoder, answer_texts, batch_size, progress),
+                                    answer_texts)
+            timings["encode_answers_s"] = time.perf_counter() - t
+        say(f"answers: {policy.reason}"
+            + (f" (encoded in {timings['encode_answers_s']:.1f}s)" if answers is not None else ""))
+
+        t = time.perf_counter()
         ann = AnnIndex.build(vectors, n_trees)
         timings["annoy_build_s"] = time.perf_counter() - t
 
@@ -144,6 +156,11 @@ def build_index(
             for v in variants:
                 fh.write(json.dumps({"variant_id": v.variant_id, "faq_id": v.faq_id, "question": v.question},
                                     ensure_ascii=False) + "\n")
+        if answers is not None:
+            np.save(staging / artifacts.ANSWERS_FILE, answers.vectors.astype(np.float16))
+            with open(staging / artifacts.ANSWER_MAP_FILE, "w", encoding="utf-8") as fh:
+                for faq_id, text in zip(answers.faq_ids, answer_texts):
+                    fh.write(json.dumps({"faq_id": faq_id, "answer": text}, ensure_ascii=False) + "\n")
         checksum = sha256_file(staging / artifacts.ANNOY_FILE)
         timings["save_s"] = time.perf_counter() - t
 
@@ -172,6 +189,7 @@ def build_index(
             "search_k": search_k,
             "annoy_bytes": (staging / artifacts.ANNOY_FILE).stat().st_size,
             "created_at": started_at.isoformat(),
+            "answers": policy.report(),
         }
         if lexical_block is not None:
             manifest["lexical"] = lexical_block
@@ -193,7 +211,11 @@ def build_index(
         t = time.perf_counter()
         ann = AnnIndex.load(staging / artifacts.ANNOY_FILE, encoder.dim)
         try:
-            manifest["calibration"] = calibrate(ann, vectors, [v.faq_id for v in variants], encoder, search_k=search_k)
+            # the served vectors are the fp16 ones: calibrate on what the matcher will see
+            stored_answers = None if answers is None else AnswerVectors(
+                answers.faq_ids, answers.vectors.astype(np.float16).astype(np.float32))
+            manifest["calibration"] = calibrate(ann, vectors, [v.faq_id for v in variants], encoder,
+                                                search_k=search_k, answers=stored_answers)
         finally:
             ann.unload()
         timings["calibrate_s"] = time.perf_counter() - t

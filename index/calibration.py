@@ -6,6 +6,7 @@ Where (a, b) come from, in order of preference:
    the matcher ranks them (index/pooling.py, for each pool size 1..MAX_POOL); label = whether the top
    FAQ is the variant's own, feature = its (pooled) cosine. A logistic regression, L2-regularised
    toward the prior, is fitted with a few Newton steps. Needs enough positives (FAQs with >= 2 variants).
+   With answer evidence (index/answers.py) the feature is the mixed score, one curve per weight.
 2. "encoder": the encoder's own matching layer, `calibration=(gamma, alpha)` ->
    a = gamma, b = -gamma * alpha (MSEM).
 3. "default": a = 12, b = -9, a reasonable curve for MiniLM-like cosines (0.75 -> p = 0.5).
@@ -20,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from index.ann import AnnIndex
+from index.answers import ANSWER_RECALL, WEIGHT_GRID, AnswerVectors, combine, nearest_weight
 from models import scoring
 from models.scoring import sigmoid
 from index.pooling import MAX_POOL, pooled_cosine
@@ -48,12 +50,17 @@ class Calibration:
         return float(self.prob(cosine))
 
 
-def calibration_for(manifest: dict | None, encoder: object = None, pool: int = 1) -> Calibration:
-    """A build's calibration from its manifest (every build writes one), the curve fitted for FAQ scores
-    pooled over `pool` phrasings when the build has it; for a manifest without one, the prior a build
-    would fall back to (the encoder's matching layer, else the MiniLM-like default)."""
+def calibration_for(manifest: dict | None, encoder: object = None, pool: int = 1, answer_weight: float = 0.0) -> Calibration:
+    """A build's calibration from its manifest (every build writes one): the curve fitted for FAQ scores
+    pooled over `pool` phrasings and, when the build encoded answers and `answer_weight` > 0, mixed with
+    the answer cosine at the nearest calibrated weight (index/answers.py); for a manifest without one,
+    the prior a build would fall back to (the encoder's matching layer, else the MiniLM-like default)."""
     cal = (manifest or {}).get("calibration")
-    if isinstance(cal, dict) and pool > 1:
+    if isinstance(cal, dict) and answer_weight > 0 and isinstance(cal.get("answer_weights"), dict):
+        by_pool = cal["answer_weights"].get(f"{nearest_weight(answer_weight):.2f}")
+        if isinstance(by_pool, dict) and isinstance(by_pool.get(str(pool)), dict):
+            cal = by_pool[str(pool)]
+    elif isinstance(cal, dict) and pool > 1:
         pooled = (cal.get("pooled") or {}).get(str(pool))
         cal = pooled if isinstance(pooled, dict) else cal  # builds before pooled curves: the best-phrasing one
     if isinstance(cal, dict) and cal.get("a") is not None and cal.get("b") is not None:
@@ -79,14 +86,22 @@ def fit_platt(cos: np.ndarray, labels: np.ndarray, prior: Calibration, l2: float
 
 def nearest_faq(
     index: AnnIndex, vectors: np.ndarray, faq_ids: Sequence[str], rows: np.ndarray, search_k: int = -1,
-    pools: Sequence[int] = (1,),
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Each sampled item plays a query against the rest of the KB: per pool size, the pooled cosine of
-    the best other FAQ-or-its-own-FAQ (index/pooling.py, as the matcher ranks) and whether that FAQ is
-    the item's own. Pool 1 = the cosine of its nearest other item and whether that one shares its FAQ."""
+    pools: Sequence[int] = (1,), answers: AnswerVectors | None = None, weights: Sequence[float] = (0.0,),
+) -> dict[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
+    """Each sampled item plays a query against the rest of the KB, ranked as the matcher ranks
+    (index/pooling.py, index/answers.py): per (pool size, answer weight), the score of the best
+    other-FAQ-or-its-own-FAQ and whether that FAQ is the item's own. Pool 1, weight 0 = the cosine of
+    its nearest other item and whether that one shares its FAQ. With `answers`, the FAQs of the best
+    answers are candidates too (their phrasings scored exactly), as the matcher recalls them; the
+    item's own FAQ is a candidate only through its other phrasings, as a FAQ always has one."""
     counts = Counter(faq_ids)
     depth = 4 * max(pools) + 1  # the matcher's retrieval depth per pooled FAQ, plus the item itself
-    out = {p: (np.empty(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=bool)) for p in pools}
+    rows_of: dict[str, list[int]] = {}
+    if answers is not None:
+        for i, f in enumerate(faq_ids):
+            rows_of.setdefault(f, []).append(i)
+    keys = [(p, w) for p in pools for w in weights]
+    out = {key: (np.empty(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=bool)) for key in keys}
     for j, row in enumerate(rows):
         items, cosines = index.search_one(vectors[row], depth, search_k)
         # normally items[0] is the query itself; skip it wherever it appears (ties can reorder)
@@ -100,12 +115,22 @@ def nearest_faq(
             per_faq.setdefault(f, []).append(c)
         floor = min(c for _, c in others)
         own = faq_ids[row]
-        for pool, (cos, same) in out.items():
-            # the query is no longer a phrasing of its own FAQ: one fewer there
-            scored = {f: pooled_cosine(cs, counts[f] - (f == own), pool, floor) for f, cs in per_faq.items()}
+        answer_cos: dict[str, float] = {}
+        if answers is not None and len(answers):
+            cos_row = answers.cosines(vectors[row][None, :])[0]
+            for f in answers.top(cos_row, ANSWER_RECALL):
+                if f not in per_faq:
+                    others_rows = [r for r in rows_of.get(f, []) if r != row]
+                    if others_rows:  # scored exactly: all its phrasings are known
+                        per_faq[f] = (vectors[others_rows] @ vectors[row]).astype(np.float64).tolist()
+            answer_cos = {f: float(cos_row[answers.row_of[f]]) for f in per_faq if f in answers.row_of}
+        pooled_by = {pool: {f: pooled_cosine(cs, counts[f] - (f == own), pool, floor) for f, cs in per_faq.items()}
+                     for pool in pools}  # the query is no longer a phrasing of its own FAQ: one fewer there
+        for (pool, weight), (cos, same) in out.items():
+            scored = {f: combine(c, answer_cos.get(f), weight) for f, c in pooled_by[pool].items()}
             best = min(scored, key=lambda f: (-scored[f], f))  # the matcher's order: score, then faq_id
             cos[j], same[j] = scored[best], best == own
-    return {p: (cos[np.isfinite(cos)], same[np.isfinite(cos)]) for p, (cos, same) in out.items()}
+    return {key: (cos[np.isfinite(cos)], same[np.isfinite(cos)]) for key, (cos, same) in out.items()}
 
 
 def calibrate(
@@ -119,11 +144,14 @@ def calibrate(
     min_negatives: int = MIN_NEGATIVES,
     l2: float = DEFAULT_L2,
     seed: int = 0,
+    answers: AnswerVectors | None = None,
 ) -> dict:
     """The `calibration` block of a manifest: {a, b, source, n_examples, n_positive, prior} for a FAQ
     scored by its best phrasing, and `pooled`: {"2": {a, b, source, ...}, ...} for the pooled scores of
     `FAQ_POOL_VARIANTS` 2..MAX_POOL (a mean of several cosines sits lower than their max, so it needs
-    its own curve for a threshold of 0.5 to keep meaning "more likely right than wrong")."""
+    its own curve for a threshold of 0.5 to keep meaning "more likely right than wrong"). With `answers`,
+    also `answer_weights`: {"0.05": {"1": {...}, "2": {...}, ...}, ...}, a curve per calibrated answer
+    weight (index/answers.py WEIGHT_GRID) and pool size, fitted on the mixed score."""
     prior = prior_calibration(encoder)
     n = len(faq_ids)
     if len(vectors) != n:
@@ -131,11 +159,14 @@ def calibrate(
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
     pools = tuple(range(1, MAX_POOL + 1))
-    examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools)
-    fits = {p: _fit(*examples[p], prior, min_positives, min_negatives, l2) for p in pools}
-    result = fits[1]
+    weights = WEIGHT_GRID if answers is not None and len(answers) else (0.0,)
+    examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools, answers=answers, weights=weights)
+    fits = {key: _fit(*examples[key], prior, min_positives, min_negatives, l2) for key in examples}
+    result = fits[(1, 0.0)]
     result["prior"] = asdict(prior)
-    result["pooled"] = {str(p): fits[p] for p in pools[1:]}
+    result["pooled"] = {str(p): fits[(p, 0.0)] for p in pools[1:]}
+    if weights != (0.0,):
+        result["answer_weights"] = {f"{w:.2f}": {str(p): fits[(p, w)] for p in pools} for w in weights if w > 0}
     return result
 
 

@@ -5,8 +5,11 @@ first-stage score.
   first depth covers too few distinct FAQs (`deepen`);
 - lexical recall (`lexical_hits`): BM25 top-K FAQs from the build's lexical index, their phrasings scored
   with the same stored vectors, so both recall stages feed the same grouping;
+- answer recall (`answer_hits`, builds with answer evidence): the FAQs whose answers are nearest the
+  query join the candidates, their phrasings scored exactly;
 - grouping and pooling (`group_hits`): variant hits -> one entry per FAQ, its cosine the best phrasing's
-  or the mean of its best m (index/pooling.py), its score the build's calibration of that cosine.
+  or the mean of its best m (index/pooling.py), mixed with its answer's cosine (index/answers.py), its
+  score the build's calibration of that value.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from index.answers import ANSWER_RECALL, AnswerVectors, combine
 from index.calibration import Calibration
 from index.pooling import pooled_cosine
 
@@ -36,6 +40,7 @@ class RetrieverLike(Protocol):
     version: str
     manifest: dict
     answers: dict[str, tuple[str, list[str]]]
+    answer_vectors: AnswerVectors | None
 
     def search(self, vecs: np.ndarray, k: int) -> list[list[Any]]: ...
 
@@ -48,7 +53,10 @@ class FaqMatch:
     question: str  # the variant that matched best
     answer: str
     score: float  # calibrated probability 0..1
-    cosine: float  # the FAQ's cosine: its best phrasing's, or the pooled one (`pool_variants`); kept when a re-ranker sets `score`
+    # the first-stage evidence the calibration maps to `score`: the best phrasing's cosine or the pooled one
+    # (`pool_variants`), mixed with the answer's cosine when answers are evidence; kept when a re-ranker sets `score`
+    cosine: float
+    answer_cosine: float | None = None  # the query's cosine with the FAQ's answer, when the build encoded it
 
 
 def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hits: list, k: int) -> list:
@@ -80,11 +88,15 @@ def variant_counts(retriever: Any) -> dict[str, int] | None:
 def group_hits(
     hits: Sequence[Any], answers: dict[str, tuple[str, list[str]]], calibration: Calibration, top_k: int,
     *, pool: int = 1, counts: dict[str, int] | None = None,
+    answer_cos: dict[str, float] | None = None, answer_weight: float = 0.0, floor: float | None = None,
 ) -> list[FaqMatch]:
     """Variant hits (best first) -> at most `top_k` FAQs, one per faq_id with its best variant.
 
     The FAQ's cosine is its best variant's (`pool` 1), or the mean of its best `min(pool, n)` phrasings'
-    (index/pooling.py), n = its number of phrasings (`counts`, else the hits seen).
+    (index/pooling.py), n = its number of phrasings (`counts`, else the hits seen); with `answer_cos`
+    (faq_id -> the query's cosine with its answer) it is mixed with that by `answer_weight`.
+    `floor`: the cosine a FAQ's unretrieved phrasings count at (default: the lowest hit's); pass the ANN
+    list's when `answer_hits` added exactly scored FAQs below it.
     Hits of FAQs missing from `answers` are skipped: the FAQ was deleted after the retriever's
     snapshot and must not be served (the tombstones normally hide them already).
     """
@@ -92,13 +104,16 @@ def group_hits(
     for hit in hits:
         if hit.faq_id in answers:
             per_faq.setdefault(hit.faq_id, []).append(hit)
-    floor = min((h.cosine for h in hits), default=0.0)
+    if floor is None:
+        floor = min((h.cosine for h in hits), default=0.0)
 
     def pooled(faq_hits: list[Any]) -> float:
         n = (counts or {}).get(faq_hits[0].faq_id, 0)
         return pooled_cosine([h.cosine for h in faq_hits], n, pool, floor)
 
-    scored = [(pooled(faq_hits), max(faq_hits, key=lambda h: h.cosine)) for faq_hits in per_faq.values()]
+    answer_cos = answer_cos or {}
+    scored = [(combine(pooled(faq_hits), answer_cos.get(faq_hits[0].faq_id), answer_weight),
+               max(faq_hits, key=lambda h: h.cosine)) for faq_hits in per_faq.values()]
     scored.sort(key=lambda sh: (-sh[0], sh[1].faq_id))
     return [
         FaqMatch(
@@ -107,9 +122,33 @@ def group_hits(
             answer=answers[h.faq_id][0],
             score=calibration.probability(cos),
             cosine=cos,
+            answer_cosine=answer_cos.get(h.faq_id),
         )
         for cos, h in scored[:top_k]
     ]
+
+
+def answer_hits(retriever: Any, answer_vectors: AnswerVectors, cosines_row: np.ndarray, query_vec: np.ndarray,
+                hits: list[Any], top_k: int) -> list[Any]:
+    """`hits` plus the phrasings of the FAQs with the best answers that `hits` does not reach (at least
+    ANSWER_RECALL of them, `top_k` when more), scored exactly from the stored vectors, best first.
+    Every phrasing of such a FAQ is added, so its pooled cosine is exact."""
+    from index.retriever import Hit
+
+    have = {h.faq_id for h in hits}
+    extra: list[Any] = []
+    for faq_id in answer_vectors.top(cosines_row, max(ANSWER_RECALL, top_k)):
+        if faq_id in have:
+            continue
+        variants = retriever.faq_variants(faq_id)
+        if not variants:
+            continue
+        vectors, found = retriever.vectors_of([vid for vid, _ in variants])
+        cosines = vectors @ np.asarray(query_vec, dtype=np.float32)
+        extra += [Hit(vid, faq_id, q, float(c)) for (vid, q), c, ok in zip(variants, cosines.tolist(), found.tolist()) if ok]
+    if not extra:
+        return hits
+    return sorted(list(hits) + extra, key=lambda h: -h.cosine)
 
 
 def lexical_hits(lexical: Any, retriever: Any, queries: Sequence[str], vecs: np.ndarray, k: int) -> list[list[Any]]:

@@ -5,7 +5,9 @@ A build is immutable, but the KB is edited live through the admin API. `with_kb(
 diffs the build's id map against the current KB snapshot:
 - variants whose (variant_id, question, faq_id) is not in the build go into a *delta segment*
   (their vectors, searched exactly; it stays small between rebuilds);
-- build variants that were deleted or changed become *tombstones*, filtered out of Annoy's results.
+- build variants that were deleted or changed become *tombstones*, filtered out of Annoy's results;
+- answers (when the build uses answer evidence, index/answers.py): new or edited ones are encoded,
+  deleted FAQs' dropped, so `answer_vectors` always describes the live KB.
 So adds, edits and deletes are matchable immediately; the next build folds them in (delta empty).
 
 A Retriever never changes after construction (hot swap replaces the whole object), which makes it
@@ -24,6 +26,7 @@ import numpy as np
 
 from index import artifacts
 from index.ann import AnnIndex
+from index.answers import AnswerVectors, is_placeholder
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Retriever:
         delta_rows: list[tuple[int, str, str]] | None = None,
         answers: dict[str, tuple[str, list[str]]] | None = None,
         kb_revision: int | None = None,
+        answer_vectors: AnswerVectors | None = None,
     ):
         self.build_dir = Path(build_dir)
         self.manifest = manifest
@@ -69,6 +73,8 @@ class Retriever:
         self._delta_rows = delta_rows or []  # (variant_id, faq_id, question) per delta row
         #: faq_id -> (answer, tags) from the latest snapshot (empty until with_kb is called)
         self.answers: dict[str, tuple[str, list[str]]] = answers or {}
+        #: the answer segment (index/answers.py); None when the build uses no answer evidence
+        self.answer_vectors = answer_vectors
         #: KB revision this retriever reflects (the build's until with_kb is called)
         self.kb_revision: int | None = kb_revision if kb_revision is not None else manifest.get("kb_revision")
 
@@ -95,7 +101,7 @@ class Retriever:
                 questions.append(row["question"])
         if not (len(ids) == len(faq_ids) == ann.n_items):
             raise ValueError(f"{build_dir}: {len(ids)} ids, {len(faq_ids)} idmap rows, {ann.n_items} annoy items differ")
-        return cls(build_dir, manifest, ann, ids, faq_ids, questions)
+        return cls(build_dir, manifest, ann, ids, faq_ids, questions, answer_vectors=_load_answers(build_dir, manifest))
 
     def with_kb(self, snapshot: Any, encoder: Any, cache: MutableMapping[str, np.ndarray] | None = None) -> "Retriever":
         """A new Retriever reflecting `snapshot` (a KbSnapshot): delta segment + tombstones + answers.
@@ -121,23 +127,57 @@ class Retriever:
         tombstones = ~live  # in the build but deleted or changed since
 
         texts = [q for _, _, q in delta_rows]
+        built_answers = self._built_answers()
+        answer_rows: list[tuple[str, str]] = []  # (faq_id, answer) of the live answer segment
+        if built_answers is not None:
+            answer_rows = [(f, answer) for f, (answer, _) in sorted(snapshot.faqs.items()) if not is_placeholder(answer)]
+        new_answers = [a for f, a in answer_rows if built_answers is None or built_answers.get(f, (None,))[0] != a]
+        cache = cache if cache is not None else {}
+        missing = sorted({t for t in texts + new_answers if t not in cache})
+        if missing:
+            for text, vec in zip(missing, np.asarray(encoder.encode(missing), dtype=np.float32)):
+                cache[text] = vec
         delta_vecs = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if texts:
-            cache = cache if cache is not None else {}
-            missing = sorted({t for t in texts if t not in cache})
-            if missing:
-                for text, vec in zip(missing, np.asarray(encoder.encode(missing), dtype=np.float32)):
-                    cache[text] = vec
-            for row, text in enumerate(texts):
-                delta_vecs[row] = cache[text]
-        if cache is not None:
-            for text in set(cache) - set(texts):
-                del cache[text]
+        for row, text in enumerate(texts):
+            delta_vecs[row] = cache[text]
+        for text in set(cache) - set(texts) - set(new_answers):
+            del cache[text]
+        answer_vectors = None
+        if built_answers is not None:
+            matrix = np.zeros((len(answer_rows), self.dim), dtype=np.float32)
+            for row, (f, answer) in enumerate(answer_rows):
+                built = built_answers.get(f)
+                matrix[row] = built[1] if built is not None and built[0] == answer else cache[answer]
+            answer_vectors = AnswerVectors([f for f, _ in answer_rows], matrix, [a for _, a in answer_rows])
         return Retriever(
             self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
             item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
-            answers=dict(snapshot.faqs), kb_revision=snapshot.revision,
+            answers=dict(snapshot.faqs), kb_revision=snapshot.revision, answer_vectors=answer_vectors,
         )
+
+    def _built_answers(self) -> dict[str, tuple[str, np.ndarray]] | None:
+        """faq_id -> (answer text, vector) as the build encoded them; None when the build uses no answers."""
+        if self.answer_vectors is None or self.answer_vectors.texts is None:
+            return None
+        built = self.__dict__.get("_built_answer_map")
+        if built is None:  # the build's segment; with_kb copies pass it on
+            av = self.answer_vectors
+            built = {f: (t, av.vectors[i]) for i, (f, t) in enumerate(zip(av.faq_ids, av.texts))}
+            self.__dict__["_built_answer_map"] = built
+        return built
+
+    def faq_variants(self, faq_id: str) -> list[tuple[int, str]]:
+        """(variant_id, question) of a FAQ's live phrasings (build minus tombstones, plus delta)."""
+        by_faq = self.__dict__.get("_variants_by_faq")
+        if by_faq is None:  # built once per retriever (immutable), on first use
+            by_faq = {}
+            for vid, f, q, dead in zip(self._ids.tolist(), self._faq_ids, self._questions, self._tombstones.tolist()):
+                if not dead:
+                    by_faq.setdefault(f, []).append((int(vid), q))
+            for vid, f, q in self._delta_rows:
+                by_faq.setdefault(f, []).append((vid, q))
+            self.__dict__["_variants_by_faq"] = by_faq
+        return by_faq.get(faq_id, [])
 
     # --- introspection ----------------------------------------------------------------------------
     @property
@@ -238,3 +278,16 @@ class Retriever:
             if len(items) < fetch and self.search_k != -1:
                 return hits[:k]  # a fixed search_k is exhausted; asking for more would not find more
             fetch = min(len(self._ids), fetch * 2)
+
+
+def _load_answers(build_dir: Path, manifest: dict) -> AnswerVectors | None:
+    if not (manifest.get("answers") or {}).get("used"):
+        return None
+    vectors = np.load(build_dir / artifacts.ANSWERS_FILE).astype(np.float32)
+    faq_ids, texts = [], []
+    with open(build_dir / artifacts.ANSWER_MAP_FILE, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            faq_ids.append(row["faq_id"])
+            texts.append(row["answer"])
+    return AnswerVectors(faq_ids, vectors, texts)
