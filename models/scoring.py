@@ -38,13 +38,26 @@ def fit_platt(x: np.ndarray, labels: np.ndarray, prior: tuple[float, float] = (1
     w0 = np.array(prior, dtype=np.float64)
     w = w0.copy()
     ridge = max(l2, 1e-9)  # keeps the Hessian invertible when every x is the same
+
+    def loss(v: np.ndarray) -> float:
+        z = features @ v  # log loss written with logaddexp: no overflow for large |z|
+        return float(np.sum(target * np.logaddexp(0.0, -z) + (1.0 - target) * np.logaddexp(0.0, z))
+                     + 0.5 * l2 * np.sum((v - w0) ** 2))
+
+    current = loss(w)
     for _ in range(max_steps):
         p = sigmoid(features @ w)
         grad = features.T @ (p - target) + l2 * (w - w0)
         hess = (features * (p * (1.0 - p))[:, None]).T @ features + ridge * np.eye(2)
         step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.max(np.abs(step)) < tol:
+        # damped Newton: scores in a narrow band start far from the optimum, where a full step can overshoot
+        # into a region of vanishing curvature and diverge; halve until the loss goes down
+        scale = 1.0
+        while scale > 1e-6 and loss(w - scale * step) > current:
+            scale *= 0.5
+        w = w - scale * step
+        current = loss(w)
+        if np.max(np.abs(scale * step)) < tol:
             break
     return float(w[0]), float(w[1])
 

@@ -27,6 +27,18 @@ def test_platt_recovers_a_curve_and_a_strong_prior_holds():
         fit_platt(np.zeros(3), np.zeros(2))
 
 
+def test_platt_converges_from_a_distant_prior_on_a_narrow_band_of_scores():
+    # mixed phrasing/answer scores sit in a band of ~0.1 far from the prior's midpoint (0.75): an undamped
+    # Newton step overshoots there and walks off to a negative slope
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0.55, 0.05, 390), rng.normal(0.51, 0.05, 160)])
+    y = np.r_[np.ones(390), np.zeros(160)]
+    a, b = fit_platt(x, y, prior=(12.0, -9.0), l2=1.0)
+    assert a > 0
+    p = sigmoid(a * x + b)
+    assert abs(p.mean() - y.mean()) < 0.02  # calibrated on average
+
+
 def test_threshold_search_for_accuracy_and_for_answer_f1():
     scores = np.array([0.9, 0.8, 0.8, 0.4, 0.2])
     right = np.array([True, True, False, False, False])
