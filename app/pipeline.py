@@ -117,14 +117,15 @@ class Pipeline:
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
-                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int = 1,
+                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
                  answer_weight: float = 0.0):
         self.encoder = encoder
-        if pool_variants < 1:
+        if pool_variants is not None and pool_variants < 1:
             raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
         # the answer's share of a FAQ's first-stage score (builds without answer evidence ignore it)
         self.answer_weight = answer_weight
-        # a FAQ's cosine = mean of its best `pool_variants` phrasings' (1 = its best phrasing alone)
+        # a FAQ's cosine = mean of its best `pool_variants` phrasings' (1 = its best phrasing alone);
+        # None = by build (`served_pool`)
         self.pool_variants = pool_variants
         # the `+rerank` arms: each stage re-scores the top `rerank_k` FAQs in turn; none = those arms refuse
         self.stages = list(stages)
@@ -199,17 +200,18 @@ class Pipeline:
                 answer_cos[i] = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
-        calibration = calibration_for(retriever.manifest, self.encoder, self.pool_variants, weight)
+        pool = self.served_pool(retriever)
+        calibration = calibration_for(retriever.manifest, self.encoder, pool, weight)
         answers = retriever.answers
         ranked: list[list[FaqMatch]] = []
         t2 = time.perf_counter()
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
-        counts = variant_counts(retriever) if self.pool_variants > 1 else None
+        counts = variant_counts(retriever) if pool > 1 else None
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_reranker(request.arm)
             grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
-                                 pool=self.pool_variants, counts=counts if base_arm(request.arm) == "ann" else None,
+                                 pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
@@ -233,6 +235,15 @@ class Pipeline:
                 )
             )
         return results
+
+    def served_pool(self, retriever: RetrieverLike) -> int:
+        """The pool size `retriever`'s build is served with: the configured one, else (None) the best
+        phrasing alone when the build's answers are evidence and the mean of the best 2 when not. Both
+        measured on dev queries (docs/results.md): pooling steadies a FAQ with many phrasings against
+        one stray neighbour, and the answer does that better."""
+        if self.pool_variants is not None:
+            return self.pool_variants
+        return 1 if self.served_answer_weight(retriever) > 0 else DEFAULT_POOL_WITHOUT_ANSWERS
 
     def served_answer_weight(self, retriever: RetrieverLike) -> float:
         """The answer weight `retriever`'s build is served with: 0 when it encoded no answers, else the
@@ -282,6 +293,10 @@ class Pipeline:
             for i, row_hits in zip(lexical_rows, found):
                 hits[i] = row_hits
         return hits
+
+
+#: `served_pool` for a build without answer evidence
+DEFAULT_POOL_WITHOUT_ANSWERS = 2
 
 
 class NoIndexError(RuntimeError):

@@ -69,8 +69,9 @@ class Settings(BaseSettings):
     default_top_k: int = 5
     default_threshold: float = 0.5
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
-    # Builds calibrate N = 1..5 (index/calibration.py), hence the cap.
-    pool_variants: int = Field(default=2, ge=1, le=5)
+    # Builds calibrate N = 1..5 (index/calibration.py), hence the cap. Unset: 1 for builds whose answers
+    # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).
+    pool_variants: int | None = Field(default=None, ge=1, le=5)
     # the answer's share of a FAQ's score: (1 - w) * phrasing cosine + w * answer cosine (index/answers.py).
     # Used only by builds whose KB has real answers; 0 = phrasings alone. Builds calibrate 0.05 steps
     # up to 0.9 and a served weight is rounded to the nearest one.

@@ -452,7 +452,8 @@ def run_eval_ab(
         report = {
             "kb": str(kb_path), "queries": str(queries_path), "dev": str(dev_path) if dev_path else None,
             "variants_per_faq": variants_per_faq,
-            "model": spec, "encoder_id": encoder.id, "pool_variants": matcher.pool_variants,
+            "model": spec, "encoder_id": encoder.id, "pool_variants": matcher.served_pool(prep.retriever),
+            "answer_weight": matcher.served_answer_weight(prep.retriever),
             "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
             "reranker": {"path": reranker_path, "id": rerank_stages[0].id, "rerank_k": rerank_k,

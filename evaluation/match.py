@@ -190,7 +190,7 @@ def run_eval_match(
         timings["index_build_s"] = time.perf_counter() - t
         retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
         encoder = SharedEncoder(encoder, memo=True)  # dev queries are matched more than once when something is tuned on them
-        pools = list(pool_variants) if pool_variants else [int(getattr(base, "pool_variants", 1))]
+        pools = list(pool_variants) if pool_variants else [base.pool_variants]  # None: by build
         if len(pools) > 1 and not dev:
             raise ValueError("several pool_variants values need dev queries to choose from")
         weights = list(answer_weights) if answer_weights else [float(base.answer_weight)]
@@ -221,7 +221,7 @@ def run_eval_match(
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
             timings["rerank_weight_tuning_s"] = time.perf_counter() - t
-            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.pool_variants, matcher.served_answer_weight(retriever)), top_k)
+            best, f1s = tune_weight(results, [q.faq_id for q in dev], calibration_for(retriever.manifest, encoder, matcher.served_pool(retriever), matcher.served_answer_weight(retriever)), top_k)
             stage.weight = best
             weight_report = {"chosen": best, "dev_f1_by_weight": f1s}
 
@@ -255,7 +255,7 @@ def run_eval_match(
             "model": spec,
             "encoder_id": encoder.id,
             "arm": arm,
-            "pool_variants": matcher.pool_variants,
+            "pool_variants": matcher.served_pool(retriever),
             "pool_tuning": pool_report,
             "answers": {**(manifest.get("answers") or {}), "weight": matcher.served_answer_weight(retriever),
                         "weight_tuning": answer_weight_report},

@@ -11,7 +11,7 @@ from app.settings import ARMS, Settings, split_weights
 def test_defaults_and_paths(tmp_path):
     s = Settings(data_dir=tmp_path)
     assert s.db_url == f"sqlite:///{(tmp_path / 'faq.db').as_posix()}" and s.index_dir == tmp_path / "indexes"
-    assert s.pool_variants == 2 and s.default_arm == "ann" and s.ab_split is None and arm_split(s) is None
+    assert s.pool_variants is None and s.answer_weight == 0.5 and s.default_arm == "ann" and s.ab_split is None and arm_split(s) is None
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -22,6 +22,8 @@ def test_defaults_and_paths(tmp_path):
     ("ab_split", "ann:x", "needs a weight"),
     ("ab_split", "ann:0", "no arm with a weight > 0"),
     ("pool_variants", 6, "less than or equal to 5"),
+    ("answer_weight", 0.95, "less than or equal to 0.9"),
+    ("answer_weight", -0.1, "greater than or equal to 0"),
     ("rerank_weight", 1.5, "less than or equal to 1"),
 ])
 def test_bad_values_are_refused_with_the_variable_named(tmp_path, field, value, message):

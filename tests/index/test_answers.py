@@ -91,6 +91,8 @@ def test_a_kb_of_placeholder_answers_builds_and_matches_as_before(store, minilm_
     without = Pipeline(minilm_encoder, retriever, answer_weight=0.0).match(queries, top_k=5)
     assert [[(m.faq_id, m.score) for m in r.matches] for r in with_w] == \
            [[(m.faq_id, m.score) for m in r.matches] for r in without]
+    auto = Pipeline(minilm_encoder, retriever, pool_variants=None, answer_weight=0.5)
+    assert auto.served_answer_weight(retriever) == 0.0 and auto.served_pool(retriever) == 2
 
 
 def test_retriever_keeps_answers_live_through_kb_edits(built, minilm_encoder):
@@ -142,3 +144,5 @@ def test_answer_evidence_answers_a_query_only_the_answer_words(built, minilm_enc
     assert top.cosine == pytest.approx(0.5 * phrasing + 0.5 * top.answer_cosine, abs=2e-3)
     assert top.score == pytest.approx(calibration_for(manifest, pool=1, answer_weight=0.5).probability(top.cosine))
     assert top.answer_cosine > phrasing
+    auto = Pipeline(minilm_encoder, retriever, pool_variants=None, answer_weight=0.52)
+    assert auto.served_answer_weight(retriever) == 0.5 and auto.served_pool(retriever) == 1
