@@ -73,9 +73,10 @@ class Settings(BaseSettings):
     # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).
     pool_variants: int | None = Field(default=None, ge=1, le=5)
     # the answer's share of a FAQ's score: (1 - w) * phrasing cosine + w * answer cosine (index/answers.py).
-    # Used only by builds whose KB has real answers; 0 = phrasings alone. Builds calibrate 0.05 steps
+    # Used only by builds whose KB has real answers; 0 = phrasings alone; 0.6 chosen on the Brightwater dev
+    # queries with mpnet (docs/results.md). Builds calibrate 0.05 steps
     # up to 0.9 and a served weight is rounded to the nearest one.
-    answer_weight: float = Field(default=0.5, ge=0.0, le=0.9)
+    answer_weight: float = Field(default=0.6, ge=0.0, le=0.9)
     max_body_bytes: int = 64 * 1024
     kb_poll_seconds: float = 5.0
     query_log: bool = True

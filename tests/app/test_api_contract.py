@@ -121,17 +121,17 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     assert top["question"] in KB["reset_password"][1] and top["answer"] == KB["reset_password"][0]
 
     # Each score is sigmoid(a*s+b): this KB has real answers, so s = (1-w)*cos of the FAQ's best phrasing
-    # + w*cos of its answer (FAQ_ANSWER_WEIGHT w = 0.5; FAQ_POOL_VARIANTS unset = 1 with answers), with the
+    # + w*cos of its answer (FAQ_ANSWER_WEIGHT w = 0.6; FAQ_POOL_VARIANTS unset = 1 with answers), with the
     # build's curve for that weight; the question shown is its best phrasing.
-    assert settings.pool_variants is None and settings.answer_weight == 0.5
-    cal = manifest["calibration"]["answer_weights"]["0.50"]["1"]
+    assert settings.pool_variants is None and settings.answer_weight == 0.6
+    cal = manifest["calibration"]["answer_weights"]["0.60"]["1"]
     qvec = encoder.encode([body["query"]])[0]
     for m in matches[:3]:  # the top FAQs' best phrasings are all within the retrieval depth
         variants = KB[m["faq_id"]][1]
         cosines = encoder.encode(variants) @ qvec
         assert m["question"] == variants[int(np.argmax(cosines))]
         answer_cos = float(encoder.encode([KB[m["faq_id"]][0]])[0] @ qvec)
-        pooled = 0.5 * float(cosines.max()) + 0.5 * answer_cos
+        pooled = 0.4 * float(cosines.max()) + 0.6 * answer_cos
         assert m["score"] == pytest.approx(sigmoid(cal["a"] * pooled + cal["b"]), abs=2e-3)
 
 
@@ -189,7 +189,7 @@ def test_the_built_pipeline_is_what_the_api_serves(service, encoder):
     retriever = client.app.state.service.retriever
     matcher = build_pipeline(settings, encoder, lambda: retriever)
     assert matcher.pool_variants == settings.pool_variants == client.app.state.service.matcher.pool_variants
-    assert matcher.served_pool(retriever) == 1 and matcher.served_answer_weight(retriever) == 0.5
+    assert matcher.served_pool(retriever) == 1 and matcher.served_answer_weight(retriever) == 0.6
     result = matcher.match(["how long is delivery"], top_k=3, threshold=0.5)[0]
     api = client.post("/match", json={"query": "how long is delivery", "top_k": 3}).json()
     assert [m.faq_id for m in result.matches] == [m["faq_id"] for m in api["matches"]]

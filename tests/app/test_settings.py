@@ -11,7 +11,7 @@ from app.settings import ARMS, Settings, split_weights
 def test_defaults_and_paths(tmp_path):
     s = Settings(data_dir=tmp_path)
     assert s.db_url == f"sqlite:///{(tmp_path / 'faq.db').as_posix()}" and s.index_dir == tmp_path / "indexes"
-    assert s.pool_variants is None and s.answer_weight == 0.5 and s.default_arm == "ann" and s.ab_split is None and arm_split(s) is None
+    assert s.pool_variants is None and s.answer_weight == 0.6 and s.default_arm == "ann" and s.ab_split is None and arm_split(s) is None
 
 
 @pytest.mark.parametrize("field, value, message", [
