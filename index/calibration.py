@@ -161,13 +161,35 @@ def calibrate(
     pools = tuple(range(1, MAX_POOL + 1))
     weights = WEIGHT_GRID if answers is not None and len(answers) else (0.0,)
     examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools, answers=answers, weights=weights)
-    fits = {key: _fit(*examples[key], prior, min_positives, min_negatives, l2) for key in examples}
+    own_answer = own_answer_cosine(vectors, faq_ids, answers) if weights != (0.0,) else None
+    priors = {w: mixed_prior(prior, w, own_answer) if w > 0 else prior for w in weights}
+    fits = {(p, w): _fit(*examples[p, w], priors[w], min_positives, min_negatives, l2) for p, w in examples}
     result = fits[(1, 0.0)]
     result["prior"] = asdict(prior)
     result["pooled"] = {str(p): fits[(p, 0.0)] for p in pools[1:]}
     if weights != (0.0,):
+        result["own_answer_cosine"] = own_answer
         result["answer_weights"] = {f"{w:.2f}": {str(p): fits[(p, w)] for p in pools} for w in weights if w > 0}
     return result
+
+
+def own_answer_cosine(vectors: np.ndarray, faq_ids: Sequence[str], answers: AnswerVectors) -> float:
+    """Median cosine between a phrasing and its own FAQ's answer: what the answer term adds for a query
+    that matches. Every FAQ with an answer has it, even one with a single phrasing."""
+    rows = [i for i, f in enumerate(faq_ids) if f in answers.row_of]
+    if not rows:
+        return 0.0
+    own = answers.vectors[[answers.row_of[faq_ids[i]] for i in rows]]
+    return float(np.median(np.sum(vectors[rows] * own, axis=1)))
+
+
+def mixed_prior(prior: Calibration, weight: float, own_answer: float | None) -> Calibration:
+    """The phrasing-cosine prior carried over to s = (1-w)·cos + w·answer cosine, taking the answer term
+    at its typical value m for a match: cos = (s - w·m) / (1-w), so p = sigmoid(a/(1-w)·s + b - a·w·m/(1-w)).
+    It is what a KB too small to fit a curve on gets, and what larger fits are pulled toward."""
+    m = 0.0 if own_answer is None else own_answer
+    a = prior.a / (1.0 - weight)
+    return Calibration(a=a, b=prior.b - a * weight * m, source=prior.source)
 
 
 def _fit(cos: np.ndarray, same: np.ndarray, prior: Calibration, min_positives: int, min_negatives: int,

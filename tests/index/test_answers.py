@@ -146,3 +146,15 @@ def test_answer_evidence_answers_a_query_only_the_answer_words(built, minilm_enc
     assert top.answer_cosine > phrasing
     auto = Pipeline(minilm_encoder, retriever, pool_variants=None, answer_weight=0.52)
     assert auto.served_answer_weight(retriever) == 0.5 and auto.served_pool(retriever) == 1
+
+
+def test_the_mixed_prior_keeps_a_typical_match_where_the_phrasing_prior_put_it():
+    from index.calibration import Calibration, mixed_prior
+
+    prior = Calibration(12.0, -9.0)
+    for w in (0.3, 0.6, 0.9):
+        mixed = mixed_prior(prior, w, own_answer=0.45)
+        for cos in (0.5, 0.75, 0.9):  # a query whose answer cosine is the typical one scores as before
+            s = (1 - w) * cos + w * 0.45
+            assert mixed.probability(s) == pytest.approx(prior.probability(cos))
+    assert mixed_prior(prior, 0.5, None).a == 24.0
