@@ -39,8 +39,9 @@ from index.candidates import (
 )
 
 __all__ = [
-    "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "NoIndexError", "NoRerankerError", "Pipeline",
-    "RerankStage", "build_pipeline", "default_encoder", "encoder_spec", "lexical_engine", "load_rerank_stages",
+    "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "MmaicmStage", "NoIndexError", "NoRerankerError",
+    "Pipeline", "RerankStage", "build_pipeline", "default_encoder", "encoder_spec", "lexical_engine",
+    "load_mmaicm_stage", "load_rerank_stages",
 ]
 
 
@@ -101,6 +102,52 @@ class CrossEncoderStage:
     def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
         return np.asarray(self.reranker.score(query, [m.question for m in candidates],
                                               prior=[m.score for m in candidates], weight=self.weight))
+
+
+class MmaicmStage:
+    """models/mmaicm.py's MMAICM on each candidate's answer and best phrasing (one forward pass for both).
+    Its raw scores become probabilities through the folder's logistic calibration, mixed as
+    p = answer_share * p(answer) + (1 - answer_share) * p(phrasing), then pooled with the candidate's
+    score so far: sigmoid(w * logit(p) + (1 - w) * logit(score)), w = `weight` (None: the folder's
+    `fusion_weight`; 1 = MMAICM alone)."""
+
+    def __init__(self, scorer: Any, weight: float | None = None, answer_share: float = 0.5):
+        if weight is not None and not 0.0 <= weight <= 1.0:
+            raise ValueError(f"MMAICM weight must be in 0..1, got {weight}")
+        if not 0.0 <= answer_share <= 1.0:
+            raise ValueError(f"answer_share must be in 0..1, got {answer_share}")
+        self.scorer = scorer
+        self.weight = weight
+        self.answer_share = answer_share
+
+    @property
+    def id(self) -> str:
+        return self.scorer.id
+
+    @property
+    def served_weight(self) -> float:
+        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
+
+    def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        from models.scoring import logit, sigmoid
+
+        n = len(candidates)
+        if n == 0:
+            return np.zeros(0, dtype=np.float64)
+        share = self.answer_share
+        texts = ([m.answer for m in candidates] if share > 0 else []) + ([m.question for m in candidates] if share < 1 else [])
+        probs = self.scorer.probability(self.scorer.score(query, texts)).astype(np.float64)
+        if share <= 0:
+            p = probs
+        elif share >= 1:
+            p = probs[:n]
+        else:
+            p = share * probs[:n] + (1.0 - share) * probs[n:]
+        w = self.served_weight
+        if w >= 1.0:
+            return p
+        prior = np.array([m.score for m in candidates], dtype=np.float64)
+        return sigmoid(w * logit(p) + (1.0 - w) * logit(prior))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,6 +393,14 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
 
     reranker = load_reranker(path, runtime=settings.rerank_runtime, threads=settings.torch_threads)
     return [CrossEncoderStage(reranker, settings.rerank_weight if weight is None else weight)]
+
+
+def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,
+                      device: str | None = None) -> MmaicmStage:
+    """An `MmaicmStage` from a `faq train mmaicm` folder. Raises what loading the folder raises."""
+    from models.mmaicm import load_mmaicm
+
+    return MmaicmStage(load_mmaicm(path, device=device), weight=weight, answer_share=answer_share)
 
 
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,

