@@ -1,0 +1,327 @@
+"""`faq eval answer-selection`: answer sentence selection on WikiQA or TrecQA, the pretrained encoder's
+cosine against MMAICM models (models/mmaicm.py), alone and fused with the cosine.
+
+Two protocols on the test split, both over the questions the standard protocol keeps (at least one
+correct candidate; for TrecQA at least one wrong one too, the "clean" setting):
+- standard: MAP and MRR of each question's own candidate list;
+- the MMAICM paper's (section 4.3): one of the question's correct answers (seeded) among F = 5 random
+  answers of other questions; nDCG (one relevant item: 1 / log2(1 + its rank)) and P@1.
+
+Rows: the encoder's cosine (all-MiniLM-L6-v2 unless told otherwise), each MMAICM model's raw score,
+and each model fused with the cosine: (1 - λ) z(cosine) + λ z(mmaicm), z either a per-question
+standardisation (mean 0, sd 1 over the question's list) or the logit of a logistic calibration fitted
+on the dev pairs; λ in 0, 0.05, .., 1 maximises dev MAP (ties: the smaller λ) and serves both
+protocols. Ties in a ranking keep the file order. Writes report.json and report.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from models.train_mmaicm import DATASETS, QaList, average_precision, evaluable, load_split
+
+FUSIONS = ("zscore", "logistic")
+LAMBDA_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+PAPER_FAKES = 5
+
+
+# ------------------------------------------------------------------------------------------------
+# metrics of one ranked list (scores, 0/1 labels); ties keep the given order
+
+
+def _order(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+
+
+def reciprocal_rank(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    """1 / the rank of the first correct candidate; 0 without one."""
+    y = np.asarray(labels)[_order(scores)]
+    hits = np.flatnonzero(y > 0)
+    return 1.0 / (hits[0] + 1) if len(hits) else 0.0
+
+
+def ndcg(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    """nDCG over the whole list, binary gains: sum 1/log2(1 + rank) over the correct candidates, divided
+    by the same sum with them ranked first; 0 without one."""
+    y = np.asarray(labels, dtype=np.float64)[_order(scores)]
+    discounts = 1.0 / np.log2(np.arange(2, len(y) + 2))
+    ideal = float(np.sum(discounts[: int(y.sum())]))
+    return float(np.sum(y * discounts)) / ideal if ideal > 0 else 0.0
+
+
+def precision_at_1(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    if len(labels) == 0:
+        return 0.0
+    return float(np.asarray(labels)[_order(scores)[0]] > 0)
+
+
+def list_metrics(lists: Sequence[QaList], scores: Sequence[np.ndarray]) -> dict[str, float]:
+    """MAP, MRR, nDCG and P@1 averaged over the lists (scores[i] scores lists[i]'s candidates)."""
+    if not lists:
+        return {"map": 0.0, "mrr": 0.0, "ndcg": 0.0, "p_at_1": 0.0, "questions": 0}
+    cols = {"map": average_precision, "mrr": reciprocal_rank, "ndcg": ndcg, "p_at_1": precision_at_1}
+    out: dict[str, float] = {k: float(np.mean([f(s, l.labels) for s, l in zip(scores, lists)])) for k, f in cols.items()}
+    out["questions"] = len(lists)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the paper's protocol
+
+
+def paper_lists(lists: Sequence[QaList], fakes: int = PAPER_FAKES, seed: int = 0) -> list[QaList]:
+    """Per question: `fakes` answers drawn from the other questions' candidates (never a text of its own
+    list), then one of its correct answers (seeded). The true answer goes last so that ties rank it
+    below the fakes: a model that scores everything alike gets P@1 = 0, not 1."""
+    rng = random.Random(seed)
+    pool = [(i, c) for i, l in enumerate(lists) for c in l.candidates]
+    out = []
+    for i, l in enumerate(lists):
+        own = set(l.candidates)
+        positive = rng.choice([c for c, y in zip(l.candidates, l.labels) if y])
+        chosen: list[str] = []
+        for _ in range(1000):
+            if len(chosen) == fakes:
+                break
+            j, text = pool[rng.randrange(len(pool))]
+            if j != i and text not in own and text not in chosen:
+                chosen.append(text)
+        out.append(QaList(l.question, chosen + [positive], [0] * len(chosen) + [1]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# scores and fusion
+
+
+def split_scores(lists: Sequence[QaList], flat: np.ndarray) -> list[np.ndarray]:
+    out, start = [], 0
+    for l in lists:
+        out.append(np.asarray(flat[start:start + len(l.candidates)], dtype=np.float64))
+        start += len(l.candidates)
+    return out
+
+
+def zscore(scores: np.ndarray) -> np.ndarray:
+    """Per-question standardisation; a list whose scores are all equal becomes zeros."""
+    scores = np.asarray(scores, dtype=np.float64)
+    sd = scores.std()
+    return (scores - scores.mean()) / sd if sd > 1e-12 else np.zeros_like(scores)
+
+
+class Normaliser:
+    """z(·) of the fusion: per-question standardisation, or the logit of a logistic calibration fitted
+    once on the dev pairs (`fit`)."""
+
+    def __init__(self, kind: str):
+        if kind not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {kind!r}")
+        self.kind = kind
+        self.a, self.b = 1.0, 0.0
+
+    def fit(self, lists: Sequence[QaList], scores: Sequence[np.ndarray]) -> "Normaliser":
+        if self.kind == "logistic":
+            from models.scoring import fit_platt
+
+            x = np.concatenate(list(scores)) if scores else np.zeros(0)
+            y = np.concatenate([np.asarray(l.labels) for l in lists]) if lists else np.zeros(0)
+            self.a, self.b = fit_platt(x, y)
+        return self
+
+    def __call__(self, scores: np.ndarray) -> np.ndarray:
+        return zscore(scores) if self.kind == "zscore" else self.a * np.asarray(scores, dtype=np.float64) + self.b
+
+    def describe(self) -> dict:
+        return {"kind": self.kind} if self.kind == "zscore" else {"kind": self.kind, "a": self.a, "b": self.b}
+
+
+def fuse(cosine: Sequence[np.ndarray], model: Sequence[np.ndarray], lam: float, z_cos: Normaliser,
+         z_model: Normaliser) -> list[np.ndarray]:
+    return [(1.0 - lam) * z_cos(c) + lam * z_model(m) for c, m in zip(cosine, model)]
+
+
+def choose_lambda(lists: Sequence[QaList], cosine: Sequence[np.ndarray], model: Sequence[np.ndarray],
+                  z_cos: Normaliser, z_model: Normaliser, grid: Sequence[float] = LAMBDA_GRID) -> tuple[float, dict]:
+    """λ with the best dev MAP (ties: the smaller λ) -> (λ, MAP by λ)."""
+    by_lambda = {lam: list_metrics(lists, fuse(cosine, model, lam, z_cos, z_model))["map"] for lam in grid}
+    best = max(by_lambda.values())
+    chosen = min(lam for lam, value in by_lambda.items() if value >= best - 1e-12)
+    return chosen, by_lambda
+
+
+class PairScores:
+    """One signal's scores of (question, candidate) pairs, computed once per distinct pair."""
+
+    def __init__(self, score_pairs: Callable[[list[tuple[str, str]]], np.ndarray]):
+        self.score_pairs = score_pairs
+        self.memo: dict[tuple[str, str], float] = {}
+
+    def of(self, lists: Sequence[QaList]) -> list[np.ndarray]:
+        todo = sorted({(l.question, c) for l in lists for c in l.candidates} - set(self.memo))
+        if todo:
+            for pair, s in zip(todo, np.asarray(self.score_pairs(todo), dtype=np.float64)):
+                self.memo[pair] = float(s)
+        return [np.array([self.memo[(l.question, c)] for c in l.candidates]) for l in lists]
+
+
+def encoder_cosine(encoder: Any, batch_size: int = 64) -> Callable[[list[tuple[str, str]]], np.ndarray]:
+    """Pairs -> the cosine of the encoder's (L2-normalised) vectors, each distinct text encoded once."""
+    vectors: dict[str, np.ndarray] = {}
+
+    def score(pairs: list[tuple[str, str]]) -> np.ndarray:
+        todo = sorted({t for p in pairs for t in p} - set(vectors))
+        if todo:
+            for text, v in zip(todo, encoder.encode(todo, batch_size=batch_size)):
+                vectors[text] = v
+        return np.array([float(np.dot(vectors[q], vectors[c])) for q, c in pairs])
+
+    return score
+
+
+# ------------------------------------------------------------------------------------------------
+# the evaluation
+
+
+def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path] = (), encoder: str = "minilm",
+                         fusion: str = "zscore", seed: int = 0, fakes: int = PAPER_FAKES,
+                         batch_size: int = 256, progress: bool = False, command: str | None = None,
+                         encoder_obj: Any = None) -> dict:
+    """The report (see the module docstring); `encoder_obj` reuses an already loaded encoder."""
+    if data not in DATASETS:
+        raise ValueError(f"--data must be one of {', '.join(DATASETS)}, got {data!r}")
+    if fusion not in FUSIONS:
+        raise ValueError(f"--fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+    if fakes < 1:
+        raise ValueError(f"--fakes must be >= 1, got {fakes}")
+    t0 = time.perf_counter()
+    test_all, dev_all = load_split(data, src, "test"), load_split(data, src, "dev")
+    test, dev = evaluable(test_all, data), evaluable(dev_all, data)
+    # TrecQA's other common setting keeps the questions whose candidates are all correct (AP = 1 for any
+    # scorer); WikiQA's filtered setting is already this one
+    raw = [l for l in test_all if l.n_positive > 0] if data == "trecqa" else None
+    if not test:
+        raise ValueError(f"{src}: no test question with a correct answer{' and a wrong one' if data == 'trecqa' else ''}")
+    paper = paper_lists(test, fakes=fakes, seed=seed)
+
+    if encoder_obj is None:
+        from models.load import load_encoder
+
+        encoder_obj = load_encoder(encoder)
+    cosine = PairScores(encoder_cosine(encoder_obj))
+    cos = {"test": cosine.of(test), "paper": cosine.of(paper), "dev": cosine.of(dev), "raw": cosine.of(raw or [])}
+    rows: list[dict] = [_row(f"cosine ({getattr(encoder_obj, 'id', encoder)})", "cosine", test, paper, dev, raw, cos)]
+    z_cos = Normaliser(fusion).fit(dev, cos["dev"])
+    for folder in models:
+        from models.mmaicm import load_mmaicm
+
+        scorer = load_mmaicm(folder, cache_size=None)
+        name = Path(folder).resolve().name
+        signal = PairScores(lambda pairs: scorer.score_pairs(pairs, batch_size=batch_size, progress=progress))
+        mm = {"test": signal.of(test), "paper": signal.of(paper), "dev": signal.of(dev), "raw": signal.of(raw or [])}
+        config = {k: getattr(scorer.config, k) for k in ("word_repr", "matcher", "use_attention", "context", "alpha")}
+        rows.append(_row(name, "mmaicm", test, paper, dev, raw, mm, folder=str(folder), config=config, id=scorer.id))
+        z_mm = Normaliser(fusion).fit(dev, mm["dev"])
+        if dev:
+            lam, by_lambda = choose_lambda(dev, cos["dev"], mm["dev"], z_cos, z_mm)
+        else:
+            lam, by_lambda = 0.5, {}
+        fused = {k: fuse(cos[k], mm[k], lam, z_cos, z_mm) for k in cos}
+        rows.append(_row(f"{name} + cosine", "fused", test, paper, dev, raw, fused, folder=str(folder), config=config,
+                         id=scorer.id, **{"lambda": lam, "fusion": {"cosine": z_cos.describe(), "model": z_mm.describe()},
+                                          "dev_map_by_lambda": {str(k): round(v, 6) for k, v in by_lambda.items()}}))
+    return {
+        "dataset": data,
+        "src": str(src),
+        "command": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "encoder": getattr(encoder_obj, "id", encoder),
+        "fusion": fusion,
+        "seed": seed,
+        "paper_fakes": fakes,
+        "questions": {"test": len(test_all), "test_evaluated": len(test), "test_raw": None if raw is None else len(raw),
+                      "dev": len(dev_all),
+                      "dev_evaluated": len(dev), "test_pairs": sum(len(l.candidates) for l in test)},
+        "protocol": {
+            "standard": "MAP / MRR over test questions with >= 1 correct answer"
+                        + (" and >= 1 wrong one (clean)" if data == "trecqa" else " (filtered)"),
+            "paper": f"nDCG / P@1: one correct answer among {fakes} random answers of other test questions (seed {seed})",
+            "fused": f"(1 - λ) z(cosine) + λ z(mmaicm), z = {fusion}, λ maximises dev MAP",
+            **({"raw": "raw MAP / MRR: every test question with >= 1 correct answer (also those without a wrong one)"}
+               if raw is not None else {}),
+        },
+        "rows": rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _row(name: str, kind: str, test, paper, dev, raw, scores: dict, **extra) -> dict:
+    standard = list_metrics(test, scores["test"])
+    if raw is not None:
+        raw_m = list_metrics(raw, scores["raw"])
+        extra = {"raw_map": round(raw_m["map"], 4), "raw_mrr": round(raw_m["mrr"], 4), **extra}
+    paper_m = list_metrics(paper, scores["paper"])
+    dev_m = list_metrics(dev, scores["dev"]) if dev else {"map": None, "mrr": None}
+    return {
+        "name": name,
+        "kind": kind,
+        "map": round(standard["map"], 4),
+        "mrr": round(standard["mrr"], 4),
+        "paper_ndcg": round(paper_m["ndcg"], 4),
+        "paper_p_at_1": round(paper_m["p_at_1"], 4),
+        "dev_map": None if dev_m["map"] is None else round(dev_m["map"], 4),
+        "dev_mrr": None if dev_m["mrr"] is None else round(dev_m["mrr"], 4),
+        **extra,
+    }
+
+
+def format_markdown(report: dict) -> str:
+    q = report["questions"]
+    lines = [
+        f"# Answer selection: {report['dataset']} test ({report['date']})",
+        "",
+        f"- standard: {report['protocol']['standard']}: {q['test_evaluated']} of {q['test']} questions, "
+        f"{q['test_pairs']} pairs",
+        f"- paper: {report['protocol']['paper']}",
+        f"- fused: {report['protocol']['fused']} ({q['dev_evaluated']} dev questions)",
+        *([f"- command: `{report['command']}`"] if report.get("command") else []),
+        "",
+    ]
+    raw = q.get("test_raw") is not None
+    if raw:
+        lines.insert(-1, f"- raw: {report['protocol']['raw']}: {q['test_raw']} questions")
+    lines += [
+        "| row | MAP | MRR | " + ("raw MAP | raw MRR | " if raw else "") + "nDCG (1+5) | P@1 (1+5) | dev MAP | λ |",
+        "|---|---|---|" + ("---|---|" if raw else "") + "---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lam = r.get("lambda")
+        dev = "-" if r["dev_map"] is None else f"{r['dev_map']:.4f}"
+        raw_cols = f"{r['raw_map']:.4f} | {r['raw_mrr']:.4f} | " if raw else ""
+        lines.append(f"| {r['name']} | {r['map']:.4f} | {r['mrr']:.4f} | {raw_cols}{r['paper_ndcg']:.4f} | "
+                     f"{r['paper_p_at_1']:.4f} | {dev} | {'-' if lam is None else f'{lam:g}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, out: str | Path) -> tuple[Path, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = (out / "report.json", out / "report.md")
+    for path, text in zip(paths, (json.dumps(report, indent=2, default=str) + "\n", format_markdown(report))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return paths
+
+
+__all__ = [
+    "FUSIONS", "LAMBDA_GRID", "Normaliser", "PairScores", "choose_lambda", "encoder_cosine", "format_markdown",
+    "fuse", "list_metrics", "ndcg", "paper_lists", "precision_at_1", "reciprocal_rank", "run_answer_selection",
+    "write_report", "zscore", "average_precision", "evaluable", "load_split",
+]

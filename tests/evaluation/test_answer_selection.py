@@ -1,0 +1,171 @@
+"""`faq eval answer-selection` (evaluation/answer_selection.py): the ranking metrics on hand-computed
+lists, the WikiQA / TrecQA readers on tiny fixture files, the protocols' filters and draws, the fusion."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evaluation.answer_selection import (
+    Normaliser,
+    choose_lambda,
+    format_markdown,
+    fuse,
+    list_metrics,
+    ndcg,
+    paper_lists,
+    precision_at_1,
+    reciprocal_rank,
+    run_answer_selection,
+    write_report,
+    zscore,
+)
+from models.train_mmaicm import QaList, TrainError, average_precision, evaluable, load_split, read_trecqa, read_wikiqa
+
+# ---------------------------------------------------------------- metrics by hand
+
+
+def test_average_precision_by_hand():
+    # ranking by score: c (1), a (0), d (1), b (0) -> precisions at the hits 1/1 and 2/3
+    assert average_precision([0.5, 0.1, 0.9, 0.3], [0, 0, 1, 1]) == pytest.approx((1 + 2 / 3) / 2)
+    assert average_precision([0.9, 0.8, 0.7], [0, 0, 1]) == pytest.approx(1 / 3)
+    assert average_precision([0.1, 0.2], [0, 0]) == 0.0
+    # ties keep the file order
+    assert average_precision([0.5, 0.5, 0.5], [0, 1, 0]) == pytest.approx(0.5)
+
+
+def test_reciprocal_rank_ndcg_and_p_at_1_by_hand():
+    scores, labels = [0.2, 0.9, 0.4, 0.1], [0, 0, 1, 1]  # order: 0.9 (0), 0.4 (1), 0.2 (0), 0.1 (1)
+    assert reciprocal_rank(scores, labels) == pytest.approx(0.5)
+    dcg = 1 / math.log2(3) + 1 / math.log2(5)
+    ideal = 1 / math.log2(2) + 1 / math.log2(3)
+    assert ndcg(scores, labels) == pytest.approx(dcg / ideal)
+    assert precision_at_1(scores, labels) == 0.0
+    assert precision_at_1([0.2, 0.9], [0, 1]) == 1.0
+    # the paper's lists: one relevant answer among 6, at rank 3 -> nDCG = 1 / log2(4) = 0.5
+    assert ndcg([0.9, 0.8, 0.7, 0.1, 0.0, -1], [0, 0, 1, 0, 0, 0]) == pytest.approx(0.5)
+    assert reciprocal_rank([0.1, 0.2], [0, 0]) == 0.0 and ndcg([0.1], [0]) == 0.0
+
+
+def test_list_metrics_average_over_questions():
+    lists = [QaList("q1", ["a", "b"], [1, 0]), QaList("q2", ["c", "d", "e"], [0, 0, 1])]
+    m = list_metrics(lists, [np.array([0.9, 0.1]), np.array([0.9, 0.5, 0.1])])
+    assert m["map"] == pytest.approx((1 + 1 / 3) / 2) and m["mrr"] == pytest.approx((1 + 1 / 3) / 2)
+    assert m["p_at_1"] == pytest.approx(0.5) and m["questions"] == 2
+
+
+# ---------------------------------------------------------------- readers and filters
+
+WIKIQA_ROWS = [
+    ("how are glacier caves formed ?", "A glacier cave is a cave formed within the ice of a glacier .", 1),
+    ("how are glacier caves formed ?", "Glacier caves are often called ice caves .", 0),
+    ("how much is 1 tablespoon of water", "This tablespoon has a capacity of about 15 mL .", 0),
+    ("how much is 1 tablespoon of water", "In the USA one tablespoon is approximately 15 mL .", 1),
+    ("how much is 1 tablespoon of water", "In Australia one tablespoon is 20 mL .", 1),
+    ("who wrote the odyssey", "The Odyssey is an ancient Greek epic poem .", 0),
+    ("who is the author of hamlet", "Hamlet is a tragedy written by William Shakespeare .", 1),
+]
+
+TREC_ROWS = [
+    ("What do practitioners of Wicca worship ?", 1, "An estimated <num> Americans practice Wicca , a form of nature worship ."),
+    ("What do practitioners of Wicca worship ?", 0, 'The handbook, "a primer", describes Wicca .'),
+    ("Who is the author of the book , `` The Iron Lady '' ?", 1, "Hugo Young wrote The Iron Lady , a biography ."),
+    ("When was the Berlin Wall built ?", 0, "The wall fell in <num> ."),
+    ("When was the Berlin Wall built ?", 1, "The Berlin Wall was built in <num> ."),
+]
+
+
+def write_wikiqa(folder, rows=WIKIQA_ROWS):
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        (folder / f"WikiQA-{split}.txt").write_text("".join(f"{q}\t{a}\t{y}\n" for q, a, y in rows), encoding="utf-8")
+    return folder
+
+
+def write_trecqa(folder, rows=TREC_ROWS):
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        with open(folder / f"{split}.csv", "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["qtext", "label", "atext"])
+            writer.writerows([q, y, a] for q, y, a in rows)
+    return folder
+
+
+def test_read_wikiqa_groups_consecutive_rows(tmp_path):
+    lists = read_wikiqa(write_wikiqa(tmp_path / "wikiqa") / "WikiQA-test.txt")
+    assert [l.question for l in lists] == ["how are glacier caves formed ?", "how much is 1 tablespoon of water",
+                                           "who wrote the odyssey", "who is the author of hamlet"]
+    assert lists[1].labels == [0, 1, 1] and lists[1].candidates[2] == "In Australia one tablespoon is 20 mL ."
+    # WikiQA's filtered setting keeps the questions with a correct answer
+    assert [l.question for l in evaluable(lists, "wikiqa")] == [lists[0].question, lists[1].question, lists[3].question]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("q\tonly two fields\n", encoding="utf-8")
+    with pytest.raises(TrainError, match="bad.txt:1"):
+        read_wikiqa(bad)
+    bad.write_text("q\ta\tyes\n", encoding="utf-8")
+    with pytest.raises(TrainError, match="label"):
+        read_wikiqa(bad)
+
+
+def test_read_trecqa_csv_quoting_and_clean_setting(tmp_path):
+    lists = load_split("trecqa", write_trecqa(tmp_path / "trecqa"), "test")
+    assert len(lists) == 3 and lists[0].candidates[1] == 'The handbook, "a primer", describes Wicca .'
+    assert lists[1].question == "Who is the author of the book , `` The Iron Lady '' ?"
+    # clean: a correct and a wrong answer; the Iron Lady question has no wrong one
+    assert [l.question for l in evaluable(lists, "trecqa")] == [lists[0].question, lists[2].question]
+    (tmp_path / "x.csv").write_text("question,label,answer\nq,1,a\n", encoding="utf-8")
+    with pytest.raises(TrainError, match="qtext"):
+        read_trecqa(tmp_path / "x.csv")
+    with pytest.raises(FileNotFoundError, match="WikiQA-test.txt"):
+        load_split("wikiqa", tmp_path, "test")
+
+
+# ---------------------------------------------------------------- the paper's protocol and the fusion
+
+
+def test_paper_lists_draw_other_questions_answers_seeded():
+    lists = [QaList(f"q{i}", [f"a{i}-{k}" for k in range(4)], [1, 0, 1, 0]) for i in range(8)]
+    drawn = paper_lists(lists, fakes=5, seed=3)
+    assert drawn == paper_lists(lists, fakes=5, seed=3) and drawn != paper_lists(lists, fakes=5, seed=4)
+    for l, p in zip(lists, drawn):
+        assert p.question == l.question and p.labels == [0] * 5 + [1]
+        assert p.candidates[-1] in {l.candidates[0], l.candidates[2]}
+        assert not set(p.candidates[:5]) & set(l.candidates) and len(set(p.candidates)) == 6
+    # ties rank the true answer last: a constant scorer gets P@1 = 0
+    assert list_metrics(drawn, [np.zeros(6)] * len(drawn))["p_at_1"] == 0.0
+
+
+def test_zscore_fusion_and_lambda_on_dev():
+    assert np.allclose(zscore(np.array([1.0, 2.0, 3.0])), [-1.2247449, 0, 1.2247449])
+    assert np.allclose(zscore(np.array([2.0, 2.0])), [0, 0])
+    lists = [QaList("q1", ["a", "b", "c"], [1, 0, 0]), QaList("q2", ["d", "e", "f"], [0, 1, 0])]
+    cosine = [np.array([0.5, 0.6, 0.1]), np.array([0.9, 0.8, 0.1])]  # wrong on both
+    model = [np.array([0.9, 0.0, 0.1]), np.array([0.0, 0.9, 0.1])]  # right on both
+    z = Normaliser("zscore")
+    lam, by_lambda = choose_lambda(lists, cosine, model, z, z)
+    assert by_lambda[0.0] == pytest.approx(0.5) and by_lambda[1.0] == pytest.approx(1.0)
+    assert 0 < lam < 1 and by_lambda[lam] == pytest.approx(1.0)  # the smallest λ that gets both right
+    assert all(by_lambda[l] < 1.0 for l in by_lambda if l < lam)
+    fused = fuse(cosine, model, 0.5, z, z)
+    assert np.allclose(fused[0], 0.5 * zscore(cosine[0]) + 0.5 * zscore(model[0]))
+    logistic = Normaliser("logistic").fit(lists, model)
+    assert logistic.a > 0 and np.allclose(logistic(np.array([0.0, 1.0])), [logistic.b, logistic.a + logistic.b])
+    with pytest.raises(ValueError):
+        Normaliser("rank")
+
+
+def test_run_answer_selection_cosine_row(tmp_path, minilm_encoder):
+    src = write_trecqa(tmp_path / "trecqa")
+    report = run_answer_selection("trecqa", src, encoder_obj=minilm_encoder, command="faq eval answer-selection")
+    (row,) = report["rows"]
+    assert row["kind"] == "cosine" and report["questions"]["test_evaluated"] == 2 and report["questions"]["test_raw"] == 3
+    assert 0 < row["map"] <= 1 and 0 < row["paper_ndcg"] <= 1 and row["raw_map"] >= row["map"] - 1e-9
+    json_path, md_path = write_report(report, tmp_path / "out")
+    assert json_path.exists() and "| cosine (all-MiniLM-L6-v2) |" in md_path.read_text()
+    assert "raw MAP" in format_markdown(report)
+    with pytest.raises(ValueError, match="fusion"):
+        run_answer_selection("trecqa", src, encoder_obj=minilm_encoder, fusion="max")
