@@ -102,6 +102,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--control", help="arm the others are compared with (default: ann, else the busiest arm)")
     p.add_argument("--out", help="also write report.md and report.json into this folder")
     p.set_defaults(func=cmd_online)
+
+    p = ev_sub.add_parser(
+        "answer-selection",
+        help="answer sentence selection on WikiQA / TrecQA: encoder cosine vs MMAICM models, alone and fused",
+        description="On the test split: MAP / MRR over the questions with a correct answer (TrecQA: and a wrong "
+        "one), and the MMAICM paper's protocol (the true answer among --fakes random answers of other questions: "
+        "nDCG, P@1). Rows: the encoder's cosine, each --model, and each model fused with the cosine "
+        "((1 - λ) z(cos) + λ z(model), λ chosen on dev MAP). Writes report.json and report.md into --out.",
+    )
+    p.add_argument("--data", required=True, choices=("wikiqa", "trecqa"))
+    p.add_argument("--src", required=True, help="the dataset folder (WikiQA-*.txt or train/dev/test.csv)")
+    p.add_argument("--model", action="append", default=[], help="an MMAICM model folder (faq train mmaicm); repeatable")
+    p.add_argument("--out", required=True, help="output folder for report.json and report.md")
+    p.add_argument("--encoder", default="minilm", help="the sentence encoder whose cosine is the baseline (default minilm)")
+    p.add_argument("--fusion", choices=("zscore", "logistic"), default="zscore",
+                   help="z(·) of the fusion: per-question standardisation (default) or a logistic calibration fitted on dev")
+    p.add_argument("--fakes", type=int, default=5, help="random other answers per question in the paper's protocol (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the paper protocol's draws (default 0)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.set_defaults(func=cmd_answer_selection)
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
 
@@ -264,4 +284,29 @@ def cmd_online(args: argparse.Namespace) -> int:
     if args.out:
         json_path, md_path = write_online_report(report, args.out)
         print(f"report written to {md_path} and {json_path}")
+    return 0
+
+
+def cmd_answer_selection(args: argparse.Namespace) -> int:
+    import shlex
+
+    from evaluation.answer_selection import format_markdown, run_answer_selection, write_report
+
+    if args.threads is not None:
+        if args.threads < 1:
+            print("error: --threads must be >= 1", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
+    command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    try:
+        report = run_answer_selection(args.data, args.src, args.model, encoder=args.encoder, fusion=args.fusion,
+                                      seed=args.seed, fakes=args.fakes, progress=True, command=command)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json_path, md_path = write_report(report, args.out)
+    print(format_markdown(report))
+    print(f"report written to {md_path} and {json_path}")
     return 0

@@ -1,4 +1,4 @@
-"""`faq train ...`: model training (`faq train msem`)."""
+"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`)."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(docs/results.md)")
     p.set_defaults(func=cmd_msem)
     _register_reranker(tr_sub)
+    _register_mmaicm(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -244,4 +245,83 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         return 2
     print(f"STS-B dev Pearson {summary['stsb_dev_pearson']:.4f} / Spearman {summary['stsb_dev_spearman']:.4f}; "
           f"re-ranker saved in {args.out} (FAQ_RERANKER={args.out})")
+    return 0
+
+
+def _register_mmaicm(tr_sub: argparse._SubParsersAction) -> None:
+    p = tr_sub.add_parser(
+        "mmaicm",
+        help="train MMAICM, the attentive interactive convolutional matcher of question-answer pairs",
+        description="Pairwise hinge loss over (question, correct answer, wrong answer) triples from an answer "
+        "selection set (--data/--src) and/or a KB (--kb: a phrasing's FAQ answer against other FAQs' answers). "
+        "The best epoch by dev MAP is saved as a model folder in --out with a logistic calibration fitted on dev "
+        "(models/mmaicm.py load_mmaicm). A checkpoint is written every epoch: --resume continues a cut run.",
+    )
+    p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, text.json, "
+                   "calibration.json, training.json, checkpoint.pt)")
+    p.add_argument("--data", choices=("wikiqa", "trecqa"), help="answer selection set: its train split trains, "
+                   "its dev split selects the epoch")
+    p.add_argument("--src", help="the --data folder (WikiQA-*.txt or train/dev/test.csv)")
+    p.add_argument("--kb", help="KB file (JSONL/CSV): positives = (phrasing, its FAQ's answer), negatives = other "
+                   "FAQs' answers; 10%% of the phrasings are held out as dev")
+    p.add_argument("--word-repr", choices=("glove", "minilm"), help="word vectors: glove (GloVe 6B-50d, default) or "
+                   "minilm (all-MiniLM-L6-v2's frozen token states)")
+    p.add_argument("--matcher", choices=("cnn", "knrm"), help="cnn (MMAICM, default) or knrm (the K-NRM baseline)")
+    p.add_argument("--no-attention", action="store_true", help="the MMAICM-NoAttention ablation: the raw "
+                   "interaction matrix goes to the CNN")
+    p.add_argument("--config", help="MmaicmConfig overrides: a JSON object or a JSON file (e.g. '{\"filters\": 32}')")
+    p.add_argument("--epochs", type=int, default=30, help="maximum epochs (default 30)")
+    p.add_argument("--batch-size", type=int, default=64, help="triples per step (default 64)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    p.add_argument("--negatives", type=int, default=4, help="negatives per correct answer per epoch (default 4)")
+    p.add_argument("--random-negatives", type=float, default=0.2, help="share of negatives drawn from other "
+                   "questions instead of the question's own wrong candidates (default 0.2)")
+    p.add_argument("--patience", type=int, default=5, help="stop after this many epochs without a better dev MAP")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, help="wall-clock budget for the whole run; the running epoch is cut")
+    p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt with the same data")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
+    p.set_defaults(func=cmd_mmaicm)
+
+
+def cmd_mmaicm(args: argparse.Namespace) -> int:
+    import json
+
+    from kb.records import KbValidationError
+    from models.train_mmaicm import TrainConfig, TrainError, parse_config_overrides, train_mmaicm
+
+    if not args.data and not args.kb:
+        print("error: give --data (with --src) and/or --kb", file=sys.stderr)
+        return 2
+    if args.data and not args.src:
+        print(f"error: --data {args.data} needs --src (the {args.data} folder)", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        if args.threads < 1:
+            print("error: --threads must be >= 1", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        overrides = parse_config_overrides(args.config)
+        flags = {"word_repr": args.word_repr, "matcher": args.matcher, "use_attention": False if args.no_attention else None}
+        for key, value in flags.items():
+            if value is not None:
+                if key in overrides and overrides[key] != value:
+                    raise TrainError(f"--config sets {key}={json.dumps(overrides[key])} but a flag asks for {value!r}")
+                overrides[key] = value
+        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, negatives=args.negatives,
+                          random_negative_share=args.random_negatives, patience=args.patience, seed=args.seed,
+                          max_minutes=args.max_minutes)
+        command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+        summary = train_mmaicm(args.out, data=args.data, src=args.src, kb=args.kb, config_overrides=overrides,
+                               train_config=cfg, resume=args.resume, device=args.device, command=command)
+    except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    best = summary["best_metric"]
+    print(f"{summary['stop_reason']}: best {summary['metric']} = {'-' if best is None else f'{best:.4f}'} at epoch "
+          f"{summary['best_epoch']}; model saved in {args.out}")
     return 0
