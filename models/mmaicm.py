@@ -186,14 +186,19 @@ class InteractionAttention(nn.Module):
 
     def forward(self, q: torch.Tensor, q_mask: torch.Tensor, a: torch.Tensor, a_mask: torch.Tensor,
                 context_q: torch.Tensor | None = None, context_a: torch.Tensor | None = None) -> torch.Tensor:
-        z_q, z_a = self.w_q(q), self.w_a(a)  # (B,Tq,z), (B,Ta,z)
+        """q (B or 1, Tq, d), a (B, Ta, d) -> A (B, Tq, Ta); a question batch of 1 broadcasts."""
+        z_q = self.w_q(q)  # (B,Tq,z)
         u_q = context_q if context_q is not None else self.u_q
         u_a = context_a if context_a is not None else self.u_a
         if u_q is not None:
             z_q = z_q + self.alpha * _per_row(u_q, z_q)  # (5)
+        # Zq Zaᵀ with Za = Ma W_aᵀ + α 1 u_aᵀ (6), associated as (Zq W_a) Maᵀ + α Zq u_a: the same numbers,
+        # but nothing is projected per answer word, which is most of the cost when one query meets
+        # many candidates (Tq < Ta)
+        logits = (z_q @ self.w_a.weight) @ a.transpose(1, 2)  # (B,Tq,Ta)
         if u_a is not None:
-            z_a = z_a + self.alpha * _per_row(u_a, z_a)  # (6)
-        logits = (z_q @ z_a.transpose(1, 2)) * self.scale  # (B,Tq,Ta)
+            logits = logits + self.alpha * (z_q * _per_row(u_a, z_q)).sum(dim=-1, keepdim=True)
+        logits = logits * self.scale
         # a finite fill keeps an empty answer's rows free of NaN; they are zeroed just below
         logits = logits.masked_fill(~a_mask.unsqueeze(1), -1e9)
         attention = torch.softmax(logits, dim=-1)  # (7), row-level
@@ -206,7 +211,7 @@ def _per_row(u: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """A context vector (z,) or one per pair (B, z) -> broadcastable over z's (B, T, z)."""
     if u.dim() == 1:
         return u.view(1, 1, -1)
-    if u.dim() != 2 or u.size(0) != z.size(0) or u.size(1) != z.size(2):
+    if u.dim() != 2 or u.size(0) not in (1, z.size(0)) or u.size(1) != z.size(2):
         raise ValueError(f"context vectors must be ({z.size(2)},) or ({z.size(0)}, {z.size(2)}), got {tuple(u.shape)}")
     return u.unsqueeze(1)
 
@@ -291,15 +296,16 @@ class MMAICM(nn.Module):
     def forward(self, q: torch.Tensor, q_mask: torch.Tensor, a: torch.Tensor, a_mask: torch.Tensor, *,
                 context_q: torch.Tensor | None = None, context_a: torch.Tensor | None = None) -> torch.Tensor:
         """q (B,Tq,d) + bool mask (B,Tq), a (B,Ta,d) + mask (B,Ta) -> scores (B,). Any Tq, Ta: cut or
-        zero-padded to max_q_len, max_a_len. A question batch of 1 is broadcast over the answers."""
+        zero-padded to max_q_len, max_a_len. A question batch of 1 is broadcast over the answers (one
+        query against many candidates: its words are normalised and projected once)."""
         cfg = self.config
         q, q_mask = fit_length(q, q_mask, cfg.max_q_len)
         a, a_mask = fit_length(a, a_mask, cfg.max_a_len)
-        if q.size(0) == 1 and a.size(0) > 1:  # one query against many candidates: no copies
-            q, q_mask = q.expand(a.size(0), -1, -1), q_mask.expand(a.size(0), -1)
-        s = self.interaction(q, q_mask, a, a_mask)  # (1)
+        if q.size(0) != a.size(0) and q.size(0) != 1:
+            raise ValueError(f"{q.size(0)} questions for {a.size(0)} answers: give one question or one per answer")
+        s = self.interaction(q, q_mask, a, a_mask)  # (1), (B,Tq,Ta)
         if cfg.matcher == "knrm":
-            return self.matcher(s, q_mask, a_mask)
+            return self.matcher(s, q_mask.expand(s.size(0), -1), a_mask)
         if self.attention is not None:
             s = s * self.attention(q, q_mask, a, a_mask, context_q, context_a)  # (8)
         return self.matcher(s)  # (9)

@@ -4,6 +4,7 @@ few epochs, the model folder round trip, resume."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -127,6 +128,21 @@ def test_attention_rows_are_a_softmax_over_the_real_answer_words():
     # an empty answer gives zeros, not NaN
     empty = MMAICM(MmaicmConfig(**SMALL)).attention_matrix(q, q_mask, a, torch.zeros_like(a_mask))
     assert not torch.isnan(empty).any() and float(empty.abs().sum()) == 0
+
+
+def test_attention_is_equations_5_to_7():
+    torch.manual_seed(0)
+    model = MMAICM(MmaicmConfig(**SMALL, alpha=0.5, attn_rescale=False))
+    att = model.attention
+    q, q_mask, a, a_mask = _batch()
+    fq, fq_mask = fit_length(q, q_mask, 10)
+    fa, fa_mask = fit_length(a, a_mask, 14)
+    z_q = fq @ att.w_q.weight.T + 0.5 * att.u_q  # (5)
+    z_a = fa @ att.w_a.weight.T + 0.5 * att.u_a  # (6)
+    logits = (z_q @ z_a.transpose(1, 2)) / math.sqrt(model.config.z_dim)
+    expected = torch.softmax(logits.masked_fill(~fa_mask.unsqueeze(1), float("-inf")), dim=-1)  # (7)
+    expected = expected * fq_mask.unsqueeze(2)
+    assert torch.allclose(model.attention_matrix(q, q_mask, a, a_mask), expected, atol=1e-5)
 
 
 def test_only_the_question_context_moves_the_row_softmax():
