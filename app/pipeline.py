@@ -384,15 +384,35 @@ def lexical_engine(settings: Settings) -> str:
 
 
 def load_rerank_stages(settings: Settings, path: str | None = None, weight: float | None = None) -> list[RerankStage]:
-    """The re-ranking stages of FAQ_RERANKER (or `path`), with FAQ_RERANK_WEIGHT (or `weight`);
-    none when no re-ranker is configured. Raises what loading the folder raises."""
-    path = path or settings.reranker
-    if not path:
+    """The re-ranking stages of FAQ_RERANKER (or `path`): one folder, or several separated by commas, run
+    in that order; each is a `faq train reranker` cross-encoder or a `faq train mmaicm` matcher (told
+    apart by its config's `architecture`). FAQ_RERANK_WEIGHT (or `weight`) pools each stage with the
+    score before it; None = each folder's own `fusion_weight`. None configured: no stages. Raises what
+    loading a folder raises."""
+    spec = path or settings.reranker
+    if not spec:
         return []
-    from models.reranker import load_reranker
+    weight = settings.rerank_weight if weight is None else weight
+    stages: list[RerankStage] = []
+    for folder in (part.strip() for part in spec.split(",") if part.strip()):
+        if _architecture(folder) == "mmaicm":
+            stages.append(load_mmaicm_stage(folder, weight))
+            continue
+        from models.reranker import load_reranker
 
-    reranker = load_reranker(path, runtime=settings.rerank_runtime, threads=settings.torch_threads)
-    return [CrossEncoderStage(reranker, settings.rerank_weight if weight is None else weight)]
+        reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads)
+        stages.append(CrossEncoderStage(reranker, weight))
+    return stages
+
+
+def _architecture(folder: str) -> str | None:
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architecture")
+    except (OSError, ValueError, AttributeError):
+        return None  # the cross-encoder loader names what is wrong with the folder
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,

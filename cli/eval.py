@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--search-k", type=int, help="Annoy search_k (default: settings.ann_search_k)")
     p.add_argument("--variants-per-faq", type=int, help="keep only each FAQ's first N phrasings of the KB "
                    "(1 = a KB with a single question per FAQ)")
-    p.add_argument("--reranker", help="re-ranker folder (faq train reranker): run the ann+rerank arm")
+    p.add_argument("--reranker", help="re-ranker folder(s), comma-separated (faq train reranker or faq train mmaicm): "
+                   "run the ann+rerank arm")
     p.add_argument("--rerank-k", type=int, help="FAQs the re-ranker re-scores per query (default: settings.rerank_k)")
     p.add_argument("--rerank-weight", type=float, help="cross-encoder weight in the pool with the calibrated cosine "
                    "(0..1; default: FAQ_RERANK_WEIGHT, else the re-ranker's fusion_weight)")

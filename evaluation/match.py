@@ -10,6 +10,7 @@ when a dev file is given, else the default threshold from settings is used.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
@@ -132,7 +133,7 @@ def run_eval_match(
     several values are tried on dev together with the pool sizes, as for `pool_variants`. A KB whose
     answers are placeholders builds without answer evidence and ignores it (the report says so)."""
     from kb.records import read_kb, read_queries
-    from app.pipeline import CrossEncoderStage, build_pipeline, load_rerank_stages
+    from app.pipeline import build_pipeline, load_rerank_stages
     from index.calibration import calibration_for
     from app.settings import get_settings
     from migrations import runner
@@ -214,7 +215,9 @@ def run_eval_match(
             # one pass with the cross-encoder alone, every candidate kept; the weight grid is re-scored offline
             from evaluation.rerank_tuning import tune_weight
 
-            pure = build_pipeline(base, encoder, retriever, stages=[CrossEncoderStage(stage.reranker, 1.0)],
+            pure_stage = copy.copy(stage)  # the same model alone (weight 1): the grid is pooled offline
+            pure_stage.weight = 1.0
+            pure = build_pipeline(base, encoder, retriever, stages=[pure_stage],
                                   rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants,
                                   answer_weight=matcher.answer_weight)
             t = time.perf_counter()
