@@ -54,3 +54,24 @@ def test_rerank_arms_need_a_stage_and_stages_chain(built, encoder):  # noqa: F81
     for m, e in zip(ann.matches, expected):
         assert got[m.faq_id] == pytest.approx(float(e), abs=1e-5)
     assert [m.score for m in res.matches] == sorted(got.values(), reverse=True)
+
+
+def test_faq_reranker_takes_mmaicm_and_cross_encoder_folders_in_order(built, encoder, tmp_path):  # noqa: F811
+    """FAQ_RERANKER="a,b": one stage per folder, in that order, each loaded by what its config says it is."""
+    import torch
+
+    from app.pipeline import MmaicmStage
+    from models.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+
+    settings, retriever, reranker_dir = built
+    torch.manual_seed(0)
+    MmaicmScorer(MMAICM(MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)), GloveWords(),
+                 Calibration(a=2.0, b=0.5, fusion_weight=0.3)).save(tmp_path / "mm")
+    stages = load_rerank_stages(settings.model_copy(update={"reranker": f"{tmp_path / 'mm'}, {reranker_dir}",
+                                                            "rerank_weight": 0.4}))
+    assert [type(s) for s in stages] == [MmaicmStage, CrossEncoderStage]
+    assert [s.served_weight for s in stages] == [0.4, 0.4]
+    result = build_pipeline(settings, encoder, retriever, stages=stages, rerank_k=5).match_many(
+        [MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])[0]
+    assert len(result.matches) == 3 and all(0.0 <= m.score <= 1.0 for m in result.matches)
+    assert [m.score for m in result.matches] == sorted((m.score for m in result.matches), reverse=True)
