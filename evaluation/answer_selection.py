@@ -218,10 +218,17 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
     cos = {"test": cosine.of(test), "paper": cosine.of(paper), "dev": cosine.of(dev), "raw": cosine.of(raw or [])}
     rows: list[dict] = [_row(f"cosine ({getattr(encoder_obj, 'id', encoder)})", "cosine", test, paper, dev, raw, cos)]
     z_cos = Normaliser(fusion).fit(dev, cos["dev"])
+    first_of_kind: dict[str, Any] = {}  # one word representation and word-vector cache per kind
     for folder in models:
-        from models.mmaicm import load_mmaicm
+        from models.mmaicm import load_mmaicm, read_config
 
-        scorer = load_mmaicm(folder, cache_size=None)
+        kind = read_config(Path(folder) / "config.json").word_repr
+        shared = first_of_kind.get(kind)
+        scorer = load_mmaicm(folder, cache_size=None, words=shared.words if shared else None)
+        if shared is not None:
+            scorer.share_cache(shared)
+        else:
+            first_of_kind[kind] = scorer
         name = Path(folder).resolve().name
         signal = PairScores(lambda pairs: scorer.score_pairs(pairs, batch_size=batch_size, progress=progress))
         mm = {"test": signal.of(test), "paper": signal.of(paper), "dev": signal.of(dev), "raw": signal.of(raw or [])}

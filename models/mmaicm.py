@@ -90,6 +90,9 @@ class MmaicmConfig:
     #: ours: A multiplied by the answer's length, so uniform attention leaves S unchanged and SA has the
     #: same scale for short and long answers (paper: A's rows sum to 1)
     attn_rescale: bool = True
+    #: ours: "random" (PyTorch's default for W_q, W_a) or "neutral": W_a starts at zero, so A starts
+    #: uniform and the model starts as MMAICM-NoAttention, moving away only where the data asks
+    attn_init: str = "random"
     # ---- convolutional matching network (3.5)
     kernels: tuple[int, ...] = (2, 3)  # paper: one sub-network per window size
     filters: int = 16  # ours: feature maps per convolution (both layers)
@@ -109,6 +112,8 @@ class MmaicmConfig:
             raise ValueError(f"MmaicmConfig.word_repr must be one of {', '.join(WORD_DIMS)}, got {self.word_repr!r}")
         if self.matcher not in MATCHERS:
             raise ValueError(f"MmaicmConfig.matcher must be one of {', '.join(MATCHERS)}, got {self.matcher!r}")
+        if self.attn_init not in ("random", "neutral"):
+            raise ValueError(f"MmaicmConfig.attn_init must be 'random' or 'neutral', got {self.attn_init!r}")
         if self.context not in CONTEXTS:
             raise ValueError(f"MmaicmConfig.context must be one of {', '.join(CONTEXTS)}, got {self.context!r}")
         for name in ("max_q_len", "max_a_len", "filters", "pool", "fc_hidden", "knrm_kernels"):
@@ -178,6 +183,8 @@ class InteractionAttention(nn.Module):
         d, z = config.word_dim, config.z_dim
         self.w_q = nn.Linear(d, z, bias=False)  # W_q^A
         self.w_a = nn.Linear(d, z, bias=False)  # W_a^A
+        if config.attn_init == "neutral":
+            nn.init.zeros_(self.w_a.weight)
         self.alpha = config.alpha
         self.u_q = nn.Parameter(torch.randn(z) / math.sqrt(z)) if config.context == "learned" else None
         self.u_a = nn.Parameter(torch.randn(z) / math.sqrt(z)) if config.context == "learned" else None
@@ -504,6 +511,13 @@ class MmaicmScorer:
                     while len(self._cache) > self.cache_size:
                         self._cache.popitem(last=False)
             return [s.float() for s in out]  # type: ignore[union-attr]
+
+    def share_cache(self, other: "MmaicmScorer") -> None:
+        """Use `other`'s word-vector cache (same word representation): word vectors do not depend on the
+        network's weights, so several models evaluated on the same texts compute them once."""
+        if other.words.kind != self.words.kind:
+            raise ValueError(f"cannot share a {other.words.kind} cache with a {self.words.kind} model")
+        self._cache = other._cache
 
     def fill_cache(self, texts: Sequence[str], max_len: int, batch_size: int = 128, progress: bool = False) -> int:
         """Compute the word vectors of the distinct texts not cached yet, in batches of similar length."""

@@ -117,6 +117,14 @@ def test_attention_switch():
         without.attention_matrix(q, q_mask, a, a_mask)
 
 
+def test_neutral_attention_starts_as_no_attention():
+    model = MMAICM(MmaicmConfig(**SMALL, attn_init="neutral")).eval()
+    q, q_mask, a, a_mask = _batch()
+    s = InteractionMatrix()(*fit_length(q, q_mask, 10), *fit_length(a, a_mask, 14))
+    assert torch.allclose(_matcher_input(model, q, q_mask, a, a_mask), s, atol=1e-6)
+    assert float(model.attention.w_q.weight.abs().sum()) > 0  # W_a gets gradients through W_q
+
+
 def test_attention_rows_are_a_softmax_over_the_real_answer_words():
     q, q_mask, a, a_mask = _batch()
     plain = MMAICM(MmaicmConfig(**SMALL, attn_rescale=False)).attention_matrix(q, q_mask, a, a_mask)
@@ -335,6 +343,16 @@ def test_cache_is_bounded_and_transparent():
     first = scorer.score("piano", ["a piano", "a violin", "a cactus", "a glacier"])
     assert len(scorer._cache) == 3
     assert np.array_equal(scorer.score("piano", ["a piano", "a violin", "a cactus", "a glacier"]), first)
+
+
+def test_models_of_one_word_representation_share_their_word_vectors():
+    words = GloveWords()
+    first = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), words, cache_size=None)
+    second = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL, use_attention=False)), words, cache_size=None)
+    alone = second.score("piano", ["a piano", "a violin"])
+    second.share_cache(first)
+    first.score("piano", ["a piano", "a violin"])
+    assert second._cache is first._cache and np.allclose(second.score("piano", ["a piano", "a violin"]), alone)
 
 
 def test_train_mmaicm_rejects_bad_input(tmp_path):
