@@ -392,10 +392,12 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     spec = path or settings.reranker
     if not spec:
         return []
+    from models.folder import architecture_of
+
     weight = settings.rerank_weight if weight is None else weight
     stages: list[RerankStage] = []
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
-        if _architecture(folder) == "mmaicm":
+        if architecture_of(folder) == "mmaicm":
             stages.append(load_mmaicm_stage(folder, weight))
             continue
         from models.reranker import load_reranker
@@ -403,16 +405,6 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
         reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads)
         stages.append(CrossEncoderStage(reranker, weight))
     return stages
-
-
-def _architecture(folder: str) -> str | None:
-    import json
-    from pathlib import Path
-
-    try:
-        return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architecture")
-    except (OSError, ValueError, AttributeError):
-        return None  # the cross-encoder loader names what is wrong with the folder
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,

@@ -50,6 +50,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.folder import read_model_config
+
 #: word representation -> width d of its word vectors
 WORD_DIMS = {"glove": 50, "minilm": 384}
 MATCHERS = ("cnn", "knrm")
@@ -628,16 +630,7 @@ class MmaicmScorer:
 
 def read_config(path: str | Path) -> MmaicmConfig:
     """config.json -> MmaicmConfig, checking the format and naming unknown fields."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: missing model config")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    version = meta.pop("format_version", None)
-    if version != FORMAT_VERSION:
-        raise ValueError(f"{path}: format_version {version!r} unsupported (expected {FORMAT_VERSION})")
-    architecture = meta.pop("architecture", None)
-    if architecture != ARCHITECTURE:
-        raise ValueError(f"{path}: architecture {architecture!r} is not {ARCHITECTURE!r}")
+    meta = read_model_config(path, FORMAT_VERSION, ARCHITECTURE)
     unknown = sorted(set(meta) - MmaicmConfig.field_names())
     if unknown:
         raise ValueError(f"{path}: unknown MmaicmConfig fields {unknown}")

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from models.encoder import file_sha256, pick_device
+from models.folder import read_model_config
 from models.glove import GloVe, load_glove
 from models.msem import MSEM, TOKEN_BASES, MsemConfig
 from models.text import MiniLMText, TextEncoder, load_text
@@ -292,15 +293,7 @@ def init_minilm_layers(model: MSEM, text: MiniLMText) -> None:
 
 def read_config(path: Path) -> MsemConfig:
     """config.json -> MsemConfig, checking the format version and naming unknown fields."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: missing model config")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    version = meta.pop("format_version", None)
-    if version != FORMAT_VERSION:
-        raise ValueError(f"{path}: format_version {version!r} unsupported (expected {FORMAT_VERSION})")
-    architecture = meta.pop("architecture", "msem")
-    if architecture != "msem":
-        raise ValueError(f"{path}: architecture {architecture!r} is not 'msem'")
+    meta = read_model_config(path, FORMAT_VERSION, "msem", default_architecture="msem")
     meta.pop("weights_dtype", None)
     unknown = sorted(set(meta) - MsemConfig.field_names())
     if unknown:
