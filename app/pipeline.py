@@ -129,7 +129,7 @@ class MmaicmStage:
         return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
 
     def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
-        from models.scoring import logit, sigmoid
+        from models.scoring import pool
 
         n = len(candidates)
         if n == 0:
@@ -146,8 +146,7 @@ class MmaicmStage:
         w = self.served_weight
         if w >= 1.0:
             return p
-        prior = np.array([m.score for m in candidates], dtype=np.float64)
-        return sigmoid(w * logit(p) + (1.0 - w) * logit(prior))
+        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------

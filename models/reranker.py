@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from models.scoring import logit, sigmoid
+from models.scoring import logit, pool, sigmoid  # noqa: F401  (pool: the fusion, served from here too)
 
 FORMAT = "faq-reranker/1"
 CONFIG_FILE = "config.json"
@@ -203,14 +203,6 @@ def format_pair(tokenizer, query: str, candidate: str, max_len: int = 64) -> str
     """The model's view of one pair as text (for tests and debugging): `[CLS] q [SEP] c [SEP]`."""
     ids = encode_pairs(tokenizer, [query], [candidate], max_len)["input_ids"][0]
     return tokenizer.decode(ids.tolist())
-
-
-def pool(p_cross: np.ndarray, p_first: np.ndarray, weight: float) -> np.ndarray:
-    """Logarithmic opinion pool of two probabilities of the same event: sigmoid(w*logit(a) + (1-w)*logit(b))."""
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"fusion weight must be in 0..1, got {weight}")
-    z = weight * logit(p_cross) + (1.0 - weight) * logit(p_first)
-    return sigmoid(z).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

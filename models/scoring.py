@@ -107,3 +107,12 @@ def best_threshold(scores: Sequence[float] | np.ndarray, positive: Sequence[bool
     else:
         threshold = float((s[m - 1] + s[m]) / 2.0)
     return threshold, best_value
+
+
+def pool(p_cross: np.ndarray, p_first: np.ndarray, weight: float) -> np.ndarray:
+    """Logarithmic opinion pool of two probabilities of the same event (a re-ranking stage's and the score
+    before it): sigmoid(w*logit(a) + (1-w)*logit(b))."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"fusion weight must be in 0..1, got {weight}")
+    z = weight * logit(p_cross) + (1.0 - weight) * logit(p_first)
+    return sigmoid(z).astype(np.float32)
