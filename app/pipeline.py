@@ -65,6 +65,69 @@ class MatchResult:
     answer: FaqMatch | None  # best match when its score >= threshold
     index_version: str
     timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, total
+    cached: bool = False  # answered from the query cache (the same query, options and index earlier)
+
+
+# ---------------------------------------------------------------------------------------------
+# the exact query cache
+# ---------------------------------------------------------------------------------------------
+def cache_text(query: str) -> str:
+    """The cache's view of a query: case and runs of whitespace dropped. Every encoder served lower-cases
+    (MiniLM's and mpnet's tokenizers, the GloVe tokenizer) and splits on whitespace, so two texts equal
+    here get the same vector."""
+    return " ".join(query.split()).lower()
+
+
+class QueryCache:
+    """LRU of finished results, keyed by the normalised query text, its options (arm, top_k, threshold)
+    and the pipeline's scoring options. Chatbot traffic repeats ("opening hours?"), and a hit skips the
+    encoder, the search and the re-rankers.
+
+    Invalidation: entries belong to one retriever object. The service replaces its retriever on every
+    index swap and every KB change (app/api/state.py), so the first call that sees another retriever
+    empties the cache: a result is never served from an older index or KB.
+    """
+
+    def __init__(self, size: int):
+        from collections import OrderedDict
+        import threading
+
+        self.size = max(0, int(size))
+        self._entries: OrderedDict[tuple, MatchResult] = OrderedDict()
+        self._owner: Any = None
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.invalidations = 0
+
+    def _own(self, retriever: Any) -> None:
+        if retriever is not self._owner:
+            if self._entries:
+                self.invalidations += 1
+            self._entries.clear()
+            self._owner = retriever
+
+    def get(self, retriever: Any, key: tuple) -> MatchResult | None:
+        with self._lock:
+            self._own(retriever)
+            found = self._entries.get(key)
+            if found is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found
+
+    def put(self, retriever: Any, key: tuple, result: MatchResult) -> None:
+        if self.size == 0:
+            return
+        with self._lock:
+            self._own(retriever)
+            self._entries[key] = result
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 
@@ -164,8 +227,10 @@ class Pipeline:
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
                  stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
-                 answer_weight: float = 0.0):
+                 answer_weight: float = 0.0, cache_size: int = 0):
         self.encoder = encoder
+        # finished results of repeated queries (0 = off); see QueryCache
+        self.cache = QueryCache(cache_size)
         if pool_variants is not None and pool_variants < 1:
             raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
         # the answer's share of a FAQ's first-stage score (builds without answer evidence ignore it)
@@ -209,9 +274,49 @@ class Pipeline:
         if retriever is None:
             raise NoIndexError("no index built: run `faq index build`")
         t0 = time.perf_counter()
-        vecs = self.encode([r.query for r in requests])
-        encode_ms = (time.perf_counter() - t0) * 1000.0
-        return self.rank(requests, vecs, retriever, encode_ms=encode_ms, started=t0)
+        found = self.cached(requests, retriever)
+        todo = [i for i, r in enumerate(found) if r is None]
+        if todo:
+            misses = [requests[i] for i in todo]
+            vecs = self.encode([r.query for r in misses])
+            fresh = self.rank(misses, vecs, retriever, encode_ms=(time.perf_counter() - t0) * 1000.0, started=t0)
+            self.remember(misses, retriever, fresh)
+            for i, result in zip(todo, fresh):
+                found[i] = result
+        return found  # type: ignore[return-value]
+
+    # -- the query cache -------------------------------------------------------------------------
+    def _cache_key(self, request: MatchQuery, options: tuple) -> tuple:
+        return (cache_text(request.query), request.arm, request.top_k, request.threshold, options)
+
+    def cached(self, requests: Sequence[MatchQuery], retriever: RetrieverLike) -> list[MatchResult | None]:
+        """Each request's result from the query cache (as this request's: its own text, `cached` set,
+        zero stage timings), or None."""
+        if self.cache.size == 0:
+            return [None] * len(requests)
+        t0 = time.perf_counter()
+        options = self._options_key()
+        out: list[MatchResult | None] = []
+        for request in requests:
+            hit = self.cache.get(retriever, self._cache_key(request, options))
+            if hit is not None:
+                ms = round((time.perf_counter() - t0) * 1000.0, 3)
+                hit = replace(hit, query=request.query, cached=True,
+                              timings_ms={"encode": 0.0, "retrieve": 0.0, "rerank": 0.0, "total": ms})
+            out.append(hit)
+        return out
+
+    def remember(self, requests: Sequence[MatchQuery], retriever: RetrieverLike, results: Sequence[MatchResult]) -> None:
+        if self.cache.size == 0:
+            return
+        options = self._options_key()
+        for request, result in zip(requests, results):
+            self.cache.put(retriever, self._cache_key(request, options), result)
+
+    def _options_key(self) -> tuple:
+        """Everything of the pipeline's own that changes a ranking (evaluations retune these live)."""
+        return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k,
+                tuple((s.id, getattr(s, "weight", None)) for s in self.stages))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
@@ -366,6 +471,24 @@ def encoder_spec(settings: Settings, manifest: dict | None = None) -> str:
     return default_encoder(settings)
 
 
+def encoder_runtime(settings: Settings, manifest: dict | None = None) -> str:
+    """The encoder runtime to load: FAQ_ENCODER_RUNTIME, else the one that built `manifest` (builds
+    from before runtimes were recorded ran PyTorch), else "auto"."""
+    if settings.encoder_runtime:
+        return settings.encoder_runtime
+    if manifest:
+        return str(manifest.get("encoder_runtime", "torch"))
+    return "auto"
+
+
+def load_configured_encoder(settings: Settings, manifest: dict | None = None, spec: str | None = None):
+    """The encoder a service or a build runs: `spec` (else `encoder_spec`) on `encoder_runtime`."""
+    from models.load import load_encoder
+
+    return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
+                        threads=settings.encoder_threads)
+
+
 def default_encoder(settings: Settings) -> str:
     """The encoder used when none is configured: mpnet, the most accurate zero-shot base measured
     (docs/results.md), when its packages are installed; else MiniLM. Fine-tuned models are compared
@@ -417,7 +540,8 @@ def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: floa
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                    lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
                    pool_variants: int | None = None, rerank_k: int | None = None,
-                   lexical_k: int | None = None, answer_weight: float | None = None) -> Pipeline:
+                   lexical_k: int | None = None, answer_weight: float | None = None,
+                   cache_size: int | None = None) -> Pipeline:
     """The matching pipeline: settings give every option a caller does not override."""
     return Pipeline(
         encoder, retriever, lexical=lexical,
@@ -426,4 +550,5 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
         rerank_k=settings.rerank_k if rerank_k is None else rerank_k,
         pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
         answer_weight=settings.answer_weight if answer_weight is None else answer_weight,
+        cache_size=settings.query_cache_size if cache_size is None else cache_size,
     )

@@ -53,7 +53,15 @@ class Settings(BaseSettings):
     # and builds use the default (app/pipeline.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
     # Where all-mpnet-base-v2 is reassembled on first use (models/mpnet.py); unset: <data_dir>/models.
+    # The ONNX exports of the runtime below are cached there too (<model_cache>/onnx/).
     model_cache: Path | None = None
+    # How the encoder runs (models/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8",
+    # "onnx" (fp32, equal to PyTorch) or "torch". Unset: builds use "auto" and the service follows the
+    # runtime the current index was built with (manifest `encoder_runtime`); a build is never served
+    # with int8 vectors when it was built with fp32 ones, or the other way round.
+    encoder_runtime: str | None = None
+    # ONNX Runtime intra-op threads per encoder; unset: one per core
+    encoder_threads: int | None = Field(default=None, ge=1, le=256)
 
     @property
     def mpnet_cache(self) -> Path:
@@ -66,6 +74,9 @@ class Settings(BaseSettings):
     admin_token: str | None = None
     torch_threads: int = 2
     encode_workers: int = 1
+    # exact query cache (app/pipeline.py QueryCache): finished results of repeated queries, emptied by
+    # every index swap and KB change; 0 = off
+    query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     default_top_k: int = 5
     default_threshold: float = 0.5
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
@@ -102,6 +113,13 @@ class Settings(BaseSettings):
     # how the re-ranker runs (models/reranker.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
     rerank_runtime: str = "auto"
+
+    @field_validator("encoder_runtime")
+    @classmethod
+    def _known_encoder_runtime(cls, value: str | None) -> str | None:
+        if value not in (None, "auto", "onnx-int8", "onnx", "torch"):
+            raise ValueError(f"FAQ_ENCODER_RUNTIME must be auto, onnx-int8, onnx or torch, got {value!r}")
+        return value
 
     @field_validator("rerank_runtime")
     @classmethod

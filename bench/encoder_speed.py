@@ -3,7 +3,8 @@
     python bench/encoder_speed.py --encoders minilm,models/default,runs/msem-glove \
         --texts app/demo/queries.jsonl --threads 2
 
-For each encoder spec (`minilm`, `mpnet`, `msem` = the shipped model, or an MSEM model folder):
+For each encoder spec (`minilm`, `mpnet`, `msem` = the shipped model, or an MSEM model folder), optionally
+with `@runtime` (`minilm@onnx-int8`; models/runtime.py; without it: `torch`, eager PyTorch):
 - batch 256: `encode(texts, batch_size=256)` over `--n-batch` sentences, repeated `--repeats` times;
   sentences/s from the median run;
 - batch 1: `encode([t], batch_size=1)` over `--n-single` sentences one at a time; sentences/s = n / total
@@ -13,7 +14,8 @@ Encoders are measured in interleaved rounds (A, B, C, A, B, C, ...) so that load
 on the shared machine hits every encoder alike; compare the numbers of one run with each other (ratios),
 not with runs on another day. Texts come from a query or KB file (`query` or `question` fields), cycled
 when the file is shorter than asked. Writes JSON (default bench/results/encoder_speed.json) and a
-Markdown table next to it.
+Markdown table next to it. When a spec is also measured `@torch`, each other runtime of it reports the
+cosine of its vectors to the torch ones (mean and minimum over the batch texts).
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     encoders = {}
     for spec in specs:
         t0 = time.perf_counter()
-        enc = load_encoder(spec)
+        name, _, runtime = spec.partition("@")
+        enc = load_encoder(name, runtime=runtime or "torch", threads=args.threads)
         encoders[spec] = enc
         print(f"loaded {spec} ({enc.id}, dim {enc.dim}) in {time.perf_counter() - t0:.1f}s", flush=True)
         enc.encode(cycle(texts, 64), batch_size=64)  # warm-up: allocator, lazy init, first-call costs
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     batch_texts = cycle(texts, args.n_batch)
     single_texts = cycle(texts, args.n_single)
     batch_runs: dict[str, list[float]] = {s: [] for s in specs}
+    vectors = {spec: enc.encode(batch_texts, batch_size=256) for spec, enc in encoders.items()}
     single_ms: dict[str, list[float]] = {s: [] for s in specs}
     for r in range(args.repeats):
         for spec, enc in encoders.items():
@@ -117,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             "batch1_sentences_per_s": round(1000 * len(lat) / sum(lat), 1),
             "single_query_latency": percentiles(lat),
             "single_calls": len(lat),
+            "runtime": getattr(enc, "runtime", "torch"),
         })
+        reference = vectors.get(spec.partition("@")[0] + "@torch", vectors.get(spec.partition("@")[0]))
+        if reference is not None and reference is not vectors[spec]:
+            cos = (vectors[spec] * reference).sum(1)
+            rows[-1]["cosine_to_torch"] = {"mean": round(float(cos.mean()), 4), "min": round(float(cos.min()), 4)}
     base = rows[0]
     for row in rows:
         row["batch256_ratio_to_first"] = round(row["batch256_sentences_per_s"] / base["batch256_sentences_per_s"], 3)
@@ -144,14 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         f"Texts: `{args.texts}` (mean {result['text_words_mean']} words). Batch 256: median of {args.repeats} runs "
         f"over {args.n_batch} sentences; batch 1: {len(single_ms[specs[0]])} single-sentence calls.",
         "",
-        "| encoder | dim | batch 256 sent/s | batch 1 sent/s | 1 query p50 ms | p99 ms | p50 vs first |",
-        "|---|---|---|---|---|---|---|",
+        "| encoder | dim | batch 256 sent/s | batch 1 sent/s | 1 query p50 ms | p99 ms | p50 vs first | cosine to torch mean / min |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lat = row["single_query_latency"]
         md.append(f"| `{row['encoder']}` | {row['dim']} | {row['batch256_sentences_per_s']:.0f} | "
                   f"{row['batch1_sentences_per_s']:.1f} | {lat['p50_ms']:.1f} | {lat['p99_ms']:.1f} | "
-                  f"{row['latency_p50_ratio_to_first']:.2f}x |")
+                  f"{row['latency_p50_ratio_to_first']:.2f}x | "
+                  + (f"{row['cosine_to_torch']['mean']:.4f} / {row['cosine_to_torch']['min']:.4f} |"
+                     if "cosine_to_torch" in row else "- |"))
     out.with_suffix(".md").write_text("\n".join(md) + "\n", encoding="utf-8")
     print("\n".join(md))
     return 0

@@ -75,10 +75,9 @@ def _warn_if_not_selected(spec: str) -> None:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
-    from app.pipeline import encoder_spec
+    from app.pipeline import encoder_spec, load_configured_encoder
     from migrations.runner import migrated_store
     from index.build import BuildError, build_index
-    from models.load import load_encoder
 
     settings = get_settings()
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
@@ -92,8 +91,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
         spec = str(Path(spec).resolve())
     _warn_if_not_selected(spec)
-    encoder = load_encoder(spec)
-    print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}; "
+    encoder = load_configured_encoder(settings, spec=spec)
+    print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}, runtime "
+          f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
     try:
         manifest = build_index(

@@ -1,4 +1,5 @@
-"""`faq model export`: turn a trained MSEM folder into a small shipping folder (fp16, no intent head).
+"""`faq model export`: turn a trained MSEM folder into a small shipping folder (fp16, no intent head);
+`faq model mpnet` / `faq model onnx`: prepare the model cache ahead of first use.
 
 The intent classifier only serves training (the service reads the sentence vector), so dropping it
 and storing the weights as fp16 halves the file without changing a vector by more than fp16 rounding.
@@ -31,7 +32,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "<FAQ_DATA_DIR>/models). Images do it at build time so containers start without it.")
     p.add_argument("--cache", help="model cache folder (default: FAQ_MODEL_CACHE, else <FAQ_DATA_DIR>/models)")
     p.set_defaults(func=cmd_mpnet)
+    p = sub.add_parser("onnx", help="export an encoder to ONNX fp32 + int8 in the model cache now (otherwise "
+                       "done on first use)", description="Exports the encoder's transformer (all-MiniLM-L6-v2, "
+                       "all-mpnet-base-v2, or the base under an MSEM folder) with its pooling to ONNX, quantises it "
+                       "to int8, checks both against PyTorch and records their sha256 (models/runtime.py). Images "
+                       "do it at build time so containers start without it.")
+    p.add_argument("--encoder", action="append", help="encoder spec: minilm, mpnet, msem or an MSEM folder "
+                   "(repeatable; default: the configured encoder)")
+    p.add_argument("--cache", help="model cache folder (default: FAQ_MODEL_CACHE, else <FAQ_DATA_DIR>/models)")
+    p.set_defaults(func=cmd_onnx)
     model.set_defaults(func=lambda args: (model.print_help(), 2)[1])
+
+
+def cmd_onnx(args: argparse.Namespace) -> int:
+    import os
+
+    from app.pipeline import encoder_spec
+    from app.settings import get_settings
+    from models.load import load_encoder
+    from models.runtime import RuntimeUnavailable
+
+    settings = get_settings()
+    if args.cache:
+        os.environ["FAQ_MODEL_CACHE"] = str(args.cache)
+    for spec in args.encoder or [encoder_spec(settings)]:
+        for runtime in ("onnx", "onnx-int8"):
+            try:
+                encoder = load_encoder(spec, device="cpu", runtime=runtime)
+            except (RuntimeUnavailable, ValueError, OSError) as exc:
+                print(f"error: {spec} ({runtime}): {exc}", file=sys.stderr)
+                return 2
+            if encoder.runtime != runtime:
+                print(f"{spec}: nothing to export (runs {encoder.runtime})")
+                break
+            file = getattr(getattr(encoder, "text", None), "runtime", encoder).file
+            print(f"{spec} {runtime}: {file}")
+    return 0
 
 
 def cmd_mpnet(args: argparse.Namespace) -> int:

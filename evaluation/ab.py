@@ -329,7 +329,7 @@ def run_eval_ab(
     from app.settings import get_settings
     from app.pipeline import encoder_spec
     from index.lexical import resolve_engine
-    from models.load import load_encoder
+    from app.pipeline import load_configured_encoder
 
     say = say or (lambda msg: print(msg, file=sys.stderr))
     base = settings or get_settings()
@@ -373,7 +373,7 @@ def run_eval_ab(
     if Path(spec).exists():
         spec = str(Path(spec).resolve())
     t = time.perf_counter()
-    encoder = load_encoder(spec)
+    encoder = load_configured_encoder(base, spec=spec)
     timings["load_encoder_s"] = time.perf_counter() - t
     db_file = work / "eval.db"
     settings_eval = base.model_copy(update={"data_dir": work, "database_url": f"sqlite:///{db_file.as_posix()}"})
@@ -390,7 +390,7 @@ def run_eval_ab(
 
         lexical = prep.lexical
         matcher = build_pipeline(base, encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
-                                 stages=rerank_stages, rerank_k=rerank_k)
+                                 stages=rerank_stages, rerank_k=rerank_k, cache_size=0)
         # first-stage arms return their whole candidate list (recall@K); re-ranked arms NDCG_K FAQs
         first_stage_k = max(NDCG_K, lexical_k)
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall

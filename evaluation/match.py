@@ -142,7 +142,7 @@ def run_eval_match(
     from index.build import build_index
     from index.retriever import Retriever
     from models.encoder import SharedEncoder
-    from models.load import load_encoder
+    from app.pipeline import load_configured_encoder
 
     base = settings or get_settings()
     spec = model or encoder_spec(base)
@@ -179,7 +179,7 @@ def run_eval_match(
         timings["import_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        encoder = load_encoder(spec)
+        encoder = load_configured_encoder(base, spec=spec)
         timings["load_encoder_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -203,7 +203,7 @@ def run_eval_match(
         stage = stages[0] if stages else None
         arm = "ann+rerank" if stages else "ann"
         matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],
-                                 answer_weight=weights[0])
+                                 answer_weight=weights[0], cache_size=0)
         pool_report = answer_weight_report = None
         if len(pools) > 1 or len(weights) > 1:
             t = time.perf_counter()
@@ -219,7 +219,7 @@ def run_eval_match(
             pure_stage.weight = 1.0
             pure = build_pipeline(base, encoder, retriever, stages=[pure_stage],
                                   rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants,
-                                  answer_weight=matcher.answer_weight)
+                                  answer_weight=matcher.answer_weight, cache_size=0)
             t = time.perf_counter()
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
@@ -257,6 +257,7 @@ def run_eval_match(
             "variants_per_faq": variants_per_faq,
             "model": spec,
             "encoder_id": encoder.id,
+            "encoder_runtime": getattr(encoder, "runtime", "torch"),
             "arm": arm,
             "pool_variants": matcher.served_pool(retriever),
             "pool_tuning": pool_report,
@@ -328,7 +329,7 @@ def format_table(report: dict) -> str:
     m, thr = report["metrics"], report["threshold"]
     dev = (report.get("dev_metrics") or {}).get("at_threshold")
     lines = [
-        f"encoder {report['encoder_id']}  ({report['model']})",
+        f"encoder {report['encoder_id']}  ({report['model']}, runtime {report.get('encoder_runtime', 'torch')})",
         f"KB: {report['counts']['faqs']} FAQs, {report['counts']['variants']} variants;"
         f" test: {m['n_queries']} queries ({m['n_in_scope']} in scope, {m['n_oos']} out of scope)",
         f"threshold {thr['value']:.4f} ({'tuned on dev' if thr['source'] == 'dev' else 'default'}); {_pool_text(report)}",

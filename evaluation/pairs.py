@@ -55,12 +55,12 @@ def roc_auc(cos: np.ndarray, labels: np.ndarray) -> float | None:
 def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_path: str | Path | None = None,
                    batch_size: int = 256) -> dict:
     from app.settings import get_settings
-    from app.pipeline import encoder_spec
-    from models.load import load_encoder
+    from app.pipeline import encoder_spec, load_configured_encoder
 
-    spec = model or encoder_spec(get_settings())
+    settings = get_settings()
+    spec = model or encoder_spec(settings)
     t0 = time.perf_counter()
-    encoder = load_encoder(spec)
+    encoder = load_configured_encoder(settings, spec=spec)
     q1, q2, labels = _pairs(pairs_path)
     cos = pair_cosines(encoder, q1, q2, batch_size)
     report: dict[str, Any] = {

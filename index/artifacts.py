@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -63,6 +63,32 @@ class IndexVerificationError(Exception):
 
 class UnknownVersion(LookupError):
     """No finished build with that version name exists."""
+
+
+class EncoderMismatch(ValueError):
+    """A build is queried with another encoder, or another runtime, than the one that built it."""
+
+
+def encoder_runtime(encoder: Any) -> str:
+    """How the encoder runs (models/runtime.py): "torch", "onnx" or "onnx-int8"."""
+    return str(getattr(encoder, "runtime", "torch"))
+
+
+def check_encoder(manifest: dict, encoder: Any) -> None:
+    """Refuse to query a build with another encoder, or with a runtime whose vectors differ from the
+    build's: int8 vectors sit at cosine ~0.99 from fp32 ones, enough to move calibrated scores and
+    near ties. fp32 ONNX and PyTorch agree to 1e-4 (checked at export), so they may mix. A build from
+    before runtimes were recorded ran PyTorch."""
+    version = manifest.get("version", "?")
+    if manifest.get("encoder_id") and encoder.id != manifest["encoder_id"]:
+        raise EncoderMismatch(
+            f"index {version} was built with encoder {manifest['encoder_id']!r} but {encoder.id!r} is loaded: "
+            "rebuild the index (`faq index build`) or set FAQ_ENCODER to the build's encoder")
+    built, running = manifest.get("encoder_runtime", "torch"), encoder_runtime(encoder)
+    if (built == "onnx-int8") != (running == "onnx-int8"):
+        raise EncoderMismatch(
+            f"index {version} was built with encoder runtime {built!r} but the encoder runs {running!r}: "
+            f"set FAQ_ENCODER_RUNTIME={built} (or leave it unset to follow the build) or rebuild the index")
 
 
 def new_version(now: datetime | None = None) -> str:

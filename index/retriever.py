@@ -110,11 +110,7 @@ class Retriever:
         are not re-encoded every poll; it is updated in place and trimmed to the current delta texts
         so it cannot grow without bound.
         """
-        if encoder.id != self.manifest["encoder_id"]:
-            raise ValueError(
-                f"encoder {encoder.id!r} differs from the one index {self.version} was built with "
-                f"({self.manifest['encoder_id']!r}); rebuild the index or load that encoder"
-            )
+        artifacts.check_encoder(self.manifest, encoder)
         built = self._item_of
         live = np.zeros(len(self._ids), dtype=bool)
         delta_rows: list[tuple[int, str, str]] = []

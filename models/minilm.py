@@ -22,6 +22,7 @@ class PretrainedEncoder:
 
     id: str
     dim: int
+    runtime = "torch"  # eager PyTorch; models/runtime.py runs the same models on ONNX Runtime
 
     def __init__(self, path: str, id: str, dim: int, device: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

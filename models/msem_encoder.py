@@ -73,6 +73,7 @@ class MsemEncoder:
             text.stop_after(text.total_layers - model.config.minilm_train_layers)
             text.to(self.device)
         self.name = name
+        self.runtime = "torch"  # "onnx" / "onnx-int8" when `load` put the base on ONNX Runtime
         self._weights_sha: str | None = None  # set by save/load; None = hash the live weights on demand
 
     # ---- Encoder interface ----------------------------------------------------------------------
@@ -177,8 +178,14 @@ class MsemEncoder:
         return directory
 
     @classmethod
-    def load(cls, directory: str | Path, device: str | None = None) -> "MsemEncoder":
-        """Load a model folder in eval mode; fp16 weights come back as fp32 (on CPU, then moved to `device`)."""
+    def load(cls, directory: str | Path, device: str | None = None, runtime: str = "torch",
+             threads: int | None = None) -> "MsemEncoder":
+        """Load a model folder in eval mode; fp16 weights come back as fp32 (on CPU, then moved to `device`).
+
+        `runtime` "onnx" / "onnx-int8" (models/runtime.py) runs the frozen base of a token-state model
+        (MiniLM, mpnet) on ONNX Runtime; the MSEM layers stay in PyTorch (the GRU and the gated scan are
+        a small share of the cost, docs/results.md). A GloVe model, or one that trains the base's top
+        layers, has no exported part and runs "torch" whatever is asked: `encoder.runtime` says which."""
         from safetensors.torch import load_file
 
         directory = Path(directory)
@@ -197,6 +204,13 @@ class MsemEncoder:
         model.eval()  # a loaded model serves; a trainer calls .train() itself
         encoder = cls(model, text, device=device, name=directory.resolve().name)
         encoder._weights_sha = file_sha256(weights_path)
+        if runtime != "torch" and isinstance(text, MiniLMText) and config.minilm_train_layers == 0:
+            from models.mpnet import default_cache_dir
+            from models.runtime import OnnxSentenceEncoder
+
+            text.use_runtime(OnnxSentenceEncoder(text.model_path, text.model_name, config.token_dim, runtime,
+                                                 default_cache_dir(), threads))
+            encoder.runtime = runtime
         return encoder
 
     @classmethod

@@ -361,6 +361,15 @@ class MiniLMText:
         self.device = torch.device("cpu")
         self.to(device)
         self.cache: dict[str, torch.Tensor] | None = None
+        self.runtime = None  # an OnnxSentenceEncoder computing the states instead (`use_runtime`)
+
+    def use_runtime(self, runtime) -> None:
+        """Compute the states with `runtime` (models/runtime.py, ONNX fp32 or int8) instead of the eager
+        transformer; only for the full stack of layers (the model owns none of them)."""
+        if self.n_layers != self.total_layers:
+            raise ValueError(f"{self.model_name}'s top {self.total_layers - self.n_layers} layers train with the "
+                             "model: its states cannot come from the exported base")
+        self.runtime = runtime
 
     def stop_after(self, n_layers: int) -> None:
         """Run only the first `n_layers` transformer layers: the model's `minilm_train_layers` top layers
@@ -409,6 +418,8 @@ class MiniLMText:
         depend on its batch-mates beyond float rounding)."""
         if len(items) == 0:
             return []
+        if self.runtime is not None:
+            return [torch.from_numpy(s) for s in self.runtime.states_for_ids(items)]
         T = max(len(ids) for ids in items)
         pad_id = self.tokenizer.pad_token_id or 0
         input_ids = torch.tensor([list(ids) + [pad_id] * (T - len(ids)) for ids in items], dtype=torch.long)

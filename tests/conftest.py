@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import uuid
 from collections.abc import Iterator
 
@@ -75,12 +76,21 @@ def pg_url() -> Iterator[str]:
 
 # ---------------------------------------------------------------- CLI environment
 
+@pytest.fixture(scope="session")
+def shared_model_cache(tmp_path_factory) -> Path:
+    """One model cache for the whole run: the encoders' ONNX exports (models/runtime.py) take seconds
+    each and are the same for every test."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
 @pytest.fixture
-def faq_env(tmp_path, monkeypatch, db_url):
-    """Settings for in-process CLI runs (`cli.main.main([...])`): data under tmp_path/var."""
+def faq_env(tmp_path, monkeypatch, db_url, shared_model_cache):
+    """Settings for in-process CLI runs (`cli.main.main([...])`): data under tmp_path/var, the model
+    cache shared by the session."""
     from app.settings import get_settings
 
     monkeypatch.setenv("FAQ_DATA_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv("FAQ_MODEL_CACHE", str(shared_model_cache))
     monkeypatch.setenv("FAQ_DATABASE_URL", db_url)
     get_settings.cache_clear()
     yield get_settings()

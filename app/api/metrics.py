@@ -40,6 +40,7 @@ class ServiceMetrics:
             registry=r,
         )
         self.queries = Counter("faq_match_queries", "Queries matched", registry=r)
+        self.cache_hits = Counter("faq_match_cache_hits", "Queries answered from the query cache", registry=r)
         self.no_answer = Counter("faq_match_no_answer", "Queries whose best score was under the threshold", registry=r)
         self.no_answer_rate = Gauge(
             "faq_match_no_answer_rate", f"Share of the last {NO_ANSWER_WINDOW} queries without an answer", registry=r
@@ -61,9 +62,12 @@ class ServiceMetrics:
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 
-    def observe_match(self, timings_ms: dict[str, float], answered: bool) -> None:
-        for stage, ms in timings_ms.items():
-            self.stage_latency.labels(stage=stage).observe(ms / 1000.0)
+    def observe_match(self, timings_ms: dict[str, float], answered: bool, cached: bool = False) -> None:
+        if cached:  # a hit ran no stage: its zeros would only hide the stages' real latency
+            self.cache_hits.inc()
+        else:
+            for stage, ms in timings_ms.items():
+                self.stage_latency.labels(stage=stage).observe(ms / 1000.0)
         self.queries.inc()
         if not answered:
             self.no_answer.inc()
@@ -82,6 +86,7 @@ class ServiceMetrics:
             {
                 "version": str(getattr(retriever, "version", "")),
                 "encoder_id": str(manifest.get("encoder_id", "")),
+                "encoder_runtime": str(manifest.get("encoder_runtime", "torch")),
                 "kb_revision": str(manifest.get("kb_revision", "")),
             }
         )

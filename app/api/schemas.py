@@ -90,6 +90,7 @@ class MatchResponse(BaseModel):
     answer: AnswerOut | None
     matches: list[MatchOut]
     timings_ms: Timings
+    cached: bool = Field(default=False, description="answered from the query cache (same query, options and index)")
 
 
 class BatchMatchResponse(BaseModel):
@@ -122,6 +123,8 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     index_version: str | None = None
+    encoder_id: str | None = None
+    encoder_runtime: str | None = Field(default=None, description="how the encoder runs: onnx-int8, onnx or torch")
     reason: str | None = None
     # parts that cannot answer while /match still can, e.g. {"lexical": "Elasticsearch at ... is unreachable"}
     degraded: dict[str, str] | None = None

@@ -23,9 +23,10 @@ from typing import Any
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
 from app.pipeline import (
-    NoIndexError, Pipeline, build_pipeline, encoder_spec, lexical_engine, load_rerank_stages,
+    NoIndexError, Pipeline, build_pipeline, lexical_engine, load_configured_encoder, load_rerank_stages,
 )
 from app.settings import Settings
+from index.artifacts import EncoderMismatch, check_encoder
 from models.encoder import shared
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,7 @@ class ServiceState:
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
         if self.encoder is None:
-            from models.load import load_encoder
-
-            self.encoder = shared(load_encoder(encoder_spec(self.settings, self._current_manifest())))
+            self.encoder = shared(load_configured_encoder(self.settings, self._current_manifest()))
         stages = []
         try:
             stages = load_rerank_stages(self.settings)
@@ -168,13 +167,12 @@ class ServiceState:
             if previous is not None and version == prev_version:
                 return prev_version, prev_version  # already served: nothing to load
             fresh = Retriever.load(self.registry.path(version))
-            encoder_id = (fresh.manifest or {}).get("encoder_id")
-            if encoder_id and encoder_id != self.encoder.id:
-                msg = (f"index {fresh.version} was built with encoder {encoder_id!r} but the service runs "
-                       f"{self.encoder.id!r}: rebuild it (`faq index build`) or set FAQ_ENCODER")
+            try:
+                check_encoder(fresh.manifest or {}, self.encoder)
+            except EncoderMismatch as exc:
                 if previous is None:
-                    self.not_ready_reason = msg
-                raise RuntimeError(msg)
+                    self.not_ready_reason = str(exc)
+                raise
             snapshot = self.store.snapshot()
             served = fresh.with_kb(snapshot, self.encoder, cache=self._delta_cache)
             self._failed_version = None

@@ -161,11 +161,18 @@ class MatchBatcher:
         """Match `queries` (one job, never split: a batch request is encoded in one call) on `retriever`."""
         if self._queue is None:
             raise RuntimeError("MatchBatcher not started")
+        # repeats are answered from the query cache here, without queueing behind encoder work
+        found = self.matcher.cached(queries, retriever)
+        todo = [i for i, r in enumerate(found) if r is None]
+        if not todo:
+            return found  # type: ignore[return-value]
         if self._queue.qsize() >= MAX_PENDING_JOBS:
             raise Overloaded(f"more than {MAX_PENDING_JOBS} match requests queued; retry later")
-        job = _Job(queries, retriever, asyncio.get_running_loop().create_future())
+        job = _Job([queries[i] for i in todo], retriever, asyncio.get_running_loop().create_future())
         await self._queue.put(job)
-        return await job.future
+        for i, result in zip(todo, await job.future):
+            found[i] = result
+        return found  # type: ignore[return-value]
 
     async def _dispatch(self) -> None:
         assert self._queue is not None
@@ -216,6 +223,7 @@ class MatchBatcher:
                 results = self.matcher.rank(
                     job.queries, vecs[offset: offset + n], job.retriever, encode_ms=encode_ms, started=job.submitted
                 )
+                self.matcher.remember(job.queries, job.retriever, results)
                 outcomes.append(results)
             except Exception as exc:
                 outcomes.append(exc)

@@ -120,6 +120,7 @@ def test_add_edit_delete_visible_in_match_without_rebuild(admin):
     client, _, manifest = admin
     query = "can I adopt a pet giraffe from you?"
     assert "giraffes" not in top(client, query)
+    assert client.post("/match", json={"query": query, "top_k": 3}).json()["cached"]  # a repeat: the query cache
 
     r = client.post("/admin/faqs", headers=AUTH, json={
         "faq_id": "giraffes", "answer": "We do not sell giraffes.",
@@ -127,6 +128,7 @@ def test_add_edit_delete_visible_in_match_without_rebuild(admin):
     assert r.status_code == 201
     body = client.post("/match", json={"query": query}).json()
     assert body["matches"][0]["faq_id"] == "giraffes" and body["answer"]["answer"] == "We do not sell giraffes."
+    assert not body["cached"]  # the KB change emptied the cache
     assert body["index_version"] == manifest["version"], "served from the delta, no rebuild"
     info = client.get("/admin/index", headers=AUTH).json()
     assert info["version"] == manifest["version"] and info["delta_size"] == 2 and info["tombstones"] == 0

@@ -103,7 +103,7 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     r = client.post("/match", json={"query": "I forgot my password, how can I reset it?", "top_k": 8})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms"}
+    assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms", "cached"}
     assert body["query"] == "I forgot my password, how can I reset it?"
     assert body["arm"] == "ann" and body["index_version"] == manifest["version"]
     assert set(body["timings_ms"]) == {"encode", "retrieve", "rerank", "total"}

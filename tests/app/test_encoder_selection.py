@@ -49,3 +49,33 @@ def test_service_serves_with_the_encoder_that_built_the_index(tmp_path, encoder)
         assert service.encoder.id == manifest["encoder_id"]
         body = client.post("/match", json={"query": "I want my money back"}).json()
     assert body["index_version"] == manifest["version"] and body["matches"][0]["faq_id"] == "refund"
+
+
+def test_service_follows_the_build_runtime_and_refuses_int8_against_fp32(tmp_path, encoder,  # noqa: F811
+                                                                         shared_model_cache):
+    """A build records how its encoder ran; the service follows it, and an explicit runtime whose vectors
+    differ (int8 vs fp32) is refused with the setting that fixes it."""
+    from app.pipeline import encoder_runtime
+
+    settings = make_settings(tmp_path, encoder=None)
+    store = make_store(settings)
+    manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
+    assert manifest["encoder_runtime"] == "torch"
+    assert encoder_runtime(settings, manifest) == "torch" and encoder_runtime(settings) == "auto"
+    assert encoder_runtime(settings, {"version": "old"}) == "torch"  # built before runtimes were recorded
+    mismatched = settings.model_copy(update={"encoder_runtime": "onnx-int8",
+                                             "model_cache": shared_model_cache})
+    with TestClient(create_app(mismatched, store=store)) as client:
+        r = client.get("/readyz")
+        assert r.status_code == 503
+        assert "runtime 'torch'" in r.json()["reason"] and "FAQ_ENCODER_RUNTIME=torch" in r.json()["reason"]
+    with TestClient(create_app(settings, store=store)) as client:
+        body = client.get("/readyz").json()
+        assert body["ready"] and body["encoder_runtime"] == "torch"
+
+
+def test_settings_reject_an_unknown_runtime():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="FAQ_ENCODER_RUNTIME must be"):
+        Settings(encoder_runtime="tensorrt")

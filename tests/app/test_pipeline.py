@@ -75,3 +75,52 @@ def test_faq_reranker_takes_mmaicm_and_cross_encoder_folders_in_order(built, enc
         [MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])[0]
     assert len(result.matches) == 3 and all(0.0 <= m.score <= 1.0 for m in result.matches)
     assert [m.score for m in result.matches] == sorted((m.score for m in result.matches), reverse=True)
+
+
+class CountingEncoder:
+    """The real encoder, counting the texts it is asked to encode."""
+
+    def __init__(self, inner):
+        self.inner, self.texts = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def encode(self, texts, batch_size=64, show_progress_bar=False):
+        self.texts.extend(texts)
+        return self.inner.encode(texts, batch_size=batch_size)
+
+
+def test_query_cache_answers_repeats_without_encoding(built, encoder):  # noqa: F811
+    settings, retriever, _ = built
+    counting = CountingEncoder(encoder)
+    p = build_pipeline(settings, counting, retriever, cache_size=2)
+    [first] = p.match_many([MatchQuery("How long is delivery?", 3, 0.5)])
+    # the same text up to case and spacing, the same options: no encoding, the same ranking
+    [again] = p.match_many([MatchQuery("  how LONG is   delivery? ", 3, 0.5)])
+    assert counting.texts == ["How long is delivery?"]
+    assert again.cached and not first.cached and again.query == "  how LONG is   delivery? "
+    assert [(m.faq_id, m.score) for m in again.matches] == [(m.faq_id, m.score) for m in first.matches]
+    assert again.timings_ms["encode"] == 0.0
+    # other options are other entries
+    p.match_many([MatchQuery("How long is delivery?", 2, 0.5), MatchQuery("How long is delivery?", 3, 0.9)])
+    assert len(counting.texts) == 3
+    p.answer_weight = 0.3  # evaluations retune the pipeline in place: the cache must not answer for the old one
+    p.match_many([MatchQuery("How long is delivery?", 3, 0.9)])
+    assert len(counting.texts) == 4
+    assert len(p.cache) == 2 and p.cache.hits == 1  # LRU bound
+
+
+def test_query_cache_is_emptied_by_another_retriever(built, encoder):  # noqa: F811
+    """The service replaces its retriever on every swap and KB change: the cache follows it."""
+    settings, retriever, _ = built
+    current = {"r": retriever}
+    counting = CountingEncoder(encoder)
+    p = build_pipeline(settings, counting, lambda: current["r"], cache_size=16)
+    p.match_many([MatchQuery("can I get my money back", 3, 0.5)])
+    p.match_many([MatchQuery("can I get my money back", 3, 0.5)])
+    assert len(counting.texts) == 1
+    current["r"] = Retriever.load(retriever.build_dir)  # e.g. a reload of the same version: a new object
+    [fresh] = p.match_many([MatchQuery("can I get my money back", 3, 0.5)])
+    assert len(counting.texts) == 2 and not fresh.cached and p.cache.invalidations == 1
+    assert build_pipeline(settings, counting, retriever, cache_size=0).cache.size == 0

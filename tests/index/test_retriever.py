@@ -137,8 +137,14 @@ def test_concurrent_searches_from_threads_agree_with_serial(built, minilm_encode
 def test_guards(built, minilm_encoder, tmp_path):
     store, registry = built
     retriever = Retriever.load(registry.index_dir / "current")
-    with pytest.raises(ValueError, match="differs from the one index"):
+    with pytest.raises(ValueError, match="was built with encoder 'all-MiniLM-L6-v2' but 'other-encoder'"):
         retriever.with_kb(store.snapshot(), SimpleNamespace(id="other-encoder", dim=384))
+    # the build ran PyTorch: int8 vectors are refused, fp32 ONNX (equal to 1e-4) is not
+    assert retriever.manifest["encoder_runtime"] == "torch"
+    with pytest.raises(ValueError, match="FAQ_ENCODER_RUNTIME=torch"):
+        retriever.with_kb(store.snapshot(), SimpleNamespace(id=minilm_encoder.id, dim=384, runtime="onnx-int8"))
+    assert retriever.with_kb(store.snapshot(), SimpleNamespace(
+        id=minilm_encoder.id, dim=384, runtime="onnx", encode=minilm_encoder.encode)).version == retriever.version
     with pytest.raises(ValueError, match=r"expected shape \(q, 384\)"):
         retriever.search(np.zeros((1, 5), dtype=np.float32), 3)
     with pytest.raises(ValueError, match="k must be"):

@@ -31,7 +31,11 @@ async def readyz(state: ServiceState = Depends(get_state)) -> Response:
     # ready = /match answers; a part that only some arms need is reported, not made fatal
     lexical = await run_in_threadpool(state.lexical_problem)
     degraded = {"lexical": lexical} if lexical else None
-    return JSONResponse(content=Readiness(ready=True, index_version=str(retriever.version), degraded=degraded).model_dump())
+    encoder = state.encoder
+    return JSONResponse(content=Readiness(
+        ready=True, index_version=str(retriever.version), degraded=degraded,
+        encoder_id=getattr(encoder, "id", None), encoder_runtime=getattr(encoder, "runtime", "torch"),
+    ).model_dump())
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response)

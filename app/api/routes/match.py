@@ -83,7 +83,8 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
     results = await state.batcher.submit(queries, retriever)
     responses = [_response(arm, result) for arm, result in zip(arms, results)]
     for response in responses:
-        state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None)
+        state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
+                                    cached=response.cached)
     if settings.query_log:
         state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
     return responses
@@ -102,6 +103,7 @@ def _response(arm: str, result: MatchResult) -> MatchResponse:
                 {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score} for m in result.matches
             ],
             "timings_ms": result.timings_ms,
+            "cached": result.cached,
         }
     )
 

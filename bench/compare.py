@@ -1,0 +1,561 @@
+"""faq-match against the recipe users copy (bench/peer.py: all-MiniLM-L6-v2 + FAISS flat IP behind
+FastAPI), on the same KB, the same queries and the same load generator, in one invocation.
+
+    python bench/compare.py --kb runs/data/clinc150/kb.jsonl --queries runs/data/clinc150/test.jsonl \
+        --requests 2000 --concurrency 1,32 --faq-encoder minilm,mpnet [--runtime torch,onnx-int8]
+
+For each faq-match configuration (every `--faq-encoder` x `--runtime` pair), in a fresh temporary data
+dir: `faq kb import KB` then `faq index build` (timed; the encode rate comes from the build manifest),
+`faq serve` on a free loopback port, wait for /readyz, then `bench/load.py` once per `--concurrency`
+while the server's resident memory is sampled (peak per run), then stop it. Then the same for the peer
+(`bench/peer.py serve`; its build is the encode + FAISS add at start-up). One server runs at a time.
+
+Writes `<out-dir>/compare.md` and `compare.json` (per system and concurrency: latency p50/p99,
+throughput, errors, top-1 accuracy, answered rate, RSS peak, build encode rate; faq-match/peer ratios;
+the CPU and the exact command line) and each load run's own report under `<out-dir>/compare_runs/`.
+
+The servers get a clean environment: inherited FAQ_* variables are dropped (a FAQ_DATABASE_URL or
+FAQ_ES_URL from the shell must not send a benchmark's import into a real store, and a run must be
+reproducible from its recorded command line); pass settings explicitly with `--faq-env KEY=VALUE`.
+`--threads N` gives both systems N torch threads; without it each keeps its own default (faq-match:
+FAQ_TORCH_THREADS=2; the peer: torch's choice), and the report records what each used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
+
+DEFAULT_OUT_DIR = REPO / "bench" / "results"
+PEER = "peer"
+# what the report keeps of each load.py JSON (the rest stays in its per-run file)
+LOAD_FIELDS = ("concurrency", "requests_sent", "ok", "errors", "errors_by_kind", "stopped_by_time_limit", "wall_s",
+               "throughput_rps", "latency_ms", "server_timings_ms_median", "answered_rate", "top1_accuracy",
+               "labelled", "index_versions")
+
+
+# ---------------------------------------------------------------- pure helpers (tested)
+
+def parse_list(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def parse_concurrency(text: str) -> list[int]:
+    values = [int(p) for p in parse_list(text)]
+    if not values or any(not 1 <= v <= 256 for v in values):
+        raise argparse.ArgumentTypeError(f"--concurrency: comma-separated integers in 1..256, got {text!r}")
+    return values
+
+
+def parse_build_rate(output: str) -> float | None:
+    """Encode sentences/s from `faq index build` output: the fallback when the manifest lacks it."""
+    found = re.findall(r"\(([\d.]+) sentences/s", output)
+    return float(found[-1]) if found else None
+
+
+def system_name(encoder: str, runtime: str | None) -> str:
+    return f"faq-match {encoder}" + (f"/{runtime}" if runtime else "")
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
+def summarize_run(load: dict, rss_peak_mb: float | None) -> dict:
+    """One load.py report reduced to the fields the comparison uses, plus the server's RSS peak."""
+    run = {k: load.get(k) for k in LOAD_FIELDS}
+    run["rss_peak_mb"] = None if rss_peak_mb is None else round(rss_peak_mb, 1)
+    return run
+
+
+def _ratio(num: float | None, den: float | None, digits: int = 2) -> float | None:
+    if num is None or den is None or den == 0:
+        return None
+    return round(num / den, digits)
+
+
+def compare_runs(faq: dict, peer: dict) -> dict:
+    """faq-match run vs the peer run at the same concurrency. Speedups > 1 mean faq-match is faster
+    (peer latency / faq-match latency); ratios > 1 mean faq-match has more of it."""
+    flat, plat = faq.get("latency_ms") or {}, peer.get("latency_ms") or {}
+    acc_f, acc_p = faq.get("top1_accuracy"), peer.get("top1_accuracy")
+    return {
+        "concurrency": faq.get("concurrency"),
+        "p50_speedup": _ratio(plat.get("p50"), flat.get("p50")),
+        "p99_speedup": _ratio(plat.get("p99"), flat.get("p99")),
+        "throughput_ratio": _ratio(faq.get("throughput_rps"), peer.get("throughput_rps")),
+        "top1_delta": None if acc_f is None or acc_p is None else round(acc_f - acc_p, 4),
+        "rss_ratio": _ratio(faq.get("rss_peak_mb"), peer.get("rss_peak_mb")),
+    }
+
+
+def build_comparisons(systems: list[dict]) -> list[dict]:
+    """Every faq-match system against the peer, concurrency by concurrency."""
+    peer = next((s for s in systems if s["kind"] == PEER), None)
+    if peer is None:
+        return []
+    peer_runs = {r["concurrency"]: r for r in peer["runs"]}
+    peer_rate = (peer.get("build") or {}).get("encode_sentences_per_s")
+    out = []
+    for s in systems:
+        if s["kind"] == PEER:
+            continue
+        rows = [compare_runs(r, peer_runs[r["concurrency"]]) for r in s["runs"] if r["concurrency"] in peer_runs]
+        out.append({"system": s["name"], "vs": peer["name"],
+                    "build_rate_ratio": _ratio((s.get("build") or {}).get("encode_sentences_per_s"), peer_rate),
+                    "runs": rows})
+    return out
+
+
+def _fmt(value, digits: int = 1, suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def runtime_label(system: dict) -> str:
+    """The runtime a system reported, else the one asked for, marked as unconfirmed."""
+    reported = system.get("runtime_reported")
+    if reported:
+        return ", ".join(sorted({str(v) for v in reported.values()}))
+    asked = system.get("runtime")
+    return f"{asked}? (asked; not reported)" if asked else "default (not reported)"
+
+
+def render_markdown(report: dict) -> str:
+    m, kb, q = report["machine"], report["kb"], report["queries"]
+    lines = [
+        f"# faq-match vs the sentence-transformers + FAISS recipe ({report['created_at']})",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Machine: {m.get('cpu_model')}, {m.get('cpus')} CPUs, int8 dot product: "
+        f"{', '.join(m.get('int8_dot_product') or []) or 'none'}; load average before {m.get('load_avg_before')}, "
+        f"after {m.get('load_avg_after')}.",
+        f"KB `{kb['path']}`: {kb['n_faqs']} FAQs, {kb['n_phrasings']} phrasings. Queries `{q['path']}`: "
+        f"{q['n']} ({q['n_labelled']} labelled), {report['settings']['requests']} requests per run "
+        f"(max {report['settings']['max_seconds']} s), top_k {report['settings']['top_k']}.",
+        "",
+        "| system | conc. | p50 ms | p99 ms | req/s | errors | top-1 | answered | server encode p50 ms | RSS peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in report["systems"]:
+        if s.get("failed"):
+            lines.append(f"| {s['name']} | – | failed: {s['failed']} | | | | | | | |")
+        for r in s["runs"]:
+            lat = r.get("latency_ms") or {}
+            srv = r.get("server_timings_ms_median") or {}
+            errors = r.get("errors")
+            if r.get("failed"):
+                errors = f"run failed: {r['failed']}"
+            lines.append(
+                f"| {s['name']} | {r['concurrency']} | {_fmt(lat.get('p50'))} | {_fmt(lat.get('p99'))} | "
+                f"{_fmt(r.get('throughput_rps'))} | {_fmt(errors)} | {_fmt(r.get('top1_accuracy'), 3)} | "
+                f"{_fmt(r.get('answered_rate'), 3)} | {_fmt(srv.get('encode'))} | {_fmt(r.get('rss_peak_mb'), 0)} |")
+    lines += ["", "Build (faq-match: `faq kb import` + `faq index build`; the peer: model load + encode + FAISS add "
+              "at start-up):", "",
+              "| system | encoder | runtime | encode sentences/s | encode s | build wall s | start to ready s | "
+              "torch threads |",
+              "|---|---|---|---|---|---|---|---|"]
+    for s in report["systems"]:
+        b = s.get("build") or {}
+        lines.append(f"| {s['name']} | {b.get('encoder_id') or '–'} | {runtime_label(s)} | "
+                     f"{_fmt(b.get('encode_sentences_per_s'), 0)} | "
+                     f"{_fmt(b.get('encode_s'), 2)} | {_fmt(b.get('wall_s'), 1)} | {_fmt(s.get('ready_s'), 1)} | "
+                     f"{_fmt(s.get('torch_threads'))} |")
+    if report["comparisons"]:
+        lines += ["", "faq-match / peer at the same concurrency (speedup = peer latency / faq-match latency; "
+                  "> 1: faq-match is faster or has more):", "",
+                  "| faq-match | conc. | p50 speedup | p99 speedup | throughput ratio | top-1 delta | RSS ratio | "
+                  "build encode rate ratio |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in report["comparisons"]:
+            for r in c["runs"]:
+                lines.append(f"| {c['system']} | {r['concurrency']} | {_fmt(r['p50_speedup'], 2, 'x')} | "
+                             f"{_fmt(r['p99_speedup'], 2, 'x')} | {_fmt(r['throughput_ratio'], 2, 'x')} | "
+                             f"{_fmt(r['top1_delta'], 3)} | {_fmt(r['rss_ratio'], 2, 'x')} | "
+                             f"{_fmt(c['build_rate_ratio'], 2, 'x')} |")
+    lines += ["", "The peer answers every query (raw cosine, no threshold), faq-match only above its calibrated "
+              "threshold: compare answered rates with that in mind. Timings on a shared machine are noisy; "
+              "compare within one run.", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- processes
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants (uvicorn with several workers forks; one worker does not)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of the process tree in MB (VmRSS from /proc), None when it is gone."""
+    total, found = 0, False
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        found = True
+                        break
+        except OSError:
+            continue
+    return total / 1024.0 if found else None
+
+
+class RssSampler:
+    """Samples a process tree's RSS in a thread; `take_peak()` returns and resets the peak."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1):
+        self.pid, self.interval_s = pid, interval_s
+        self._peak: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            value = rss_mb(self.pid)
+            if value is not None:
+                with self._lock:
+                    self._peak = value if self._peak is None else max(self._peak, value)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def take_peak(self) -> float | None:
+        with self._lock:
+            peak, self._peak = self._peak, None
+        return peak
+
+
+class Server:
+    """A server in its own process group, so stopping it also stops anything it started."""
+
+    def __init__(self, argv: list[str], env: dict, log_path: Path):
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, url: str, timeout_s: float) -> float:
+        """Seconds until GET /readyz answers 200; raises with the server's log when it never does."""
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - t0
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"server not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._log.close()
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def run_loads(url: str, server: Server, name: str, args: argparse.Namespace, runs_dir: Path) -> list[dict]:
+    """bench/load.py once per concurrency against a ready server, with its RSS peak per run."""
+    runs = []
+    with RssSampler(server.proc.pid) as sampler:
+        for c in args.concurrency:
+            out = runs_dir / f"{slug(name)}_c{c}.json"
+            out.unlink(missing_ok=True)
+            argv = [sys.executable, str(REPO / "bench" / "load.py"), "--url", url, "--queries", str(args.queries),
+                    "--concurrency", str(c), "--requests", str(args.requests), "--max-seconds", str(args.max_seconds),
+                    "--top-k", str(args.top_k), "--out", str(out)]
+            sampler.take_peak()
+            print(f"  load: concurrency {c}", flush=True)
+            done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=args.max_seconds + 120)
+            peak = sampler.take_peak()
+            print("\n".join("    " + line for line in done.stdout.strip().splitlines()), flush=True)
+            # load.py exits 1 when some requests failed but still writes its report; only a missing
+            # report means the run itself failed
+            if out.exists():
+                run = summarize_run(json.loads(out.read_text()), peak)
+                run["load_json"] = str(out)
+            else:
+                reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+                print(f"    load.py failed: {reason}", file=sys.stderr, flush=True)
+                run = {"concurrency": c, "failed": reason, "rss_peak_mb": None if peak is None else round(peak, 1)}
+            runs.append(run)
+    return runs
+
+
+def server_env(args: argparse.Namespace, extra: dict[str, str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+                "FAQ_MODEL_CACHE": str(args.model_cache),
+                # load.py cycles through its query file: with the query cache on, most requests would be
+                # hits and the run would measure the cache, not the encoder (bench/cache_replay.py does)
+                "FAQ_QUERY_CACHE_SIZE": "0"})
+    env.update(args.faq_env)
+    env.update(extra)
+    return env
+
+
+def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
+    name = system_name(encoder, runtime)
+    data_dir = tmp / slug(name)
+    data_dir.mkdir(parents=True)
+    extra = {"FAQ_DATA_DIR": str(data_dir), "FAQ_ENCODER": encoder}
+    if runtime:
+        extra["FAQ_ENCODER_RUNTIME"] = runtime
+    if args.threads:
+        extra["FAQ_TORCH_THREADS"] = str(args.threads)
+    env = server_env(args, extra)
+    faq = [sys.executable, "-m", "cli.main"]
+    print(f"{name}: building in {data_dir}", flush=True)
+
+    t0 = time.perf_counter()
+    output = ""
+    for argv in (faq + ["kb", "import", str(args.kb)], faq + ["index", "build", "--no-progress"]):
+        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.build_timeout)
+        output += done.stdout + done.stderr
+        if done.returncode != 0:
+            raise RuntimeError(f"{shlex.join(argv[2:])} failed ({done.returncode}):\n{output[-3000:]}")
+    wall_s = time.perf_counter() - t0
+    manifest = json.loads((data_dir / "indexes" / "current" / "manifest.json").read_text())
+    timings = manifest.get("timings") or {}
+    build = {
+        "wall_s": round(wall_s, 2),
+        "encoder_id": manifest.get("encoder_id"),
+        "encoder_spec": manifest.get("encoder_spec"),
+        "version": manifest.get("version"),
+        "n_faqs": manifest.get("n_faqs"),
+        "n_phrasings": manifest.get("n_variants"),
+        "encode_s": timings.get("encode_s"),
+        "encode_sentences_per_s": timings.get("encode_sentences_per_s") or parse_build_rate(output),
+        "timings": timings,
+    }
+    print(f"  built in {build['wall_s']} s, encode {build['encode_sentences_per_s']} sentences/s", flush=True)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = Server(faq + ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env,
+                    tmp / f"{slug(name)}.log")
+    try:
+        ready_s = server.wait_ready(url, args.ready_timeout)
+        ready_body = get_json(f"{url}/readyz")
+        rss_ready = rss_mb(server.proc.pid)
+        runs = run_loads(url, server, name, args, runs_dir)
+    finally:
+        server.stop()
+    # FAQ_ENCODER_RUNTIME is only a request: an unknown variable is ignored by the settings, so the
+    # report keeps what the build and the server say ran, when they say it, next to what was asked
+    reported = {k: v for k, v in {**manifest, **ready_body}.items() if "runtime" in k}
+    return {"name": name, "kind": "faq-match", "encoder": encoder, "runtime": runtime,
+            "runtime_reported": reported or None, "build": build,
+            "ready_s": round(ready_s, 2), "rss_ready_mb": None if rss_ready is None else round(rss_ready, 1),
+            "torch_threads": args.threads or int(env.get("FAQ_TORCH_THREADS", 2)), "env": extra, "runs": runs}
+
+
+def run_peer(args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
+    name = f"{PEER} {args.peer_model}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, str(REPO / "bench" / "peer.py"), "serve", "--kb", str(args.kb), "--port", str(port),
+            "--model", args.peer_model]
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
+    print(f"{name}: starting (encodes the KB at start-up)", flush=True)
+    server = Server(argv, server_env(args, {}), tmp / "peer.log")
+    try:
+        ready_s = server.wait_ready(url, args.ready_timeout)
+        info = get_json(f"{url}/healthz")
+        rss_ready = rss_mb(server.proc.pid)
+        runs = run_loads(url, server, name, args, runs_dir)
+    finally:
+        server.stop()
+    build = {"wall_s": round(info["model_load_s"] + info["encode_s"] + info["index_build_s"], 2),
+             "encoder_id": info["model"], "n_faqs": info["n_faqs"], "n_phrasings": info["n_phrasings"],
+             "encode_s": info["encode_s"], "encode_sentences_per_s": info["encode_sentences_per_s"],
+             "model_load_s": info["model_load_s"], "index_build_s": info["index_build_s"],
+             "faiss_version": info.get("faiss_version")}
+    return {"name": name, "kind": PEER, "runtime": "torch", "runtime_reported": {"runtime": "torch"},
+            "build": build, "ready_s": round(ready_s, 2),
+            "rss_ready_mb": None if rss_ready is None else round(rss_ready, 1),
+            "torch_threads": info.get("torch_threads"), "runs": runs}
+
+
+# ---------------------------------------------------------------- main
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("FAQ_"):
+        raise argparse.ArgumentTypeError(f"--faq-env wants FAQ_NAME=VALUE, got {text!r}")
+    return key, value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kb", required=True, type=Path, help="KB file (.jsonl/.csv, the `faq kb import` format)")
+    p.add_argument("--queries", required=True, type=Path, help="labelled query file for bench/load.py")
+    p.add_argument("--requests", type=int, default=1000, help="requests per load run (default 1000)")
+    p.add_argument("--concurrency", type=parse_concurrency, default=[1, 32], help="comma-separated (default 1,32)")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="time cap of each load run (default 120)")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--faq-encoder", type=parse_list, default=["minilm", "mpnet"],
+                   help="faq-match encoders, comma-separated (default minilm,mpnet)")
+    p.add_argument("--runtime", type=parse_list, default=[None],
+                   help="FAQ_ENCODER_RUNTIME values, comma-separated (default: unset, faq-match's own default)")
+    p.add_argument("--peer-model", default="minilm", help="the peer's model: minilm (default), mpnet or a folder")
+    p.add_argument("--no-peer", action="store_true", help="faq-match only (no ratios)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads for both systems (default: each its own)")
+    p.add_argument("--faq-env", type=_key_value, action="append", default=[], metavar="FAQ_NAME=VALUE",
+                   help="extra faq-match setting, repeatable (inherited FAQ_* variables are dropped)")
+    p.add_argument("--model-cache", type=Path,
+                   default=Path(os.environ.get("FAQ_MODEL_CACHE") or REPO / "var" / "models"),
+                   help="FAQ_MODEL_CACHE for both systems, so mpnet and ONNX exports are not redone per run "
+                        "(default: $FAQ_MODEL_CACHE, else var/models)")
+    p.add_argument("--build-timeout", type=float, default=3600.0)
+    p.add_argument("--ready-timeout", type=float, default=900.0)
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    p.add_argument("--keep-tmp", action="store_true", help="keep the temporary data dirs and server logs")
+    args = p.parse_args(argv)
+    args.faq_env = dict(args.faq_env)
+    args.kb, args.queries = args.kb.resolve(), args.queries.resolve()
+    args.model_cache = args.model_cache.resolve()
+    return args
+
+
+def _guarded(name: str, kind: str, run) -> dict:
+    """One system's failure (a build error, a server that never gets ready) is reported in its row
+    instead of discarding the other systems' minutes of measurements."""
+    try:
+        return run()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
+        print(f"{name} failed: {exc}", file=sys.stderr, flush=True)
+        return {"name": name, "kind": kind, "failed": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                "error": str(exc)[-3000:], "runs": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from kb.records import KbValidationError, kb_groups, read_kb, read_queries
+
+    try:  # fail before minutes of building, not after
+        groups = kb_groups(read_kb(args.kb))
+        queries = read_queries(args.queries)
+    except (OSError, KbValidationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    # SIGTERM must run the finally blocks below, or the servers outlive this script
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    runs_dir = args.out_dir / "compare_runs"
+    runs_dir.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="faq-compare-"))
+    load_before = os.getloadavg()
+    systems: list[dict] = []
+    try:
+        for encoder in args.faq_encoder:
+            for runtime in args.runtime:
+                systems.append(_guarded(system_name(encoder, runtime), "faq-match",
+                                        lambda: run_faq_match(encoder, runtime, args, tmp, runs_dir)))
+        if not args.no_peer:
+            systems.append(_guarded(f"{PEER} {args.peer_model}", PEER, lambda: run_peer(args, tmp, runs_dir)))
+    finally:
+        if args.keep_tmp:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    report = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(["bench/compare.py", *argv]),
+        "cwd": os.getcwd(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
+                    "python": platform.python_version(),
+                    "load_avg_before": [round(x, 2) for x in load_before],
+                    "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+        "kb": {"path": str(args.kb), "n_faqs": len(groups), "n_phrasings": sum(len(v) for v in groups.values())},
+        "queries": {"path": str(args.queries), "n": len(queries),
+                    "n_labelled": sum(q.faq_id is not None for q in queries)},
+        "settings": {"requests": args.requests, "concurrency": args.concurrency, "max_seconds": args.max_seconds,
+                     "top_k": args.top_k, "threads": args.threads, "faq_env": args.faq_env,
+                     "peer_model": None if args.no_peer else args.peer_model},
+        "systems": systems,
+        "comparisons": build_comparisons(systems),
+    }
+    (args.out_dir / "compare.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    md = render_markdown(report)
+    (args.out_dir / "compare.md").write_text(md, encoding="utf-8")
+    print(md)
+    print(f"wrote {args.out_dir / 'compare.md'} and compare.json")
+    failed = any(s.get("failed") for s in systems)
+    return 1 if failed or any(r.get("failed") or r.get("errors") for s in systems for r in s["runs"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
