@@ -17,6 +17,7 @@ numpy parts are read-only.
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,13 @@ class Hit:
     cosine: float
 
 
+#: Builds with at most this many vector cells (items x dim; 16M = 64 MB of fp32, e.g. 40k MiniLM or 20k
+#: mpnet phrasings) are searched exactly by one matrix product instead of through Annoy: at that size
+#: the product costs about a millisecond per query, less than Annoy at the search_k that recall@10 >= 0.99
+#: needs, and its recall is 1 (bench/ann_params.py, docs/results.md).
+EXACT_MAX_CELLS = 16_000_000
+
+
 class Retriever:
     """Annoy (one build) + delta segment + tombstones. Build with `load`, refresh with `with_kb`."""
 
@@ -55,6 +63,7 @@ class Retriever:
         answers: dict[str, tuple[str, list[str]]] | None = None,
         kb_revision: int | None = None,
         answer_vectors: AnswerVectors | None = None,
+        exact: np.ndarray | None = None,
     ):
         self.build_dir = Path(build_dir)
         self.manifest = manifest
@@ -75,6 +84,12 @@ class Retriever:
         self.answers: dict[str, tuple[str, list[str]]] = answers or {}
         #: the answer segment (index/answers.py); None when the build uses no answer evidence
         self.answer_vectors = answer_vectors
+        #: the build's vectors (fp32, as Annoy holds them) when the build is small enough to search exactly
+        #: (EXACT_MAX_CELLS); shared by every with_kb() copy
+        self._exact = exact
+        # per thread, the last call's score rows by query bytes: `deepen` re-searches the same queries
+        # deeper (a FAQ with 100 phrasings fills the first depth), and the product is most of the cost
+        self._recent = threading.local()
         #: KB revision this retriever reflects (the build's until with_kb is called)
         self.kb_revision: int | None = kb_revision if kb_revision is not None else manifest.get("kb_revision")
 
@@ -101,7 +116,9 @@ class Retriever:
                 questions.append(row["question"])
         if not (len(ids) == len(faq_ids) == ann.n_items):
             raise ValueError(f"{build_dir}: {len(ids)} ids, {len(faq_ids)} idmap rows, {ann.n_items} annoy items differ")
-        return cls(build_dir, manifest, ann, ids, faq_ids, questions, answer_vectors=_load_answers(build_dir, manifest))
+        exact = ann.item_vectors(list(range(ann.n_items))) if ann.n_items * ann.dim <= EXACT_MAX_CELLS else None
+        return cls(build_dir, manifest, ann, ids, faq_ids, questions, answer_vectors=_load_answers(build_dir, manifest),
+                   exact=exact)
 
     def with_kb(self, snapshot: Any, encoder: Any, cache: MutableMapping[str, np.ndarray] | None = None) -> "Retriever":
         """A new Retriever reflecting `snapshot` (a KbSnapshot): delta segment + tombstones + answers.
@@ -149,6 +166,7 @@ class Retriever:
             self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
             item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
             answers=dict(snapshot.faqs), kb_revision=snapshot.revision, answer_vectors=answer_vectors,
+            exact=self._exact,
         )
 
     def _built_answers(self) -> dict[str, tuple[str, np.ndarray]] | None:
@@ -242,9 +260,10 @@ class Retriever:
         if vecs.ndim != 2 or vecs.shape[1] != self.dim:
             raise ValueError(f"query vectors: expected shape (q, {self.dim}), got {vecs.shape}")
         delta_scores = vecs @ self._delta_vecs.T if self.n_delta else None
+        built = self._search_exact(vecs, k) if self._exact is not None else None
         results = []
         for row, vec in enumerate(vecs):
-            hits = self._search_annoy(vec, k)
+            hits = built[row] if built is not None else self._search_annoy(vec, k)
             if delta_scores is not None:
                 scores = delta_scores[row]
                 top = np.argsort(-scores, kind="stable")[:k]
@@ -254,6 +273,36 @@ class Retriever:
                 hits.sort(key=lambda h: -h.cosine)
             results.append(hits[:k])
         return results
+
+    def _search_exact(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
+        """Every query against every live build vector in one matrix product: for a small build this
+        is faster than Annoy at the search_k its recall needs, and exact."""
+        keys = [v.tobytes() for v in vecs]
+        recent: dict[bytes, np.ndarray] = getattr(self._recent, "rows", {})
+        todo = [i for i, key in enumerate(keys) if key not in recent]
+        fresh = vecs[todo] @ self._exact.T if todo else None  # (len(todo), n)
+        scores = np.empty((len(vecs), len(self._ids)), dtype=np.float32)
+        for row, key in enumerate(keys):
+            if key in recent:
+                scores[row] = recent[key]
+        if fresh is not None:
+            scores[todo] = fresh
+        self._recent.rows = {key: scores[row] for row, key in enumerate(keys)}
+        scores = scores.copy() if self._n_tombstones else scores
+        if self._n_tombstones:
+            scores[:, self._tombstones] = -np.inf
+        want = min(k, len(self._ids) - self._n_tombstones)
+        if want <= 0:
+            return [[] for _ in vecs]
+        top = np.argpartition(-scores, want - 1, axis=1)[:, :want]
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        out = []
+        for items, cosines in zip(np.take_along_axis(top, order, axis=1).tolist(),
+                                  np.take_along_axis(top_scores, order, axis=1).tolist()):
+            out.append([Hit(int(self._ids[i]), self._faq_ids[i], self._questions[i], float(c))
+                        for i, c in zip(items, cosines)])
+        return out
 
     def _search_annoy(self, vec: np.ndarray, k: int) -> list[Hit]:
         n_live = len(self._ids) - self._n_tombstones

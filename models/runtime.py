@@ -178,8 +178,14 @@ def quantize_int8(fp32_file: Path, out_file: Path, scheme: dict) -> None:
                 layer = next((p for p in parts if p.startswith("layer.")), None)
                 if layer is not None and int(layer.split(".")[1]) >= start:
                     keep.append(node.name)
-    quantize_dynamic(str(fp32_file), str(out_file), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=list(scheme["ops"]), nodes_to_exclude=keep)
+    import logging
+
+    logging.disable(logging.INFO)  # the quantiser logs a line per tensor on the root logger
+    try:
+        quantize_dynamic(str(fp32_file), str(out_file), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=list(scheme["ops"]), nodes_to_exclude=keep)
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def export_sentence_model(source: str | Path, folder: str | Path, name: str, int8: bool = True) -> dict:
@@ -273,6 +279,10 @@ class _Session:
             opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # ONNX Runtime's idle pool threads spin after each call by default; on a 2-core host they then
+        # take the cores from the search that runs right after the encoder (measured: the exact search
+        # of a 15k build went from 0.6 to 4 ms per query)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
     def run(self, ids: np.ndarray, mask: np.ndarray, outputs: Sequence[str] = ("sentence",)) -> list[np.ndarray]:

@@ -151,3 +151,31 @@ def test_guards(built, minilm_encoder, tmp_path):
         retriever.search(np.zeros((1, 384), dtype=np.float32), 0)
     with pytest.raises(FileNotFoundError, match="not an index build"):
         Retriever.load(tmp_path)
+
+
+def test_exact_search_of_a_small_build_agrees_with_annoy(built, minilm_encoder, monkeypatch):
+    """Small builds are searched by one matrix product; larger ones through Annoy. On the test KB (small
+    enough for Annoy's search_k to reach every item) both give the same hits, tombstones included."""
+    import index.retriever as retriever_module
+
+    store, registry = built
+    exact = Retriever.load(registry.index_dir / "current")
+    monkeypatch.setattr(retriever_module, "EXACT_MAX_CELLS", 0)
+    annoy = Retriever.load(registry.index_dir / "current")
+    assert exact._exact is not None and annoy._exact is None
+    queries = minilm_encoder.encode(["money back please", "parcel tracking", "how do I log in", "delete my data"])
+
+    def same(a, b):
+        assert [[h.variant_id for h in row] for row in a] == [[h.variant_id for h in row] for row in b]
+        np.testing.assert_allclose([h.cosine for row in a for h in row], [h.cosine for row in b for h in row], atol=1e-5)
+
+    same(exact.search(queries, 7), annoy.search(queries, 7))
+    store.delete_faq("refund")  # tombstones: refund's phrasings leave both
+    snapshot = store.snapshot()
+    exact, annoy = exact.with_kb(snapshot, minilm_encoder), annoy.with_kb(snapshot, minilm_encoder)
+    assert exact._exact is not None  # with_kb copies share the build's matrix
+    same(exact.search(queries, 7), annoy.search(queries, 7))
+    assert "refund" not in {h.faq_id for row in exact.search(queries, 50) for h in row}
+    # a deeper search of the same queries (what `deepen` does) reuses the scores: same order, longer
+    deeper = exact.search(queries, 12)
+    same([row[:7] for row in deeper], exact.search(queries, 7))
