@@ -514,13 +514,17 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     spec = path or settings.reranker
     if not spec:
         return []
+    from models.encoder import pick_device
     from models.folder import architecture_of
 
     weight = settings.rerank_weight if weight is None else weight
     stages: list[RerankStage] = []
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
         if architecture_of(folder) == "mmaicm":
-            stages.append(load_mmaicm_stage(folder, weight))
+            runtime = settings.rerank_runtime
+            if runtime == "auto":  # fp32 ONNX for MiniLM's states: the numbers it was trained on, 3x faster than eager
+                runtime = "onnx" if pick_device() == "cpu" else "torch"
+            stages.append(load_mmaicm_stage(folder, weight, runtime=runtime))
             continue
         from models.reranker import load_reranker
 
@@ -530,11 +534,11 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,
-                      device: str | None = None) -> MmaicmStage:
+                      device: str | None = None, runtime: str = "torch") -> MmaicmStage:
     """An `MmaicmStage` from a `faq train mmaicm` folder. Raises what loading the folder raises."""
     from models.mmaicm import load_mmaicm
 
-    return MmaicmStage(load_mmaicm(path, device=device), weight=weight, answer_share=answer_share)
+    return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime), weight=weight, answer_share=answer_share)
 
 
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,

@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=20, help="calls before timing (default 20)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--runtime", default="torch", help="how MiniLM's states run: torch, onnx, onnx-int8, or "
+                        "several comma-separated (models/runtime.py; GloVe rows ignore it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS / "mmaicm_latency.json"))
     args = parser.parse_args()
@@ -89,31 +91,35 @@ def main() -> int:
 
     calls, faqs = load_requests(args.candidates, args.seed)
     texts = [a for _, _, a in faqs] + [q for _, q, _ in faqs]
-    targets = [(str(m), None) for m in args.model]
-    targets += [(f"untrained {w}", w) for w in (args.untrained.split(",") if args.untrained else []) if w]
+    runtimes = [r for r in args.runtime.split(",") if r]
+    targets = [(str(m), None, rt) for m in args.model for rt in runtimes]
+    targets += [(f"untrained {w}", w, rt) for w in (args.untrained.split(",") if args.untrained else []) if w
+                for rt in (runtimes if w == "minilm" else runtimes[:1])]
     if not targets:
         parser.error("give --model FOLDER and/or --untrained glove,minilm")
     rows = []
     words_by_kind: dict = {}
-    for name, untrained in targets:
+    for name, untrained, runtime in targets:
         for cache in ("warm", "cold"):
             size = 4096 if cache == "warm" else 0
             if untrained is None:
-                scorer = load_mmaicm(name, device="cpu", cache_size=size,
-                                     words=words_by_kind.get(json.loads((Path(name) / "config.json").read_text())["word_repr"]))
+                kind = json.loads((Path(name) / "config.json").read_text())["word_repr"]
+                scorer = load_mmaicm(name, device="cpu", cache_size=size, runtime=runtime,
+                                     words=words_by_kind.get((kind, runtime)))
             else:
                 torch.manual_seed(0)
-                words = words_by_kind.get(untrained) or make_words(untrained)
+                words = words_by_kind.get((untrained, runtime)) or make_words(untrained, runtime=runtime)
                 scorer = MmaicmScorer(MMAICM(MmaicmConfig(word_repr=untrained)).eval(), words, cache_size=size, device="cpu")
-            words_by_kind[scorer.words.kind] = scorer.words
+            words_by_kind[(scorer.words.kind, runtime)] = scorer.words
             if cache == "warm":
                 scorer.fill_cache(texts, scorer.config.max_a_len)
             stage = MmaicmStage(scorer)
             result = time_stage(stage, calls, args.warmup)
-            row = {"model": name, "word_repr": scorer.config.word_repr, "matcher": scorer.config.matcher,
+            row = {"model": name, "word_repr": scorer.config.word_repr, "runtime": runtime if untrained != "glove" else "-",
+                   "matcher": scorer.config.matcher,
                    "use_attention": scorer.config.use_attention, "cache": cache, **result}
             rows.append(row)
-            print(f"{name:<40} {row['word_repr']:<7} {cache:<5} p50 {row['p50_ms']:7.2f} ms  p90 {row['p90_ms']:7.2f}  "
+            print(f"{name:<40} {row['word_repr']:<7} {row['runtime']:<9} {cache:<5} p50 {row['p50_ms']:7.2f} ms  p90 {row['p90_ms']:7.2f}  "
                   f"p99 {row['p99_ms']:7.2f}  ({row['calls']} calls)", flush=True)
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

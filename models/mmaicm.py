@@ -411,10 +411,17 @@ class MiniLMWords:
     kind = "minilm"
     dim = WORD_DIMS["minilm"]
 
-    def __init__(self, text: Any = None, device: str | torch.device = "cpu"):
+    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
         from models.text import MiniLMText
 
         self.text = text if text is not None else MiniLMText(device=device, base="minilm")
+        if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/runtime.py): 3-4x faster
+            from models.mpnet import default_cache_dir
+            from models.runtime import OnnxSentenceEncoder
+
+            self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
+                                                      default_cache_dir(), threads=1))
+        self.runtime = runtime
 
     def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
         if len(texts) == 0:
@@ -429,11 +436,12 @@ class MiniLMWords:
                 "tokenizer_vocab_size": self.text.vocab_size}
 
 
-def make_words(word_repr: str, device: str | torch.device = "cpu") -> GloveWords | MiniLMWords:
+def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch") -> GloveWords | MiniLMWords:
+    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states; GloVe vectors are a lookup."""
     if word_repr == "glove":
         return GloveWords()
     if word_repr == "minilm":
-        return MiniLMWords(device=device)
+        return MiniLMWords(device=device, runtime=runtime)
     raise ValueError(f"unknown word_repr {word_repr!r}")
 
 
@@ -649,9 +657,10 @@ def read_calibration(directory: str | Path) -> Calibration:
 
 
 def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: int | None = 4096,
-                words: GloveWords | MiniLMWords | None = None) -> MmaicmScorer:
+                words: GloveWords | MiniLMWords | None = None, runtime: str = "torch") -> MmaicmScorer:
     """A model folder (`faq train mmaicm`) -> an `MmaicmScorer` in eval mode. `words` reuses an already
-    loaded word representation of the same kind."""
+    loaded word representation of the same kind; `runtime` runs the MiniLM states ("onnx" is fp32 ONNX
+    Runtime: the states the model was trained on, to 1e-4)."""
     from safetensors.torch import load_file
 
     from models.encoder import file_sha256
@@ -663,7 +672,7 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
     if meta.get("kind", config.word_repr) != config.word_repr:
         raise ValueError(f"{meta_path}: kind {meta.get('kind')!r} but config.json says word_repr {config.word_repr!r}")
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu")
+        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime)
     if meta.get("tokenizer_vocab_size") not in (None, getattr(getattr(words, "text", None), "vocab_size", None)):
         raise ValueError(f"{meta_path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                          f"base differs")

@@ -390,3 +390,16 @@ def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
     assert MmaicmStage(scorer).rescore(query, []).shape == (0,)
     with pytest.raises(ValueError):
         MmaicmStage(scorer, weight=1.5)
+
+
+def test_minilm_words_on_onnx_runtime_equal_the_eager_states():
+    """The served stage runs MiniLM's states on fp32 ONNX Runtime (FAQ_RERANK_RUNTIME=auto): the same
+    numbers the matcher was trained on, up to float rounding."""
+    from models.mmaicm import MiniLMWords
+
+    texts = ["how do I reset my password", "Refunds are issued within 14 days of purchase."]
+    eager = MiniLMWords(runtime="torch").states(texts, 16)
+    onnx = MiniLMWords(runtime="onnx").states(texts, 16)
+    assert [s.shape for s in onnx] == [s.shape for s in eager]
+    for a, b in zip(onnx, eager):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
