@@ -114,9 +114,11 @@ class Settings(BaseSettings):
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
     rerank_runtime: str = "auto"
 
-    @field_validator("encoder_runtime")
+    @field_validator("encoder_runtime", mode="before")
     @classmethod
     def _known_encoder_runtime(cls, value: str | None) -> str | None:
+        if value == "":  # set but empty (e.g. compose's ${FAQ_ENCODER_RUNTIME:-}): unset
+            return None
         if value not in (None, "auto", "onnx-int8", "onnx", "torch"):
             raise ValueError(f"FAQ_ENCODER_RUNTIME must be auto, onnx-int8, onnx or torch, got {value!r}")
         return value

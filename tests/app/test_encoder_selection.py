@@ -79,3 +79,4 @@ def test_settings_reject_an_unknown_runtime():
 
     with pytest.raises(ValidationError, match="FAQ_ENCODER_RUNTIME must be"):
         Settings(encoder_runtime="tensorrt")
+    assert Settings(encoder_runtime="").encoder_runtime is None  # compose's ${FAQ_ENCODER_RUNTIME:-}
