@@ -133,3 +133,15 @@ def test_minilm_onnx_against_pytorch(minilm_encoder, tmp_path_factory):
     cos = (int8.encode(SENTENCES) * reference).sum(1)
     assert cos.min() > 0.95 and cos.mean() > 0.98
     assert any(p.name.startswith("all-MiniLM-L6-v2-") for p in (cache / "onnx").iterdir())
+
+
+def test_faq_model_onnx_prepares_the_cache(faq_env, shared_model_cache, capsys):
+    """`faq model onnx` (what the Docker image runs at build time) leaves both files checked in the cache."""
+    from cli.main import main
+
+    assert main(["model", "onnx", "--encoder", "minilm"]) == 0
+    out = capsys.readouterr().out
+    assert "minilm onnx: " in out and "minilm onnx-int8: " in out
+    folder = next((shared_model_cache / "onnx").glob("all-MiniLM-L6-v2-*"))
+    assert export_valid(folder, FP32_FILE) and export_valid(folder, INT8_FILE)
+    assert main(["model", "onnx", "--encoder", str(faq_env.data_dir / "no-such-model")]) == 2
