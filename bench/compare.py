@@ -363,6 +363,21 @@ def server_env(args: argparse.Namespace, extra: dict[str, str]) -> dict:
     return env
 
 
+def serve_and_load(argv: list[str], env: dict, log: Path, port: int, info_path: str, name: str,
+                   args: argparse.Namespace, runs_dir: Path) -> tuple[float, dict, float | None, list[dict]]:
+    """Start a server, wait until ready, read `info_path`, run every load, stop it (always):
+    (seconds to ready, the info body, RSS when ready, the load runs)."""
+    url = f"http://127.0.0.1:{port}"
+    server = Server(argv, env, log)
+    try:
+        ready_s = server.wait_ready(url, args.ready_timeout)
+        info = get_json(f"{url}{info_path}")
+        rss_ready = rss_mb(server.proc.pid)
+        return ready_s, info, rss_ready, run_loads(url, server, name, args, runs_dir)
+    finally:
+        server.stop()
+
+
 def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
     name = system_name(encoder, runtime)
     data_dir = tmp / slug(name)
@@ -400,18 +415,10 @@ def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, t
     print(f"  built in {build['wall_s']} s, encode {build['encode_sentences_per_s']} sentences/s", flush=True)
 
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = Server(faq + ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env,
-                    tmp / f"{slug(name)}.log")
-    try:
-        ready_s = server.wait_ready(url, args.ready_timeout)
-        ready_body = get_json(f"{url}/readyz")
-        rss_ready = rss_mb(server.proc.pid)
-        runs = run_loads(url, server, name, args, runs_dir)
-    finally:
-        server.stop()
-    # FAQ_ENCODER_RUNTIME is only a request: an unknown variable is ignored by the settings, so the
-    # report keeps what the build and the server say ran, when they say it, next to what was asked
+    ready_s, ready_body, rss_ready, runs = serve_and_load(
+        faq + ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env,
+        tmp / f"{slug(name)}.log", port, "/readyz", name, args, runs_dir)
+    # what the build and the server say ran, next to what was asked (`auto` resolves to one of them)
     reported = {k: v for k, v in {**manifest, **ready_body}.items() if "runtime" in k}
     return {"name": name, "kind": "faq-match", "encoder": encoder, "runtime": runtime,
             "runtime_reported": reported or None, "build": build,
@@ -422,20 +429,13 @@ def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, t
 def run_peer(args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
     name = f"{PEER} {args.peer_model}"
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, str(REPO / "bench" / "peer.py"), "serve", "--kb", str(args.kb), "--port", str(port),
             "--model", args.peer_model]
     if args.threads:
         argv += ["--threads", str(args.threads)]
     print(f"{name}: starting (encodes the KB at start-up)", flush=True)
-    server = Server(argv, server_env(args, {}), tmp / "peer.log")
-    try:
-        ready_s = server.wait_ready(url, args.ready_timeout)
-        info = get_json(f"{url}/healthz")
-        rss_ready = rss_mb(server.proc.pid)
-        runs = run_loads(url, server, name, args, runs_dir)
-    finally:
-        server.stop()
+    ready_s, info, rss_ready, runs = serve_and_load(argv, server_env(args, {}), tmp / "peer.log", port, "/healthz",
+                                                    name, args, runs_dir)
     build = {"wall_s": round(info["model_load_s"] + info["encode_s"] + info["index_build_s"], 2),
              "encoder_id": info["model"], "n_faqs": info["n_faqs"], "n_phrasings": info["n_phrasings"],
              "encode_s": info["encode_s"], "encode_sentences_per_s": info["encode_sentences_per_s"],
