@@ -16,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-DEMO_KB = Path(__file__).resolve().parent.parent / "demo" / "faq.jsonl"
+# shipped as package data of `app` (pyproject), so installed copies find it too
+DEMO_KB = Path(__file__).resolve().parent.parent / "app" / "demo" / "faq.jsonl"
 #: MSEM on mpnet's frozen token states, fused with mpnet's own sentence vector: the compact sizes that
 #: train in minutes on a CPU (docs/results.md has the measurements behind the choice)
 MPNET_MSEM_CONFIG = {"word_repr": "mpnet", "hidden": 150, "ffn_dim": 600, "pool_da": 150, "out_dim": 300,

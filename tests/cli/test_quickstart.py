@@ -50,3 +50,10 @@ def test_quickstart_on_a_thin_kb_serves_the_base(tmp_path, monkeypatch, faq_env,
     assert "kept the zero-shot base" in out and "too thin" in out
     registry = BuildRegistry(faq_env.index_dir)
     assert registry.read_manifest(registry.current())["encoder_spec"] == "minilm"
+
+
+def test_quickstart_default_kb_is_the_shipped_demo():
+    """`faq quickstart` without --kb (README command 1) imports the demo FAQ that ships with `app`."""
+    from cli.demo import DEMO_KB
+
+    assert DEMO_KB.is_file() and DEMO_KB.parent.parent.name == "app"
