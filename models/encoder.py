@@ -6,11 +6,13 @@ Annoy's angular distance ranks exactly like cosine.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -43,6 +45,20 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
+
+
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if missing) for as long as the block runs: one process fills
+    a model cache folder while concurrent first uses wait."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def file_sha256(path: str | Path) -> str:

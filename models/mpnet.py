@@ -14,7 +14,6 @@ one step, and concurrent first uses wait on a lock file.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -22,12 +21,10 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
-from models.encoder import file_sha256
+from models.encoder import file_lock, file_sha256
 
 MPNET_NAME = "all-mpnet-base-v2"
 N_PARTS = 5
@@ -82,17 +79,6 @@ def part_files() -> list[Path]:
     if missing:
         raise MpnetUnavailable(f"{MPNET_NAME}: missing {', '.join(missing)}; install them with: {INSTALL_HINT}")
     return files
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def is_ready(folder: Path) -> bool:
@@ -172,7 +158,7 @@ def mpnet_path(cache_dir: str | Path | None = None, progress=None) -> str:
     folder = Path(cache_dir or default_cache_dir()) / MPNET_NAME
     if is_ready(folder):
         return str(folder)
-    with _locked(folder.parent / f".{MPNET_NAME}.lock"):
+    with file_lock(folder.parent / f".{MPNET_NAME}.lock"):
         if not is_ready(folder):  # another process may have finished while we waited
             assemble(folder, progress=progress)
     return str(folder)

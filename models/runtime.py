@@ -23,7 +23,6 @@ load, and redone when the checksum does not match (a truncated copy never serves
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -31,13 +30,12 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from models.encoder import file_sha256, l2_normalise
+from models.encoder import file_lock, file_sha256, l2_normalise
 
 RUNTIMES = ("auto", "onnx-int8", "onnx", "torch")
 FP32_FILE = "model.onnx"
@@ -118,17 +116,6 @@ def _source_sha(source: Path) -> str:
     if key not in _SHA_MEMO:
         _SHA_MEMO[key] = file_sha256(weights)
     return _SHA_MEMO[key]
-
-
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _read_meta(folder: Path) -> dict | None:
@@ -253,7 +240,7 @@ def ensure_export(source: str | Path, cache_dir: str | Path, name: str, runtime:
 
     if ready():
         return folder / file
-    with _locked(folder):
+    with file_lock(folder.parent / f".{folder.name}.lock"):
         if not ready():
             _say(f"exporting {name} to ONNX in {folder} (once; up to a few minutes) ...")
             meta = export_sentence_model(source, folder, name)
