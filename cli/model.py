@@ -50,7 +50,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     from app.pipeline import encoder_spec
     from app.settings import get_settings
     from models.load import load_encoder
-    from models.runtime import RuntimeUnavailable
+    from models.runtime import RuntimeUnavailable, export_valid
 
     settings = get_settings()
     if args.cache:
@@ -65,8 +65,13 @@ def cmd_onnx(args: argparse.Namespace) -> int:
             if encoder.runtime != runtime:
                 print(f"{spec}: nothing to export (runs {encoder.runtime})")
                 break
-            file = getattr(getattr(encoder, "text", None), "runtime", encoder).file
-            print(f"{spec} {runtime}: {file}")
+            # an MSEM folder runs its base through the exported model: that one holds the file
+            onnx = encoder.text.runtime if hasattr(encoder, "text") else encoder
+            if not export_valid(onnx.file.parent, onnx.file.name, verify_sha=True):
+                print(f"error: {onnx.file} does not match the sha256 in its export.json; delete its folder "
+                      "and run this again", file=sys.stderr)
+                return 2
+            print(f"{spec} {runtime}: {onnx.file}")
     return 0
 
 

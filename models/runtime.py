@@ -18,8 +18,9 @@ Runtimes (`FAQ_ENCODER_RUNTIME`):
 - `auto`: `torch` on CUDA, else `onnx-int8`.
 
 The exports live in `<model cache>/onnx/<model>-<sha256(weights)[:12]>/` (`model.onnx`, `model.int8.onnx`,
-`export.json` with each file's sha256). They are written once under a file lock, checked on every
-load, and redone when the checksum does not match (a truncated copy never serves).
+`export.json` with each file's size and sha256). They are written once under a file lock, and a load
+whose file does not have the recorded size (a truncated copy) exports again; `faq model onnx` also
+checks the sha256.
 """
 from __future__ import annotations
 
@@ -126,14 +127,16 @@ def _read_meta(folder: Path) -> dict | None:
     return meta if meta.get("format") == EXPORT_FORMAT else None
 
 
-def export_valid(folder: Path, file: str) -> bool:
-    """`file` exists in `folder` with the size and sha256 its export.json recorded."""
+def export_valid(folder: Path, file: str, verify_sha: bool = False) -> bool:
+    """`file` exists in `folder` with the size its export.json recorded (and, with `verify_sha`, the
+    sha256). Loads check the size only, as models/mpnet.py does for its cache: the sha256 was checked
+    when the file was written, and re-hashing hundreds of MB would cost every start a second or more."""
     meta = _read_meta(folder)
     entry = (meta or {}).get("files", {}).get(file)
     path = folder / file
     if not entry or not path.is_file() or path.stat().st_size != entry["size"]:
         return False
-    return file_sha256(path) == entry["sha256"]
+    return not verify_sha or file_sha256(path) == entry["sha256"]
 
 
 #: Layers from which each base keeps its FFN output projection in fp32 in the int8 file (None: every

@@ -145,3 +145,12 @@ def test_faq_model_onnx_prepares_the_cache(faq_env, shared_model_cache, capsys):
     folder = next((shared_model_cache / "onnx").glob("all-MiniLM-L6-v2-*"))
     assert export_valid(folder, FP32_FILE) and export_valid(folder, INT8_FILE)
     assert main(["model", "onnx", "--encoder", str(faq_env.data_dir / "no-such-model")]) == 2
+
+
+def test_a_same_size_corruption_is_caught_by_the_full_check(tiny_model, tmp_path):
+    """Loads compare sizes (cheap); `faq model onnx` also compares the sha256 recorded at export."""
+    file = ensure_export(tiny_model, tmp_path, "tiny", "onnx")
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 0xFF
+    file.write_bytes(bytes(data))
+    assert export_valid(file.parent, file.name) and not export_valid(file.parent, file.name, verify_sha=True)
