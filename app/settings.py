@@ -89,8 +89,21 @@ class Settings(BaseSettings):
     # up to 0.9 and a served weight is rounded to the nearest one.
     answer_weight: float = Field(default=0.6, ge=0.0, le=0.9)
     max_body_bytes: int = 64 * 1024
+    # Admission control (app/api/workers.py MatchBatcher). A request not answered within
+    # request_timeout_ms gets a 503 and its queued work is dropped; a body not received within
+    # body_timeout_s gets a 408 and the connection is closed. At most max_queued_queries queries wait
+    # for the encoder (a /match/batch request counts as its number of queries), and batch requests may
+    # fill only half of that, so single queries are still admitted while batches queue.
+    request_timeout_ms: int = Field(default=10_000, ge=10, le=600_000)
+    body_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    max_queued_queries: int = Field(default=1024, ge=128, le=1_000_000)
     kb_poll_seconds: float = 5.0
     query_log: bool = True
+    # query-log rows older than this many days are deleted (`faq db prune`, and hourly by the service);
+    # 0 = keep forever
+    query_log_retention_days: int = Field(default=90, ge=0, le=36_500)
+    # true: feedback on a query logged with a session_id must carry the same session_id
+    feedback_requires_session: bool = False
     # Lexical baseline: Elasticsearch URL; empty means the embedded engine.
     es_url: str | None = None
     # "auto": Elasticsearch when FAQ_ES_URL is set, else the embedded tantivy index; or "tantivy" /

@@ -9,7 +9,10 @@ Error contract: every error body is JSON `{"error": "...", ...}`.
 - validation problems -> 422 `{"error": "invalid request: top_k must be <= 50",
   "detail": [{"field": "top_k", "message": "must be <= 50"}]}`; malformed JSON -> 400 (same shape);
 - body over settings.max_body_bytes -> 413 (Content-Length checked first, then streamed bytes counted);
-- a body that is not JSON (Content-Type) -> 415;
+- a body that is not JSON (Content-Type) -> 415; a body not received within FAQ_BODY_TIMEOUT_S -> 408
+  (and the connection is closed);
+- match queue full -> 503, or 429 for batch requests that have used their half of it, both with
+  Retry-After; not answered within FAQ_REQUEST_TIMEOUT_MS -> 503 with Retry-After;
 - no index -> 503 "no index built: run `faq index build`";
 - lexical arm while its engine is unavailable (Elasticsearch down, no lexical index) -> 503 naming it;
 - anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
@@ -17,6 +20,7 @@ Error contract: every error body is JSON `{"error": "...", ...}`.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from contextlib import asynccontextmanager
@@ -31,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, ServiceState
-from app.api.workers import Overloaded
+from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
 from index.lexical import LexicalUnavailable
 from app.settings import Settings, get_settings
@@ -112,18 +116,28 @@ def _error(status_code: int, message: str, headers: dict | None = None, **extra:
 
 # -- request guard middleware ---------------------------------------------------------------------
 class RequestGuardMiddleware:
-    """Rejects oversized and non-JSON bodies.
+    """Rejects oversized, slow and non-JSON bodies, and drops the work of clients that have gone.
 
     Content-Length is checked first (cheap, no read); otherwise the body is read while counting
     bytes, so a chunked upload or a lying Content-Length cannot exceed the limit either (reading
-    stops at the limit). The small body is then replayed to the app. A rejected request is still
-    routed, and the error is raised when the endpoint reads its body: it is then answered by the app's
-    error handlers like any other error and counted under its route template in the metrics.
+    stops at the limit). A body that does not arrive within `body_timeout_s` gets a 408 and the
+    connection is closed, so half-sent bodies cannot hold connections open. The small body is then
+    replayed to the app. A rejected request is still routed, and the error is raised when the endpoint
+    reads its body: it is then answered by the app's error handlers like any other error and counted
+    under its route template in the metrics.
+
+    On `cancel_paths` (the match routes) the request runs as a task while the connection is watched:
+    when the client disconnects before the answer, the task is cancelled, which drops the request's
+    queued work (MatchBatcher), so abandoned requests cost nothing.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = 10.0,
+                 cancel_paths: tuple[str, ...] = (), on_client_gone: Any = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.cancel_paths = frozenset(cancel_paths)
+        self.on_client_gone = on_client_gone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -142,8 +156,15 @@ class RequestGuardMiddleware:
         else:
             chunks: list[bytes] = []
             size = 0
+            deadline = asyncio.get_running_loop().time() + self.body_timeout_s
             while True:
-                message = await receive()
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+                except TimeoutError:
+                    problem = StarletteHTTPException(
+                        408, f"request body not received within {self.body_timeout_s:g} s (FAQ_BODY_TIMEOUT_S)",
+                        headers={"Connection": "close"})
+                    break
                 if message["type"] == "http.disconnect":
                     return  # client went away: nothing to answer
                 chunk = message.get("body", b"")
@@ -160,6 +181,8 @@ class RequestGuardMiddleware:
                 problem = StarletteHTTPException(
                     415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")
 
+        watch = problem is None and scope.get("path") in self.cancel_paths
+        gone = asyncio.Event()
         replayed = False
 
         async def replay() -> Message:
@@ -169,9 +192,45 @@ class RequestGuardMiddleware:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
+            if watch:  # the watcher below owns the connection's receive channel
+                await gone.wait()
+                return {"type": "http.disconnect"}
             return await receive()  # after the body: wait for the disconnect as usual
 
-        await self.app(scope, replay, send)
+        if not watch:
+            await self.app(scope, replay, send)
+            return
+
+        answered = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.start":
+                answered = True
+            await send(message)
+
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        request = asyncio.ensure_future(self.app(scope, replay, tracking_send))
+        watcher = asyncio.ensure_future(watch_disconnect())
+        try:
+            await asyncio.wait({request, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not request.done() and not answered:
+                request.cancel()  # the client has gone: stop its work
+                if self.on_client_gone is not None:
+                    self.on_client_gone()
+            try:
+                await request
+            except asyncio.CancelledError:
+                if not gone.is_set():
+                    raise  # the server is cancelling us (shutdown), not a client that left
+        finally:
+            watcher.cancel()
+            if not request.done():
+                request.cancel()
 
 
 def _is_json(content_type: str) -> bool:
@@ -209,7 +268,9 @@ def create_app(settings: Settings | None = None, *, store: Any = None, encoder: 
         log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API (FAQ CRUD, index reload) is NOT mounted")
 
     # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
-    app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s, cancel_paths=("/match", "/match/batch"),
+                       on_client_gone=metrics.client_gone.inc)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
@@ -237,6 +298,11 @@ def create_app(settings: Settings | None = None, *, store: Any = None, encoder: 
 
     @app.exception_handler(Overloaded)
     async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        metrics.rejected.labels(status=str(exc.status_code)).inc()
+        return _error(exc.status_code, str(exc), headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def on_deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
         return _error(503, str(exc), headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)

@@ -59,6 +59,13 @@ class ServiceMetrics:
         self.kb_revision = Gauge("faq_kb_revision", "KB revision the served retriever reflects", registry=r)
         self.swaps = Counter("faq_index_swaps", "Retriever swaps (reload, new build, KB delta refresh)", ["reason"], registry=r)
         self.query_log_dropped = Counter("faq_query_log_errors", "Query-log rows that could not be written", registry=r)
+        self.rejected = Counter("faq_match_rejected", "Match requests refused because the queue was full",
+                                ["status"], registry=r)
+        self.deadline_exceeded = Counter("faq_match_deadline_exceeded",
+                                         "Match requests not answered within FAQ_REQUEST_TIMEOUT_MS", registry=r)
+        self.client_gone = Counter("faq_http_client_gone",
+                                   "Requests whose client disconnected before the answer: their work was dropped",
+                                   registry=r)
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 
@@ -106,13 +113,22 @@ def _route_template(scope: Scope) -> str:
     before routing (413/415 from the request guard) are matched here against the app's routes."""
     route = scope.get("route")
     if route is None:
-        app = scope.get("app")
-        for candidate in getattr(getattr(app, "router", None), "routes", []):
-            match, _ = candidate.matches(scope)
-            if match is Match.FULL:
-                route = candidate
-                break
+        route = _find_route(getattr(getattr(scope.get("app"), "router", None), "routes", []), scope)
     return getattr(route, "path", None) or "unmatched"
+
+
+def _find_route(routes: list, scope: Scope) -> Any:
+    for candidate in routes:
+        inner = getattr(candidate, "original_router", None)  # FastAPI keeps included routers whole
+        if inner is not None:
+            found = _find_route(inner.routes, scope)
+            if found is not None:
+                return found
+            continue
+        match, _ = candidate.matches(scope)
+        if match is Match.FULL:
+            return candidate
+    return None
 
 
 class MetricsMiddleware:
@@ -127,7 +143,9 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = {"code": 500}
+        # a request that raised is a 500; one that returned without answering was abandoned by its
+        # client (a half-sent body, a disconnect while queued): 499, as proxies log it
+        status: dict[str, int | None] = {"code": None}
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -136,7 +154,11 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_wrapper)
+            if status["code"] is None:
+                status["code"] = 499
         finally:
+            if status["code"] is None:
+                status["code"] = 500
             label = _route_template(scope)
             self.metrics.requests.labels(route=label, method=scope.get("method", ""), status=str(status["code"])).inc()
             self.metrics.request_latency.labels(route=label).observe(time.perf_counter() - start)

@@ -8,7 +8,8 @@
   (each replacement reads "what is served now" and the store under the lock).
 - The micro-batching executor and the query-log writer are in workers.py.
 - The KB poller (`_poll_loop`) refreshes the retriever when `store.revision()` changes (e.g. `faq kb import` in another
-  process) and loads a new `current` build when its manifest version changes.
+  process) and loads a new `current` build when its manifest version changes. Refreshes encode new
+  phrasings through the encoder's background view (small chunks at low priority), off the request path.
 """
 from __future__ import annotations
 
@@ -121,7 +122,9 @@ class ServiceState:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.open)
         assert self.matcher is not None
-        self.batcher = MatchBatcher(self.matcher, self.settings.encode_workers, self.metrics)
+        self.batcher = MatchBatcher(self.matcher, self.settings.encode_workers, self.metrics,
+                                    max_queued=self.settings.max_queued_queries,
+                                    timeout_s=self.settings.request_timeout_ms / 1000.0)
         await self.batcher.start()
 
     async def close(self) -> None:
@@ -174,7 +177,7 @@ class ServiceState:
                     self.not_ready_reason = str(exc)
                 raise
             snapshot = self.store.snapshot()
-            served = fresh.with_kb(snapshot, self.encoder, cache=self._delta_cache)
+            served = fresh.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
             self._failed_version = None
             self._install(served, snapshot.revision, reason)
             log.info("serving index %s (was %s, %s)", served.version, prev_version, reason)
@@ -189,9 +192,15 @@ class ServiceState:
             snapshot = self.store.snapshot()
             if snapshot.revision == self.kb_revision:
                 return False
-            served = current.with_kb(snapshot, self.encoder, cache=self._delta_cache)
+            served = current.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
             self._install(served, snapshot.revision, reason)
             return True
+
+    def _background_encoder(self) -> Any:
+        """The encoder for KB refreshes: in small low-priority chunks, so encoding a bulk import
+        never holds the encoder for long while /match requests wait for it."""
+        background = getattr(self.encoder, "background", None)
+        return background() if background is not None else self.encoder
 
     def _install(self, retriever: Any, kb_revision: int, reason: str) -> None:
         self.retriever = retriever  # the atomic swap
@@ -272,11 +281,22 @@ class ServiceState:
         if self.query_log is not None:
             self.query_log.submit(rows)
 
-    def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None) -> bool:
+    def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None,
+                        session_id: str | None = None) -> bool:
+        """Record feedback once per request; False when no such request was logged. Raises
+        QueryLogDisabled, app.store.FaqNotFound (`faq_id` is not in the KB), and the store's
+        FeedbackAlreadyRecorded / FeedbackSessionMismatch (FAQ_FEEDBACK_REQUIRES_SESSION: a request
+        logged with a session_id needs it)."""
+        from app.store import FaqNotFound
+
         if self.query_log is None:
             raise QueryLogDisabled("the query log is disabled (FAQ_QUERY_LOG=false), so feedback cannot be recorded")
+        if faq_id is not None and not self.store.faq_exists(faq_id):
+            raise FaqNotFound(f"no FAQ {faq_id!r} in the knowledge base")
         self.query_log.flush()  # the request's row may still be buffered
-        return bool(self.store.record_feedback(request_id, correct, faq_id))
+        return bool(self.store.record_feedback(
+            request_id, correct, faq_id, session_id=session_id,
+            require_session=bool(getattr(self.settings, "feedback_requires_session", False))))
 
     # -- introspection -------------------------------------------------------------------------
     def index_info(self) -> dict:
