@@ -10,6 +10,8 @@ Query files (for evaluation): JSONL `{"query": str, "faq_id": str | null}` or CS
 
 Everything that validates a field lives here (`check_record`, `check_faq`, `group_records`) so the
 file importer, `FaqStore.import_records` and the admin CRUD methods accept exactly the same data.
+`text_problem` is the one rule for text any store can hold (no NUL, valid UTF-8); the HTTP API's
+request models apply it to every string a client can send.
 """
 from __future__ import annotations
 
@@ -89,6 +91,38 @@ class KbFormatError(KbValidationError):
 
 # ---------------------------------------------------------------- field validation
 
+NUL_PROBLEM = "must not contain NUL characters"
+SURROGATE_PROBLEM = "must be valid Unicode text (it contains an unpaired surrogate)"
+
+
+def text_problem(value: str) -> str | None:
+    """Why `value` cannot be stored as text, or None when it can.
+
+    PostgreSQL text cannot hold NUL at all, and neither driver can encode a lone surrogate (which
+    JSON's `\\ud800` escapes produce): such text fails in the database, or worse, is stored and then
+    breaks every reader (SQLite keeps it inside JSON columns). Rejecting both everywhere keeps the
+    two backends accepting exactly the same data.
+    """
+    if "\x00" in value:
+        return NUL_PROBLEM
+    if not (value.isascii() or _utf8_ok(value)):
+        return SURROGATE_PROBLEM
+    return None
+
+
+def _storable(value: str) -> bool:
+    # the inline form of text_problem(value) is None, for the import fast path
+    return "\x00" not in value and (value.isascii() or _utf8_ok(value))
+
+
+def _utf8_ok(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def normalize_question(question: str) -> str:
     """Collapse runs of whitespace (incl. newlines) and trim: the form stored and de-duplicated on."""
     return " ".join(question.split())
@@ -109,6 +143,10 @@ def _check_text(name: str, value: Any, max_chars: int, errors: list[str], requir
         return None
     if not isinstance(value, str):
         errors.append(f"{name} must be a string, got {_type_name(value)}")
+        return None
+    problem = text_problem(value)
+    if problem is not None:
+        errors.append(f"{name} {problem}")
         return None
     if not value.strip():
         errors.append(f"{name} is empty")
@@ -148,8 +186,12 @@ def check_tags(value: Any, errors: list[str]) -> list[str] | None:
             errors.append(f"tags[{i}] must be a string, got {_type_name(tag)}")
             ok = False
             continue
+        problem = text_problem(tag)
         tag = tag.strip()
-        if not tag:
+        if problem is not None:
+            errors.append(f"tags[{i}] {problem}")
+            ok = False
+        elif not tag:
             errors.append(f"tags[{i}] is empty")
             ok = False
         elif len(tag) > MAX_TAG_CHARS:
@@ -174,7 +216,8 @@ def check_record(faq_id: Any, question: Any, answer: Any, tags: Any) -> tuple[Kb
         stripped_id = faq_id.strip()
         normalized = " ".join(question.split())
         if (stripped_id and normalized and len(faq_id) <= MAX_FAQ_ID_CHARS and len(normalized) <= MAX_QUESTION_CHARS
-                and (answer is None or (len(answer) <= MAX_ANSWER_CHARS and not answer.isspace() and answer))):
+                and (answer is None or (len(answer) <= MAX_ANSWER_CHARS and not answer.isspace() and answer))
+                and _storable(faq_id) and _storable(question) and (answer is None or _storable(answer))):
             return KbRecord(stripped_id, normalized, answer, None), []
     errors: list[str] = []
     faq_id = check_faq_id(faq_id, errors)

@@ -3,15 +3,21 @@
 Request models forbid unknown fields and are strict about types (no "5" for an int, no "yes" for a
 bool) so a client mistake is reported instead of silently coerced. The limits live here as constants
 so the error messages, the OpenAPI docs and the tests agree.
+
+Every string a client can send (body fields, list items, the admin routes' path and query parameters)
+goes through `STORABLE`, the KB's own rule for text a database can hold (kb.records.text_problem): NUL
+and lone surrogates are a 422 naming the field here, never a database error after part of the work
+is done.
 """
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from app.arms import ARMS
+from kb.records import text_problem
 
 MAX_QUERY_CHARS = 1000
 MAX_TOP_K = 50
@@ -23,8 +29,36 @@ MAX_PAGE_OFFSET = 2**31 - 1  # far past any KB, and an int every database's OFFS
 VALID_ARMS = ARMS  # ann, ann+rerank, lexical, lexical+rerank (app/arms.py)
 
 
+def _storable(value: Any) -> Any:
+    # Before the type check: pydantic itself rejects a lone surrogate in a plain `str` field, but
+    # only as "must be a string", and lets it through inside a list.
+    if isinstance(value, str):
+        problem = text_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+    return value
+
+
+#: the validator every client-sent string carries (Annotated[str, STORABLE], also on query/path params)
+STORABLE = BeforeValidator(_storable)
+Text = Annotated[str, STORABLE]
+OptionalText = Annotated[str | None, STORABLE]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_keys(cls, data: Any) -> Any:
+        # an unknown field is reported by its name, and a name with a lone surrogate cannot be
+        # written into the JSON error body
+        if isinstance(data, dict):
+            for key in data:
+                problem = text_problem(key) if isinstance(key, str) else None
+                if problem is not None:
+                    raise ValueError(f"field names {problem}")
+        return data
 
 
 def _not_blank(value: str) -> str:
@@ -35,18 +69,18 @@ def _not_blank(value: str) -> str:
 
 # -- /match -------------------------------------------------------------------------------------
 class MatchRequest(_Strict):
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the user's question")
+    query: Text = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the user's question")
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K, description="FAQs to return (default 5)")
     threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="minimum calibrated score for an answer (default 0.5)"
     )
     rerank: bool = Field(default=False, description="re-rank the top FAQ_RERANK_K FAQs with the cross-encoder (FAQ_RERANKER); 409 when none is installed")
-    arm: str | None = Field(
+    arm: OptionalText = Field(
         default=None,
         description=f"retrieval arm, one of {', '.join(VALID_ARMS)}; unset: by configuration (FAQ_AB_SPLIT, "
         "sticky per session_id, else FAQ_DEFAULT_ARM)")
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_CHARS,
-                                   description="the user's session: keeps one A/B arm for the whole session")
+    session_id: OptionalText = Field(default=None, max_length=MAX_SESSION_CHARS,
+                                     description="the user's session: keeps one A/B arm for the whole session")
 
     _query_not_blank = field_validator("query")(_not_blank)
 
@@ -99,9 +133,17 @@ class BatchMatchResponse(BaseModel):
 
 # -- /feedback ----------------------------------------------------------------------------------
 class FeedbackRequest(_Strict):
-    request_id: str = Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)
+    """Feedback is recorded once per request_id (a second one is a 409). `faq_id` must name an FAQ of
+    the knowledge base. `session_id`, when given, must be the one the /match request was sent with."""
+
+    request_id: Text = Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)
     correct: bool | None = None
-    faq_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    faq_id: OptionalText = Field(default=None, min_length=1, max_length=MAX_ID_CHARS,
+                                 description="the FAQ that answers the query (must exist)")
+    session_id: OptionalText = Field(
+        default=None, max_length=MAX_SESSION_CHARS,
+        description="the session_id the /match request was sent with; a different one is refused (403), and with "
+                    "FAQ_FEEDBACK_REQUIRES_SESSION it is required for requests that were sent with one")
 
     @model_validator(mode="after")
     def _something_to_record(self) -> "FeedbackRequest":
@@ -163,10 +205,10 @@ def _clean_questions(questions: list[str] | None) -> list[str] | None:
 
 
 class FaqCreate(_Strict):
-    faq_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
-    answer: str = Field(min_length=1, max_length=20_000)
-    questions: list[str] = Field(min_length=1, max_length=500)
-    tags: list[str] = Field(default_factory=list, max_length=50)
+    faq_id: Text = Field(min_length=1, max_length=MAX_ID_CHARS)
+    answer: Text = Field(min_length=1, max_length=20_000)
+    questions: list[Text] = Field(min_length=1, max_length=500)
+    tags: list[Text] = Field(default_factory=list, max_length=50)
 
     _faq_id_not_blank = field_validator("faq_id")(_not_blank)
     _answer_not_blank = field_validator("answer")(_not_blank)
@@ -176,9 +218,9 @@ class FaqCreate(_Strict):
 class FaqReplace(_Strict):
     """PUT: the whole FAQ except its id."""
 
-    answer: str = Field(min_length=1, max_length=20_000)
-    questions: list[str] = Field(min_length=1, max_length=500)
-    tags: list[str] = Field(default_factory=list, max_length=50)
+    answer: Text = Field(min_length=1, max_length=20_000)
+    questions: list[Text] = Field(min_length=1, max_length=500)
+    tags: list[Text] = Field(default_factory=list, max_length=50)
 
     _answer_not_blank = field_validator("answer")(_not_blank)
     _questions_ok = field_validator("questions")(_clean_questions)
@@ -187,9 +229,9 @@ class FaqReplace(_Strict):
 class FaqPatch(_Strict):
     """PATCH: only the given fields change."""
 
-    answer: str | None = Field(default=None, min_length=1, max_length=20_000)
-    questions: list[str] | None = Field(default=None, min_length=1, max_length=500)
-    tags: list[str] | None = Field(default=None, max_length=50)
+    answer: OptionalText = Field(default=None, min_length=1, max_length=20_000)
+    questions: list[Text] | None = Field(default=None, min_length=1, max_length=500)
+    tags: list[Text] | None = Field(default=None, max_length=50)
 
     _questions_ok = field_validator("questions")(_clean_questions)
 

@@ -117,7 +117,9 @@ class QueryLogWriter:
                     continue
                 batch, self._rows = self._rows[: self.max_batch], self._rows[self.max_batch:]
             try:
-                self.store.log_queries(batch)
+                dropped = self.store.log_queries(batch)  # rows it could not store; the others are written
+                if dropped and self.metrics:
+                    self.metrics.query_log_dropped.inc(dropped)
             except Exception:  # a logging failure must never take the service down
                 log.exception("query log: could not write %d rows", len(batch))
                 if self.metrics:

@@ -60,6 +60,9 @@ BAD_MATCH_BODIES = [
     ({"query": "ok", "arm": "bm25"}, "arm", "unknown arm 'bm25'; valid arms: ann, ann+rerank, lexical, lexical+rerank"),
     ({"query": "ok", "session_id": "s" * 129}, "session_id", "must be at most 128 characters"),
     ({"query": "ok", "topk": 3}, "topk", "unknown field"),
+    ({"query": "a\x00b"}, "query", "must not contain NUL characters"),
+    ({"query": "ok", "session_id": "\x00"}, "session_id", "must not contain NUL characters"),
+    ({"query": "ok", "arm": "ann\x00"}, "arm", "must not contain NUL characters"),
 ]
 
 
@@ -72,6 +75,22 @@ def test_bad_match_body_is_422_naming_field_and_limit(service, body, field, mess
     assert fields(r).get(field) == message, r.json()
     assert r.json()["error"].startswith("invalid request: ") and field in r.json()["error"]
     assert logged_rows(client, store) == before, "a rejected request must change nothing"
+
+
+def test_lone_surrogates_are_422_naming_the_field(service):
+    """JSON can carry a lone surrogate ("\\ud800"); no database can store it, and a field name with one
+    cannot even be echoed in the error body."""
+    client, store = service
+    before = logged_rows(client, store)
+    cases = [({"query": "a\ud800"}, "query"), ({"query": "ok", "session_id": "\udfff"}, "session_id"),
+             ({"query": "ok", "\ud800": 1}, "body"),
+             ({"queries": [{"query": "ok"}, {"query": "\udc00"}]}, "queries[1].query")]
+    for body, field in cases:
+        path = "/match/batch" if "queries" in body else "/match"
+        r = client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert "must be valid Unicode text (it contains an unpaired surrogate)" in fields(r)[field], r.json()
+    assert logged_rows(client, store) == before
 
 
 def test_body_that_is_not_an_object(service):
@@ -194,20 +213,22 @@ def test_unknown_route_and_method(service):
     assert client.get("/admin/faqs").status_code == 404, "admin API not mounted without a token"
 
 
+# any code point, NUL and lone surrogates included (what a JSON string can carry)
+any_text = st.text(st.characters(exclude_categories=()), max_size=30)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | any_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
     max_leaves=10,
 )
 match_bodies = st.fixed_dictionaries(
     {},
     optional={
-        "query": st.one_of(st.text(max_size=40), json_values),
+        "query": st.one_of(st.text(max_size=40), any_text, json_values),
         "top_k": st.one_of(st.integers(-5, 60), json_values),
         "threshold": st.one_of(st.floats(-1, 2, allow_nan=False, allow_infinity=False), json_values),
         "rerank": st.one_of(st.booleans(), json_values),
         "arm": st.one_of(st.sampled_from(["ann", "bm25", ""]), json_values),
-        "session_id": st.one_of(st.text(max_size=5), json_values),
+        "session_id": st.one_of(st.text(max_size=5), any_text, json_values),
         "extra": json_values,
     },
 ) | json_values
@@ -217,7 +238,8 @@ match_bodies = st.fixed_dictionaries(
 @given(body=match_bodies)
 def test_fuzz_match_body_never_500(service, body):
     client, _ = service
-    r = client.post("/match", json=body)
+    # sent ASCII-escaped: a lone surrogate has no UTF-8 form, only a JSON escape
+    r = client.post("/match", content=json.dumps(body), headers={"Content-Type": "application/json"})
     assert r.status_code in (200, 409, 422), (body, r.status_code, r.text)
     assert "error" in r.json() or r.status_code == 200
 

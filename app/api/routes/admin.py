@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
 
 from app.api.deps import get_state, require_admin
 from app.api.schemas import (
     BAD_INPUT_RESPONSES,
+    MAX_ID_CHARS,
     MAX_PAGE_OFFSET,
+    STORABLE,
     ErrorBody,
     FaqCreate,
     FaqOutModel,
@@ -38,8 +40,13 @@ router = APIRouter(
     dependencies=[Depends(require_admin)],
     responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"}},
 )
-_NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}}
+_BAD_ID = {422: {"model": ErrorBody, "description": "the faq_id in the path is too long or not storable text"}}
+_NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}, **_BAD_ID}
 _WRITE = {**_NOT_FOUND, **BAD_INPUT_RESPONSES}
+
+# A `%00` in the URL reaches the handler as a NUL character (invalid UTF-8 escapes arrive as U+FFFD):
+# path and query text get the same STORABLE check as body fields.
+FaqIdPath = Annotated[str, Path(max_length=MAX_ID_CHARS, description="the FAQ's id"), STORABLE]
 
 
 def _faq_out(faq: Any) -> FaqOutModel:
@@ -72,7 +79,8 @@ def _refresh(state: ServiceState) -> None:
 def list_faqs(
     offset: int = Query(0, ge=0, le=MAX_PAGE_OFFSET),
     limit: int = Query(50, ge=1, le=500),
-    q: str | None = Query(None, min_length=1, max_length=200, description="substring of id, answer or question"),
+    q: Annotated[str | None, Query(min_length=1, max_length=200, description="substring of id, answer or question"),
+                 STORABLE] = None,
     state: ServiceState = Depends(get_state),
 ) -> FaqPage:
     items = state.store.list_faqs(offset=offset, limit=limit, q=q)
@@ -97,7 +105,7 @@ def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> Faq
 
 
 @router.get("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND)
-def get_faq(faq_id: str, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def get_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     faq = state.store.get_faq(faq_id)
     if faq is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
@@ -118,17 +126,17 @@ def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
 
 
 @router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
-def replace_faq(faq_id: str, body: FaqReplace, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def replace_faq(faq_id: FaqIdPath, body: FaqReplace, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 
 
 @router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Change some fields of an FAQ")
-def patch_faq(faq_id: str, body: FaqPatch, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: ServiceState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 
 
 @router.delete("/faqs/{faq_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
-def delete_faq(faq_id: str, state: ServiceState = Depends(get_state)) -> Response:
+def delete_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> Response:
     if not state.store.delete_faq(faq_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
     _refresh(state)

@@ -9,6 +9,8 @@ import uuid
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import get_state
@@ -25,6 +27,7 @@ from app.api.schemas import (
 from app.api.state import QueryLogDisabled, ServiceState
 from app.arms import arm_split, resolve_arm, uses_reranker
 from app.pipeline import MatchQuery, MatchResult
+from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 
 router = APIRouter(tags=["match"])
 
@@ -125,17 +128,39 @@ def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
     }
 
 
+_FEEDBACK_ERRORS = {
+    **BAD_INPUT_RESPONSES,
+    403: {"model": ErrorBody, "description": "session_id differs from the one the request was sent with (or is "
+                                             "missing, with FAQ_FEEDBACK_REQUIRES_SESSION)"},
+    404: {"model": ErrorBody, "description": "unknown request_id"},
+    409: {"model": ErrorBody,
+          "description": "feedback for this request was already recorded, or the query log is disabled"},
+    422: {"model": ErrorBody,
+          "description": "a field is missing, unknown, of the wrong type or out of range, or faq_id is not in the KB"},
+}
+
+
 @router.post(
-    "/feedback", response_model=FeedbackResponse,
-    responses={404: {"model": ErrorBody, "description": "unknown request_id"},
-               409: {"model": ErrorBody, "description": "query log disabled"}, **BAD_INPUT_RESPONSES},
-    summary="Record whether a /match answer was right (and which FAQ was)",
+    "/feedback", response_model=FeedbackResponse, responses=_FEEDBACK_ERRORS,
+    summary="Record whether a /match answer was right (and which FAQ was); once per request",
 )
-async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse:
+async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse | JSONResponse:
+    def refused(status_code: int, field: str, message: str) -> JSONResponse:
+        return JSONResponse(status_code=status_code,
+                            content={"error": message, "detail": [{"field": field, "message": message}]})
+
     try:
-        found = await run_in_threadpool(state.record_feedback, body.request_id, body.correct, body.faq_id)
+        found = await run_in_threadpool(state.record_feedback, body.request_id, body.correct, body.faq_id,
+                                        body.session_id)
     except QueryLogDisabled as exc:
         raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=str(exc)) from exc
+    except FaqNotFound as exc:
+        # the same shape (and handler) as any other invalid field
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "faq_id"), "msg": str(exc)}]) from exc
+    except FeedbackSessionMismatch as exc:
+        return refused(status.HTTP_403_FORBIDDEN, "session_id", str(exc))
+    except FeedbackAlreadyRecorded as exc:
+        return refused(status.HTTP_409_CONFLICT, "request_id", str(exc))
     if not found:
         raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"unknown request_id {body.request_id!r}")
     return FeedbackResponse(request_id=body.request_id, recorded=True)
