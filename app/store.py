@@ -6,11 +6,17 @@ Concurrency: every KB mutation runs in one transaction that starts by touching t
 row, which takes SQLite's write lock (waiting up to busy_timeout) / PostgreSQL's row lock. KB writers
 are therefore serialised, and the revision is bumped in the same transaction as the change it marks.
 Readers that need a consistent view (snapshot, export, stats) run in one snapshot transaction.
+
+Text that no database can hold (kb.records.text_problem: NUL, lone surrogates) never reaches a
+statement: KB writes reject it (KbValidationError), lookups by such a key find nothing, and the query
+log drops only the rows that carry it.
 """
 from __future__ import annotations
 
 import json
+import logging
 import statistics
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Connection, Engine, Text, and_, bindparam, delete, exists, func, insert, or_, select, text, type_coerce, update,
+    Connection, Engine, Text, and_, bindparam, delete, exists, false, func, insert, or_, select, text, type_coerce,
+    update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from app.db.models import SCHEMA_REVISION, Faq, IndexBuild, KbMeta, QueryLog, QuestionVariant, utcnow
 from app.db.session import make_engine
@@ -33,12 +40,15 @@ from kb.records import (
     check_faq,
     check_record,
     group_records,
+    text_problem,
 )
 
 __all__ = [
-    "FaqExists", "FaqNotFound", "FaqOut", "FaqStore", "ImportReport", "KbRecord", "KbSnapshot",
-    "KbValidationError", "SchemaNotReady", "VariantRow",
+    "FaqExists", "FaqNotFound", "FaqOut", "FaqStore", "FeedbackAlreadyRecorded", "FeedbackSessionMismatch",
+    "ImportReport", "KbRecord", "KbSnapshot", "KbValidationError", "SchemaNotReady", "VariantRow",
 ]
+
+log = logging.getLogger(__name__)
 
 REVISION_KEY = "revision"
 # bound parameters per IN (...) list: stays under SQLite's variable limit
@@ -61,6 +71,14 @@ class FaqExists(Exception):
 
 class FaqNotFound(Exception):
     """update_faq() of a faq_id that does not exist."""
+
+
+class FeedbackAlreadyRecorded(Exception):
+    """record_feedback() for a request whose feedback is already there: feedback is written once."""
+
+
+class FeedbackSessionMismatch(Exception):
+    """record_feedback() with a session_id other than the logged query's (or none, when one is required)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,17 @@ class ImportReport:
         return {**asdict(self), "changes": self.changes}
 
 
+#: query-log rows deleted per transaction by prune_query_log
+PRUNE_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    deleted: int
+    chunks: int
+    done: bool  # False: stopped at max_seconds with old rows left
+
+
 def _utc(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; everything stored is UTC, so make that explicit."""
     if value is None:
@@ -128,6 +157,10 @@ def _utc(value: datetime | None) -> datetime | None:
 def _chunks(items: list, size: int = _CHUNK) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def _storable(*texts: str | None) -> bool:
+    return all(t is None or text_problem(t) is None for t in texts)
 
 
 def _like_pattern(text: str) -> str:
@@ -144,6 +177,7 @@ class FaqStore:
         else:
             self.engine = make_engine(str(url_or_engine))
             self._owns_engine = True
+        self.log_rows_dropped = 0  # query-log rows log_queries could not store, since this store was opened
 
     @classmethod
     def from_settings(cls, settings: Any = None) -> "FaqStore":
@@ -412,6 +446,8 @@ class FaqStore:
     def _search_filter(q: str | None) -> Any:
         if not q:
             return None
+        if not _storable(q):  # stored text never contains it (and PostgreSQL refuses to compare with it)
+            return false()
         pattern = _like_pattern(q)
         return or_(
             faqs_t.c.faq_id.ilike(pattern, escape="\\"),
@@ -440,6 +476,8 @@ class FaqStore:
             return int(conn.execute(stmt).scalar() or 0)
 
     def get_faq(self, faq_id: str) -> FaqOut | None:
+        if not _storable(faq_id):
+            return None
         with self._read() as conn:
             return self._get(conn, faq_id)
 
@@ -502,8 +540,16 @@ class FaqStore:
                 self._bump_revision(conn)
             return self._get(conn, faq_id)
 
+    def faq_exists(self, faq_id: str) -> bool:
+        if not _storable(faq_id):
+            return False
+        with self.engine.connect() as conn:
+            return conn.execute(select(faqs_t.c.faq_id).where(faqs_t.c.faq_id == faq_id)).first() is not None
+
     def delete_faq(self, faq_id: str) -> bool:
         """Delete an FAQ and its variants; False when it did not exist."""
+        if not _storable(faq_id):
+            return False
         with self._write() as conn:
             deleted = conn.execute(delete(faqs_t).where(faqs_t.c.faq_id == faq_id)).rowcount > 0
             if deleted:
@@ -549,39 +595,159 @@ class FaqStore:
                 out[key] = out[key].isoformat()
         return out
 
-    def list_builds(self) -> list[dict[str, Any]]:
-        """All index builds, newest first (timestamps as aware UTC datetimes)."""
+    def list_builds(self, status: str | None = None) -> list[dict[str, Any]]:
+        """All index builds (or those with `status`), newest first (timestamps as aware UTC datetimes)."""
+        stmt = select(builds_t).order_by(builds_t.c.id.desc())
+        if status is not None:
+            stmt = stmt.where(builds_t.c.status == status)
         with self.engine.connect() as conn:
-            rows = conn.execute(select(builds_t).order_by(builds_t.c.id.desc())).all()
+            rows = conn.execute(stmt).all()
         return [self._build_dict(r) for r in rows]
+
+    def fail_build_if_building(self, version: str, error: str) -> bool:
+        """Mark the build `version` failed with `error`, only if it is still "building" (a sweep must not
+        overwrite the outcome of a build that finished meanwhile); True if it was changed."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(builds_t).where(builds_t.c.version == version, builds_t.c.status == "building")
+                .values(status="failed", finished_at=utcnow(), error=error[:2000])
+            )
+            return result.rowcount > 0
+
+    # ------------------------------------------------------------ query log retention
+
+    def count_query_log_before(self, cutoff: datetime) -> int:
+        """Query-log rows created before `cutoff`."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(
+                select(func.count()).select_from(qlog_t).where(qlog_t.c.created_at < _utc(cutoff))
+            ).scalar() or 0)
+
+    def prune_query_log(self, cutoff: datetime, *, chunk_size: int = PRUNE_CHUNK, max_seconds: float | None = None,
+                        progress: Any = None) -> PruneResult:
+        """Delete query-log rows created before `cutoff`, `chunk_size` rows per transaction, so writers
+        (the service's log writer) wait at most one chunk for the lock, never the whole prune.
+        `max_seconds`: stop after the chunk that passes it (`done` False: call again to go on).
+        `progress(deleted_so_far)` is called after every chunk."""
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        cutoff = _utc(cutoff)
+        # ids picked through the created_at index; a subquery keeps the bound parameters at two
+        old_ids = select(qlog_t.c.id).where(qlog_t.c.created_at < cutoff).limit(chunk_size)
+        started = time.monotonic()
+        deleted = chunks = 0
+        while True:
+            with self.engine.begin() as conn:
+                n = conn.execute(delete(qlog_t).where(qlog_t.c.id.in_(old_ids))).rowcount
+            deleted += n
+            chunks += 1
+            if progress is not None and n:
+                progress(deleted)
+            if n < chunk_size:
+                return PruneResult(deleted=deleted, chunks=chunks, done=True)
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                return PruneResult(deleted=deleted, chunks=chunks, done=False)
 
     # ------------------------------------------------------------ query log
 
     _LOG_FIELDS = tuple(c.name for c in qlog_t.columns if c.name != "id")
 
-    def log_queries(self, rows: list[dict[str, Any]]) -> None:
-        """Insert query-log rows in one statement (keys: query_log columns; created_at defaults to now)."""
+    _LOG_TEXT_FIELDS = tuple(c.name for c in qlog_t.columns if c.name != "id" and c.type.python_type is str)
+
+    def log_queries(self, rows: list[dict[str, Any]]) -> int:
+        """Insert query-log rows (keys: query_log columns; created_at defaults to now); returns how many
+        were dropped. A bad row never costs the others: rows with text no database can hold are dropped
+        up front, and when the one-statement insert still fails on the data (a duplicate request_id, a
+        value the column refuses), the rows are inserted one by one and only the failing ones dropped.
+        Connection problems raise (nothing is written then). `log_rows_dropped` counts drops since start.
+        Raises ValueError for unknown fields (a caller bug)."""
         if not rows:
-            return
+            return 0
         now = utcnow()
         params = []
+        unstorable: list[str] = []
         for i, row in enumerate(rows):
             unknown = set(row) - set(self._LOG_FIELDS)
             if unknown:
                 raise ValueError(f"query log row {i}: unknown field(s) {', '.join(sorted(unknown))}")
+            bad = [name for name in self._LOG_TEXT_FIELDS
+                   if isinstance(row.get(name), str) and text_problem(row[name]) is not None]
+            if bad:
+                unstorable.append(f"{row.get('request_id')!a} ({', '.join(bad)})")
+                continue
             # executemany needs the same keys in every row
             full = {name: row.get(name) for name in self._LOG_FIELDS}
             if full["created_at"] is None:
                 full["created_at"] = now
             params.append(full)
-        with self.engine.begin() as conn:
-            conn.execute(insert(qlog_t), params)
+        if unstorable:
+            log.warning("query log: dropped %d row(s) with text no database can hold (NUL or a lone surrogate): %s",
+                        len(unstorable), ", ".join(unstorable[:10]))
+        dropped = len(unstorable)
+        if params:
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(qlog_t), params)
+            except (OperationalError, InterfaceError):
+                raise  # the database, not the data: row by row would only fail slower
+            except Exception as exc:  # noqa: BLE001 - which row is bad is found out below
+                log.warning("query log: inserting %d rows at once failed (%s); inserting them one by one",
+                            len(params), " ".join(str(exc).split())[:300])
+                dropped += self._log_one_by_one(params)
+        self.log_rows_dropped += dropped
+        return dropped
 
-    def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None) -> bool:
-        """Attach feedback to a logged query; False when no query has that request_id."""
+    def _log_one_by_one(self, params: list[dict[str, Any]]) -> int:
+        """Each row in its own transaction; returns how many were dropped (logged once per call)."""
+        failed: list[str] = []
+        for i, row in enumerate(params):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(qlog_t), row)
+            except (OperationalError, InterfaceError) as exc:
+                rest = len(params) - i
+                log.error("query log: database unavailable, dropped the last %d of %d rows: %s",
+                          rest, len(params), " ".join(str(exc).split())[:300])
+                return len(failed) + rest
+            except Exception as exc:  # noqa: BLE001 - drop this row only
+                failed.append(f"{row.get('request_id')!a}: {' '.join(str(exc).split())[:200]}")
+        if failed:
+            log.warning("query log: dropped %d of %d rows the database refused: %s",
+                        len(failed), len(params), "; ".join(failed[:5]))
+        return len(failed)
+
+    def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None,
+                        session_id: str | None = None, require_session: bool = False) -> bool:
+        """Attach feedback to a logged query, once; False when no query has that request_id.
+
+        One conditional UPDATE decides, so of two concurrent calls exactly one wins. Raises
+        FeedbackAlreadyRecorded when the query has feedback already, FeedbackSessionMismatch when the
+        query was logged with a session_id and `session_id` differs (or, with `require_session`, is
+        missing). Whether `faq_id` names an FAQ is the caller's business (the log outlives FAQs)."""
+        if not _storable(request_id, faq_id, session_id):
+            return False  # no logged request can have it
+        row_is = qlog_t.c.request_id == request_id
+        conditions = [row_is, qlog_t.c.feedback_correct.is_(None), qlog_t.c.feedback_faq_id.is_(None)]
+        if session_id is not None:
+            conditions.append(or_(qlog_t.c.session_id.is_(None), qlog_t.c.session_id == session_id))
+        elif require_session:
+            conditions.append(qlog_t.c.session_id.is_(None))
         with self.engine.begin() as conn:
             result = conn.execute(
-                update(qlog_t).where(qlog_t.c.request_id == request_id)
-                .values(feedback_correct=correct, feedback_faq_id=faq_id)
-            )
-            return result.rowcount > 0
+                update(qlog_t).where(and_(*conditions)).values(feedback_correct=correct, feedback_faq_id=faq_id))
+            if result.rowcount > 0:
+                return True
+            # Nothing updated: tell why. A row that no longer matches the WHERE stays that way
+            # (feedback is never cleared), so this read cannot contradict the UPDATE.
+            row = conn.execute(select(qlog_t.c.session_id, qlog_t.c.feedback_correct, qlog_t.c.feedback_faq_id)
+                               .where(row_is)).first()
+        if row is None:
+            return False
+        # the session is checked first: a caller from another session learns nothing about the feedback
+        if row.session_id is not None and (session_id != row.session_id if session_id is not None else require_session):
+            if session_id is None:
+                raise FeedbackSessionMismatch(f"request {request_id} was made in a session: give its session_id")
+            raise FeedbackSessionMismatch(f"session_id does not match the session of request {request_id}")
+        if row.feedback_correct is not None or row.feedback_faq_id is not None:
+            raise FeedbackAlreadyRecorded(f"feedback for request {request_id} was already recorded")
+        return False  # logged only after the UPDATE looked: it was not there when the feedback came

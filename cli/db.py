@@ -1,7 +1,11 @@
-"""`faq db ...`: schema migrations of the configured database (FAQ_DATABASE_URL or data_dir/faq.db)."""
+"""`faq db ...`: schema migrations of the configured database (FAQ_DATABASE_URL or data_dir/faq.db), and
+query-log retention (`faq db prune [--days N] [--dry-run]`)."""
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.engine import make_url
 
@@ -10,8 +14,9 @@ from migrations import runner
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    db = subparsers.add_parser("db", help="database migrations (upgrade, downgrade, current)",
-                               description="Alembic schema migrations of the configured database.")
+    db = subparsers.add_parser("db", help="database migrations (upgrade, downgrade, current) and query-log retention (prune)",
+                               description="Alembic schema migrations of the configured database, and "
+                               "deleting query-log rows older than the retention period.")
     db.set_defaults(func=lambda args: (db.print_help(), 2)[1])
     sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
 
@@ -25,6 +30,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("current", help="show the database's revision")
     p.set_defaults(func=cmd_current)
+
+    p = sub.add_parser(
+        "prune", help="delete query-log rows older than N days (default FAQ_QUERY_LOG_RETENTION_DAYS)",
+        description="Deletes query_log rows created more than N days ago, 5,000 per transaction so the running "
+        "service's log writer is never blocked for long. The service also prunes by itself, at most once an "
+        "hour, with FAQ_QUERY_LOG_RETENTION_DAYS (0 = keep forever).",
+    )
+    p.add_argument("--days", type=_days, default=None,
+                   help="keep the last N days (>= 1; default: FAQ_QUERY_LOG_RETENTION_DAYS)")
+    p.add_argument("--dry-run", action="store_true", help="only count the rows that would be deleted")
+    p.set_defaults(func=cmd_prune)
+
+
+def _days(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--days must be a whole number, got {value!r}") from None
+    if days < 1:
+        raise argparse.ArgumentTypeError(f"--days must be >= 1, got {days}")
+    return days
 
 
 def _url() -> str:
@@ -59,3 +85,49 @@ def cmd_downgrade(args: argparse.Namespace) -> int:
 def cmd_current(args: argparse.Namespace) -> int:
     print(_describe(_url()))
     return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from migrations.runner import migrated_store
+
+    settings = get_settings()
+    days = args.days if args.days is not None else int(getattr(settings, "query_log_retention_days", 90))
+    if days <= 0:
+        print("query-log retention is 0 (FAQ_QUERY_LOG_RETENTION_DAYS): logs are kept forever, nothing to prune; "
+              "pass --days N to prune anyway")
+        return 0
+    cutoff = datetime.now(timezone.utc) - timedelta(days=days)
+    if args.dry_run:  # not even a migration: a dry run changes nothing
+        from app.store import FaqStore, SchemaNotReady
+
+        try:
+            store = FaqStore.from_settings(settings)
+        except SchemaNotReady as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        store = migrated_store(settings)
+    try:
+        total = store.count_query_log_before(cutoff)
+        what = f"query-log rows older than {days} days (created before {cutoff:%Y-%m-%d %H:%M:%S} UTC)"
+        if args.dry_run:
+            print(f"dry run: {total} {what} would be deleted")
+            return 0
+        if total == 0:
+            print(f"no {what}")
+            return 0
+        started = time.monotonic()
+        last_report = started
+
+        def progress(deleted: int) -> None:
+            nonlocal last_report
+            now = time.monotonic()
+            if now - last_report >= 2.0:
+                last_report = now
+                print(f"  deleted {deleted}/{total} ({deleted / total:.0%}) in {now - started:.0f}s", file=sys.stderr)
+
+        result = store.prune_query_log(cutoff, progress=progress)
+        print(f"deleted {result.deleted} {what} in {result.chunks} transaction(s), {time.monotonic() - started:.1f}s")
+        return 0
+    finally:
+        store.close()

@@ -4,6 +4,7 @@
     faq index list
     faq index activate VERSION
     faq index verify [VERSION]
+    faq index sweep [--dry-run]
 """
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--recall-floor", type=float, default=None, help="fail when self-recall@10 is below this")
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser(
+        "sweep", help="mark builds whose process died failed and remove their staging folders",
+        description="Finds builds left behind by a killed `faq index build` (SIGKILL, OOM killer, a lost "
+        "machine): their index_builds rows are still 'building' and their staging folders are on disk. "
+        "A build whose process still holds its lock file is never touched, so this is safe next to running "
+        "builds and servers. A build without a lock file counts as orphaned when its staging folder is "
+        "older than 24 h, or when it has none and started more than 15 minutes ago. `faq index build` "
+        "and the service's start-up run the same sweep.",
+    )
+    p.add_argument("--dry-run", action="store_true", help="only say what would be cleaned up")
+    p.set_defaults(func=cmd_sweep)
+
     group.set_defaults(func=lambda args: (group.print_help(), 2)[1])
 
 
@@ -77,7 +90,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
     from app.pipeline import encoder_spec, load_configured_encoder
     from migrations.runner import migrated_store
-    from index.build import BuildError, build_index
+    from index.build import BuildError, BuildInterrupted, build_index, sweep_builds
 
     settings = get_settings()
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
@@ -87,6 +100,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, int(settings.torch_threads)))
     store = migrated_store(settings)
+    registry = _registry(settings)
+    try:
+        swept = sweep_builds(store, registry)
+    except Exception as exc:  # debris of other builds must not stop this one
+        print(f"warning: could not sweep orphaned builds: {exc}", file=sys.stderr)
+    else:
+        if swept.failed or swept.removed:
+            print(f"cleaned up after killed builds: {swept.summary()}")
     spec = args.encoder or encoder_spec(settings)
     if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
         spec = str(Path(spec).resolve())
@@ -97,13 +118,15 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"n_trees={n_trees} search_k={search_k}")
     try:
         manifest = build_index(
-            store, encoder, _registry(settings), n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
+            store, encoder, registry, n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
             recall_floor=args.recall_floor, activate=not args.no_activate, report=print, encoder_spec=spec,
             lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")
+    except BuildInterrupted as exc:
+        return _error(f"build {exc}: marked failed, staging folder removed, current index unchanged", exc.exit_code)
     t = manifest["timings"]
     print(f"built {manifest['version']}: {manifest['n_variants']} variants of {manifest['n_faqs']} FAQs, "
           f"{manifest['annoy_bytes'] / 1e6:.1f} MB; encode {t['encode_s']:.1f}s "
@@ -159,3 +182,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 0
     print(f"{version}: FAILED: " + "; ".join(report.errors), file=sys.stderr)
     return 1
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+    from index.build import sweep_builds
+    from migrations.runner import migrated_store
+
+    settings = get_settings()
+    if args.dry_run:  # not even a migration: a dry run changes nothing
+        from app.store import FaqStore, SchemaNotReady
+
+        try:
+            store = FaqStore.from_settings(settings)
+        except SchemaNotReady as exc:
+            return _error(str(exc))
+    else:
+        store = migrated_store(settings)
+    try:
+        report = sweep_builds(store, _registry(settings), dry_run=args.dry_run)
+    finally:
+        store.close()
+    print(("dry run: would have " if args.dry_run else "") + report.summary())
+    for version in sorted(set(report.failed) | set(report.removed)):
+        print(f"  {version}: " + ", ".join(
+            ([] if version not in report.failed else ["row marked failed"])
+            + ([] if version not in report.removed else ["staging folder removed"])))
+    return 0

@@ -13,6 +13,7 @@ Layout (contract in docs/architecture.md):
                                     uses no answer evidence (manifest `answers.used` false)
         manifest.json               what was built, with which encoder, how it verified, calibration
       .staging-<version>/           a build in progress; renamed into place only when complete
+      .staging-<version>.lock       flock-ed by the build process for its whole life (see `build_lock`)
       current -> 20261122T010203Z-a1b2c3    symlink, switched with os.replace (atomic on POSIX)
 
 Version names sort by creation time (UTC timestamp) and carry 6 hex digits (random; counting up
@@ -30,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 from collections.abc import Iterable
 import time
 from dataclasses import dataclass, field
@@ -50,8 +52,10 @@ ANSWERS_FILE = "answers.npy"
 ANSWER_MAP_FILE = "answers.jsonl"
 CURRENT_LINK = "current"
 STAGING_PREFIX = ".staging-"
+LOCK_SUFFIX = ".lock"
 VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
-#: staging folders older than this are leftovers of killed builds and are removed by prune()
+#: a staging folder without a build lock (written by a version without locks) is only removed when it
+#: is older than this: nothing else tells a killed build from a slow one
 STALE_STAGING_SECONDS = 24 * 3600
 #: vectors.npy is fp16 (cosine error ~1e-3); near-ties at the 10th place within this are not misses
 FP16_TIE_EPS = 2e-3
@@ -59,6 +63,10 @@ FP16_TIE_EPS = 2e-3
 
 class IndexVerificationError(Exception):
     """A build folder is incomplete, corrupted or does not meet the recall floor."""
+
+
+class BuildLocked(RuntimeError):
+    """A build version already has a lock file: two builds picked the same version name."""
 
 
 class UnknownVersion(LookupError):
@@ -144,8 +152,8 @@ class BuildRegistry:
         are gone)."""
         version = new_version(now)
         stamp = version.split("-")[0]
-        on_disk = (p.name.removeprefix(STAGING_PREFIX) for p in self.index_dir.glob(f"*{stamp}-*")) \
-            if self.index_dir.is_dir() else ()
+        on_disk = (p.name.removeprefix(STAGING_PREFIX).removesuffix(LOCK_SUFFIX)
+                   for p in self.index_dir.glob(f"*{stamp}-*")) if self.index_dir.is_dir() else ()
         same_second = sorted(
             name for name in (*on_disk, *taken) if name.startswith(stamp + "-") and VERSION_RE.match(name)
         )
@@ -165,6 +173,71 @@ class BuildRegistry:
         staging = self.staging_path(version)
         staging.mkdir()
         return staging
+
+    # --- build locks: which builds still have a live process -----------------------------------
+    def build_lock_path(self, version: str) -> Path:
+        return self.index_dir / f"{STAGING_PREFIX}{version}{LOCK_SUFFIX}"
+
+    @contextlib.contextmanager
+    def build_lock(self, version: str) -> Iterator[Path]:
+        """Held by a build for its whole life: an exclusive flock that the kernel drops when the process
+        dies, however it dies, so `claim_build` can tell a killed build from a running one. Taken before
+        the build's row and staging folder exist and released after both are final, so neither is ever
+        seen without it. The file is unlinked before the lock is dropped."""
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        path = self.build_lock_path(version)
+        # The file appears under its real name already locked (locked under a private name, then
+        # hard-linked): a sweep can never find it unlocked while its build is alive.
+        tmp = path.with_name(f"{path.name}.tmp-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # not inherited by children (PEP 446)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # for people looking at the folder; the lock itself is what counts
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise BuildLocked(f"build {version} already has a lock file ({path})") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+            try:
+                yield path
+            finally:
+                path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def claim_build(self, version: str) -> Iterator[str]:
+        """Probe a build's lock without waiting. Yields "live" (its process holds the lock), "orphaned"
+        (the lock file is there but nobody holds it: the process is gone, and the lock is now held by
+        the caller until the block ends, so no one else cleans up the same build at the same time) or
+        "unlocked" (no lock file). Call `drop_build_lock` inside the block once the debris is gone."""
+        try:
+            fd = os.open(self.build_lock_path(version), os.O_RDONLY)
+        except FileNotFoundError:
+            yield "unlocked"
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield "live"
+                return
+            yield "orphaned"
+        finally:
+            os.close(fd)
+
+    def drop_build_lock(self, version: str) -> None:
+        self.build_lock_path(version).unlink(missing_ok=True)
+
+    def unfinished(self) -> list[str]:
+        """Versions with a staging folder or a build lock file on disk, oldest first."""
+        if not self.index_dir.is_dir():
+            return []
+        names = {p.name.removeprefix(STAGING_PREFIX).removesuffix(LOCK_SUFFIX)
+                 for p in self.index_dir.glob(f"{STAGING_PREFIX}*")}
+        return sorted(n for n in names if VERSION_RE.match(n))
 
     def commit(self, staging: Path, version: str) -> Path:
         """Atomically turn a complete staging folder into a version (rename within one filesystem)."""
@@ -251,7 +324,8 @@ class BuildRegistry:
 
     def prune(self, keep: int) -> list[str]:
         """Delete all but the newest `keep` versions; the current version is always kept (on top of
-        `keep` if it is older). Also removes staging folders of builds killed long ago.
+        `keep` if it is older). Also removes the staging folders of builds whose process is gone (their
+        index_builds rows are the store's business: `index.build.sweep_builds` marks them failed).
         Returns the deleted version names."""
         if keep < 1:
             raise ValueError(f"keep_versions must be >= 1, got {keep}")
@@ -265,9 +339,15 @@ class BuildRegistry:
                 shutil.rmtree(self.path(version), ignore_errors=True)
                 deleted.append(version)
             now = time.time()
-            for p in self.index_dir.glob(f"{STAGING_PREFIX}*"):
-                if now - p.stat().st_mtime > STALE_STAGING_SECONDS:
-                    shutil.rmtree(p, ignore_errors=True)
+            for version in self.unfinished():
+                staging = self.staging_path(version)
+                with self.claim_build(version) as claim:
+                    if claim == "live":
+                        continue
+                    if claim == "unlocked" and not _older_than(staging, now - STALE_STAGING_SECONDS):
+                        continue
+                    # the lock file stays: it tells `sweep_builds` that the build's row is an orphan
+                    shutil.rmtree(staging, ignore_errors=True)
         return deleted
 
     # --- verification -------------------------------------------------------------------------
@@ -350,6 +430,13 @@ def _answer_errors(build_dir: Path, manifest: dict, dim: int) -> list[str]:
     elif not (len(vectors) == n_rows == expected):
         errors.append(f"{ANSWERS_FILE}: {len(vectors)} rows, {ANSWER_MAP_FILE}: {n_rows}, manifest n_encoded={expected}")
     return errors
+
+
+def _older_than(path: Path, timestamp: float) -> bool:
+    try:
+        return path.stat().st_mtime < timestamp
+    except FileNotFoundError:  # removed meanwhile by another process's clean-up
+        return False
 
 
 def _fsync_dir(path: Path) -> None:

@@ -7,7 +7,13 @@ Safety properties:
   never touches `current`. Re-running a build is always safe: it just makes a new version.
 - Verification re-opens the saved file from disk, checks its checksum and counts, and measures
   self-recall@10 of Annoy against exact search; below `recall_floor` the build fails.
-- The store's `index_builds` row goes building -> ready | failed (with the error).
+- The store's `index_builds` row goes building -> ready | failed (with the error). SIGTERM and SIGINT
+  raise `BuildInterrupted` in the building thread (when it is the main thread) so this cleanup runs
+  for them too; only SIGKILL (or a power cut) skips it.
+- The build holds an exclusive flock on `index_dir/.staging-<version>.lock` for its whole life
+  (`BuildRegistry.build_lock`). `sweep_builds` uses it to find builds whose process is gone, however
+  it died, without touching running ones (also those of other processes sharing the database and the
+  index directory): their rows become failed and their staging folders are removed.
 - The lexical (BM25) indexes of the baseline arms are built under the same version (index/lexical.py):
   tantivy inside the build folder, and an Elasticsearch index `<prefix>-<version>` when an ES URL is
   given; pruned versions lose their Elasticsearch index too.
@@ -17,9 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
@@ -41,6 +51,62 @@ VERIFY_SAMPLE = 1000
 
 class BuildError(Exception):
     """The build cannot run (empty KB, bad parameters, encoder output of the wrong shape)."""
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived during a build. A KeyboardInterrupt, so that code catching Exception
+    on the way (encoders, clients) lets it through to the build's cleanup."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by that signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+class _Interrupts:
+    """SIGTERM/SIGINT handlers for the duration of one build. By default SIGTERM ends the process
+    without running any Python, which would leave the build's row at "building" and its staging
+    folder on disk; raising instead unwinds through the build's cleanup. Signals can only be handled
+    in the main thread, so a build in another thread keeps the process's handlers (its caller owns
+    them). The first signal is the one that counts: later ones, or any signal once `defer()` was
+    called (cleanup and the final commit must run to the end), are only remembered in `pending`."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.pending: int | None = None
+        self.deferred = False
+
+    def install(self) -> "_Interrupts":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN or previous is None:  # ignored on purpose, or not ours to replace
+                continue
+            signal.signal(signum, self._handle)
+            self.previous[signum] = previous
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.pending is not None:
+            return
+        self.pending = signum
+        if not self.deferred:
+            raise BuildInterrupted(signum)
+
+    def defer(self) -> None:
+        self.deferred = True
+
+    def restore(self) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        self.previous.clear()
 
 
 def _utcnow() -> datetime:
@@ -81,6 +147,119 @@ def encode_in_batches(encoder: Any, texts: list[str], batch_size: int, progress:
     return out
 
 
+def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, started_at: datetime,
+                   timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
+                   search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
+                   lexical: bool, es_url: str | None, es_index_prefix: str) -> dict:
+    """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
+    variants = snapshot.variants
+    t = time.perf_counter()
+    texts = [v.question for v in variants]
+    vectors = encode_in_batches(encoder, texts, batch_size, progress)
+    timings["encode_s"] = time.perf_counter() - t
+    timings["encode_sentences_per_s"] = len(texts) / max(timings["encode_s"], 1e-9)
+    say(f"encoded {len(texts)} sentences in {timings['encode_s']:.1f}s "
+        f"({timings['encode_sentences_per_s']:.0f} sentences/s, encoder {encoder.id}"
+        f"{', device ' + str(getattr(encoder, 'device', '')) if getattr(encoder, 'device', None) else ''})")
+
+    t = time.perf_counter()
+    policy = answer_policy(snapshot.faqs)
+    answers = None
+    if policy.used:
+        answer_texts = [snapshot.faqs[f][0] for f in policy.faq_ids]
+        answers = AnswerVectors(policy.faq_ids, encode_in_batches(encoder, answer_texts, batch_size, progress),
+                                answer_texts)
+        timings["encode_answers_s"] = time.perf_counter() - t
+    say(f"answers: {policy.reason}"
+        + (f" (encoded in {timings['encode_answers_s']:.1f}s)" if answers is not None else ""))
+
+    t = time.perf_counter()
+    ann = AnnIndex.build(vectors, n_trees)
+    timings["annoy_build_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    ann.save(staging / artifacts.ANNOY_FILE)
+    ann.unload()
+    np.save(staging / artifacts.IDS_FILE, np.array([v.variant_id for v in variants], dtype=np.int64))
+    np.save(staging / artifacts.VECTORS_FILE, vectors.astype(np.float16))
+    with open(staging / artifacts.IDMAP_FILE, "w", encoding="utf-8") as fh:
+        for v in variants:
+            fh.write(json.dumps({"variant_id": v.variant_id, "faq_id": v.faq_id, "question": v.question},
+                                ensure_ascii=False) + "\n")
+    if answers is not None:
+        np.save(staging / artifacts.ANSWERS_FILE, answers.vectors.astype(np.float16))
+        with open(staging / artifacts.ANSWER_MAP_FILE, "w", encoding="utf-8") as fh:
+            for faq_id, text in zip(answers.faq_ids, answer_texts):
+                fh.write(json.dumps({"faq_id": faq_id, "answer": text}, ensure_ascii=False) + "\n")
+    checksum = sha256_file(staging / artifacts.ANNOY_FILE)
+    timings["save_s"] = time.perf_counter() - t
+
+    lexical_block = None
+    if lexical:
+        t = time.perf_counter()
+        lexical_block = build_lexical(staging, version, variants, es_url=es_url, es_prefix=es_index_prefix)
+        timings["lexical_s"] = time.perf_counter() - t
+        es_block = lexical_block.get("elasticsearch") or {}
+        say(f"lexical: tantivy {lexical_block['tantivy']['n_docs']} docs"
+            + (f"; Elasticsearch index {es_block['index']}: "
+               + (f"{es_block['n_docs']} docs" if "n_docs" in es_block else f"NOT built ({es_block.get('error')})")
+               if es_block else ""))
+
+    manifest: dict[str, Any] = {
+        "version": version,
+        "encoder_id": encoder.id,
+        "encoder_spec": encoder_spec,
+        "encoder_runtime": encoder_runtime(encoder),
+        "dim": int(encoder.dim),
+        "metric": "angular",
+        "n_faqs": len(snapshot.faqs),
+        "n_variants": len(variants),
+        "kb_revision": snapshot.revision,
+        "checksum": checksum,
+        "n_trees": n_trees,
+        "search_k": search_k,
+        "annoy_bytes": (staging / artifacts.ANNOY_FILE).stat().st_size,
+        "created_at": started_at.isoformat(),
+        "answers": policy.report(),
+    }
+    if lexical_block is not None:
+        manifest["lexical"] = lexical_block
+    write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
+
+    # Verify what is on disk, exactly as a server would open it.
+    t = time.perf_counter()
+    verification = verify_build_dir(staging, recall=True, sample=VERIFY_SAMPLE, recall_floor=recall_floor)
+    timings["verify_s"] = time.perf_counter() - t
+    if not verification.ok:
+        raise IndexVerificationError(f"build {version} failed verification: " + "; ".join(verification.errors))
+    manifest["verify"] = {
+        "self_recall_at_10": verification.self_recall_at_10,
+        "sample": min(VERIFY_SAMPLE, len(variants)),
+        "recall_floor": recall_floor,
+    }
+    say(f"verified: self-recall@10 = {verification.self_recall_at_10:.4f} (floor {recall_floor})")
+
+    t = time.perf_counter()
+    ann = AnnIndex.load(staging / artifacts.ANNOY_FILE, encoder.dim)
+    try:
+        # the served vectors are the fp16 ones: calibrate on what the matcher will see
+        stored_answers = None if answers is None else AnswerVectors(
+            answers.faq_ids, answers.vectors.astype(np.float16).astype(np.float32))
+        manifest["calibration"] = calibrate(ann, vectors, [v.faq_id for v in variants], encoder,
+                                            search_k=search_k, answers=stored_answers)
+    finally:
+        ann.unload()
+    timings["calibrate_s"] = time.perf_counter() - t
+    cal = manifest["calibration"]
+    say(f"calibration ({cal['source']}): p = sigmoid({cal['a']:.3f} * cos + {cal['b']:.3f}) "
+        f"from {cal['n_positive']}/{cal['n_examples']} positive examples")
+
+    timings["total_s"] = time.perf_counter() - t_total
+    manifest["timings"] = {k: round(v, 4) for k, v in timings.items()}
+    write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
+    return manifest
+
+
 def build_index(
     store: Any,
     encoder: Any,
@@ -118,151 +297,147 @@ def build_index(
     if not 0.0 <= recall_floor <= 1.0:
         raise BuildError(f"recall_floor must be in [0, 1], got {recall_floor}")
     say = report or (lambda msg: log.info(msg))
-    timings: dict[str, float] = {}
-    t_total = time.perf_counter()
-
-    t = time.perf_counter()
-    snapshot = store.snapshot()
-    timings["snapshot_s"] = time.perf_counter() - t
-    variants = snapshot.variants
-    if not variants:
-        raise BuildError("the KB has no question variants: import one first (faq kb import PATH)")
-
-    version = registry.new_version(taken=(b["version"] for b in store.list_builds()))
-    started_at = _utcnow()
-    store.record_build(
-        version=version, encoder_id=encoder.id, n_faqs=len(snapshot.faqs), n_variants=len(variants),
-        dim=encoder.dim, status="building", n_trees=n_trees, search_k=search_k, started_at=started_at,
-    )
-    staging = None
+    interrupts = _Interrupts().install()
     try:
-        staging = registry.create_staging(version)
+        timings: dict[str, float] = {}
+        t_total = time.perf_counter()
 
         t = time.perf_counter()
-        texts = [v.question for v in variants]
-        vectors = encode_in_batches(encoder, texts, batch_size, progress)
-        timings["encode_s"] = time.perf_counter() - t
-        timings["encode_sentences_per_s"] = len(texts) / max(timings["encode_s"], 1e-9)
-        say(f"encoded {len(texts)} sentences in {timings['encode_s']:.1f}s "
-            f"({timings['encode_sentences_per_s']:.0f} sentences/s, encoder {encoder.id}"
-            f"{', device ' + str(getattr(encoder, 'device', '')) if getattr(encoder, 'device', None) else ''})")
+        snapshot = store.snapshot()
+        timings["snapshot_s"] = time.perf_counter() - t
+        variants = snapshot.variants
+        if not variants:
+            raise BuildError("the KB has no question variants: import one first (faq kb import PATH)")
 
-        t = time.perf_counter()
-        policy = answer_policy(snapshot.faqs)
-        answers = None
-        if policy.used:
-            answer_texts = [snapshot.faqs[f][0] for f in policy.faq_ids]
-            answers = AnswerVectors(policy.faq_ids, encode_in_batches(encoder, answer_texts, batch_size, progress),
-                                    answer_texts)
-            timings["encode_answers_s"] = time.perf_counter() - t
-        say(f"answers: {policy.reason}"
-            + (f" (encoded in {timings['encode_answers_s']:.1f}s)" if answers is not None else ""))
+        version = registry.new_version(taken=(b["version"] for b in store.list_builds()))
+        with registry.build_lock(version):
+            started_at = _utcnow()
+            staging = None
+            recorded = False
+            try:
+                store.record_build(
+                    version=version, encoder_id=encoder.id, n_faqs=len(snapshot.faqs), n_variants=len(variants),
+                    dim=encoder.dim, status="building", n_trees=n_trees, search_k=search_k, started_at=started_at,
+                )
+                recorded = True
+                staging = registry.create_staging(version)
 
-        t = time.perf_counter()
-        ann = AnnIndex.build(vectors, n_trees)
-        timings["annoy_build_s"] = time.perf_counter() - t
+                manifest = _write_version(
+                    staging, version, snapshot, encoder, started_at=started_at, timings=timings, t_total=t_total,
+                    say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
+                    recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
+                    es_index_prefix=es_index_prefix)
 
-        t = time.perf_counter()
-        ann.save(staging / artifacts.ANNOY_FILE)
-        ann.unload()
-        np.save(staging / artifacts.IDS_FILE, np.array([v.variant_id for v in variants], dtype=np.int64))
-        np.save(staging / artifacts.VECTORS_FILE, vectors.astype(np.float16))
-        with open(staging / artifacts.IDMAP_FILE, "w", encoding="utf-8") as fh:
-            for v in variants:
-                fh.write(json.dumps({"variant_id": v.variant_id, "faq_id": v.faq_id, "question": v.question},
-                                    ensure_ascii=False) + "\n")
-        if answers is not None:
-            np.save(staging / artifacts.ANSWERS_FILE, answers.vectors.astype(np.float16))
-            with open(staging / artifacts.ANSWER_MAP_FILE, "w", encoding="utf-8") as fh:
-                for faq_id, text in zip(answers.faq_ids, answer_texts):
-                    fh.write(json.dumps({"faq_id": faq_id, "answer": text}, ensure_ascii=False) + "\n")
-        checksum = sha256_file(staging / artifacts.ANNOY_FILE)
-        timings["save_s"] = time.perf_counter() - t
+                interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
+                registry.commit(staging, version)
+                staging = None
+                if activate:
+                    registry.activate(version, verify=False)  # just verified above
+                if keep_versions is not None:
+                    pruned = registry.prune(keep_versions)
+                    if pruned:
+                        say(f"pruned old versions: {', '.join(pruned)}")
+                        if lexical and es_url:
+                            delete_es_indexes(es_url, [es_index_name(es_index_prefix, v) for v in pruned])
+            except BaseException as exc:  # also KeyboardInterrupt: the row must not stay "building"
+                interrupts.defer()  # a second signal must not cut the cleanup short
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    if lexical and es_url:  # the version never became one: its Elasticsearch index goes too
+                        delete_es_indexes(es_url, [es_index_name(es_index_prefix, version)])
+                try:
+                    if recorded:
+                        store.update_build(version, status="failed", finished_at=_utcnow(), timings=timings,
+                                           error=f"{type(exc).__name__}: {exc}"[:2000])
+                except Exception:  # the original error matters more than the bookkeeping one
+                    log.exception("could not record the failed build %s", version)
+                raise
+            store.update_build(version, status="ready", finished_at=_utcnow(), timings=manifest["timings"])
+        if interrupts.pending is not None:
+            say(f"{signal.Signals(interrupts.pending).name} arrived while the build was being committed: "
+                "it was finished first")
+        return manifest
+    finally:
+        interrupts.restore()
 
-        lexical_block = None
-        if lexical:
-            t = time.perf_counter()
-            lexical_block = build_lexical(staging, version, variants, es_url=es_url, es_prefix=es_index_prefix)
-            timings["lexical_s"] = time.perf_counter() - t
-            es_block = lexical_block.get("elasticsearch") or {}
-            say(f"lexical: tantivy {lexical_block['tantivy']['n_docs']} docs"
-                + (f"; Elasticsearch index {es_block['index']}: "
-                   + (f"{es_block['n_docs']} docs" if "n_docs" in es_block else f"NOT built ({es_block.get('error')})")
-                   if es_block else ""))
 
-        manifest: dict[str, Any] = {
-            "version": version,
-            "encoder_id": encoder.id,
-            "encoder_spec": encoder_spec,
-            "encoder_runtime": encoder_runtime(encoder),
-            "dim": int(encoder.dim),
-            "metric": "angular",
-            "n_faqs": len(snapshot.faqs),
-            "n_variants": len(variants),
-            "kb_revision": snapshot.revision,
-            "checksum": checksum,
-            "n_trees": n_trees,
-            "search_k": search_k,
-            "annoy_bytes": (staging / artifacts.ANNOY_FILE).stat().st_size,
-            "created_at": started_at.isoformat(),
-            "answers": policy.report(),
-        }
-        if lexical_block is not None:
-            manifest["lexical"] = lexical_block
-        write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
+#: the error of a build row whose process is gone
+ORPHAN_ERROR = "orphaned: the build process is gone"
+#: a "building" row with neither a lock file nor a staging folder is only an orphan this long after it
+#: started: its process may be a build by a version without locks that has not made its folder yet
+ORPHAN_GRACE_SECONDS = 15 * 60
 
-        # Verify what is on disk, exactly as a server would open it.
-        t = time.perf_counter()
-        verification = verify_build_dir(staging, recall=True, sample=VERIFY_SAMPLE, recall_floor=recall_floor)
-        timings["verify_s"] = time.perf_counter() - t
-        if not verification.ok:
-            raise IndexVerificationError(f"build {version} failed verification: " + "; ".join(verification.errors))
-        manifest["verify"] = {
-            "self_recall_at_10": verification.self_recall_at_10,
-            "sample": min(VERIFY_SAMPLE, len(variants)),
-            "recall_floor": recall_floor,
-        }
-        say(f"verified: self-recall@10 = {verification.self_recall_at_10:.4f} (floor {recall_floor})")
 
-        t = time.perf_counter()
-        ann = AnnIndex.load(staging / artifacts.ANNOY_FILE, encoder.dim)
-        try:
-            # the served vectors are the fp16 ones: calibrate on what the matcher will see
-            stored_answers = None if answers is None else AnswerVectors(
-                answers.faq_ids, answers.vectors.astype(np.float16).astype(np.float32))
-            manifest["calibration"] = calibrate(ann, vectors, [v.faq_id for v in variants], encoder,
-                                                search_k=search_k, answers=stored_answers)
-        finally:
-            ann.unload()
-        timings["calibrate_s"] = time.perf_counter() - t
-        cal = manifest["calibration"]
-        say(f"calibration ({cal['source']}): p = sigmoid({cal['a']:.3f} * cos + {cal['b']:.3f}) "
-            f"from {cal['n_positive']}/{cal['n_examples']} positive examples")
+@dataclass
+class SweepReport:
+    """What `sweep_builds` did (or, dry, would do), as version lists."""
 
-        timings["total_s"] = time.perf_counter() - t_total
-        manifest["timings"] = {k: round(v, 4) for k, v in timings.items()}
-        write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
+    failed: list[str] = field(default_factory=list)  # rows marked failed
+    removed: list[str] = field(default_factory=list)  # staging folders removed
+    live: list[str] = field(default_factory=list)  # builds whose process still holds the lock: untouched
+    waiting: list[str] = field(default_factory=list)  # no lock to ask, too recent to call orphaned: untouched
 
-        registry.commit(staging, version)
-        staging = None
-        if activate:
-            registry.activate(version, verify=False)  # just verified above
-        if keep_versions is not None:
-            pruned = registry.prune(keep_versions)
-            if pruned:
-                say(f"pruned old versions: {', '.join(pruned)}")
-                if lexical and es_url:
-                    delete_es_indexes(es_url, [es_index_name(es_index_prefix, v) for v in pruned])
-    except BaseException as exc:  # also KeyboardInterrupt: the row must not stay "building"
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-            if lexical and es_url:  # the version never became one: its Elasticsearch index goes too
-                delete_es_indexes(es_url, [es_index_name(es_index_prefix, version)])
-        try:
-            store.update_build(version, status="failed", finished_at=_utcnow(), timings=timings,
-                               error=f"{type(exc).__name__}: {exc}"[:2000])
-        except Exception:  # the original error matters more than the bookkeeping one
-            log.exception("could not record the failed build %s", version)
-        raise
-    store.update_build(version, status="ready", finished_at=_utcnow(), timings=manifest["timings"])
-    return manifest
+    def summary(self) -> str:
+        parts = [f"{len(self.failed)} orphaned build(s) marked failed", f"{len(self.removed)} staging folder(s) removed"]
+        if self.live:
+            parts.append(f"{len(self.live)} running: {', '.join(self.live)}")
+        if self.waiting:
+            parts.append(f"{len(self.waiting)} without a lock, left alone for now: {', '.join(self.waiting)}")
+        return "; ".join(parts)
+
+
+def sweep_builds(
+    store: Any, registry: BuildRegistry, *, grace_s: float = ORPHAN_GRACE_SECONDS,
+    stale_staging_s: float = artifacts.STALE_STAGING_SECONDS, dry_run: bool = False, now: datetime | None = None,
+) -> SweepReport:
+    """Clean up after builds whose process died without its cleanup (SIGKILL, OOM killer, power cut):
+    mark their "building" rows failed (`ORPHAN_ERROR`) and remove their staging folders.
+
+    Safe to run from several processes at once, next to running builds, all sharing one database and
+    one index directory. A build is an orphan when:
+    - its lock file exists and the lock can be taken: the kernel dropped it with the process. The
+      sweep holds it while cleaning up, so two sweeps never clean the same build.
+    - it has no lock file (a build by a version without locks, or its lock file was deleted) and
+      either its staging folder is older than `stale_staging_s` (24 h), or it has no staging folder
+      and its row started more than `grace_s` (15 min) ago.
+    A build whose lock is held is never touched, however old. Rows are only changed while still
+    "building" (a build that finishes meanwhile keeps its own status)."""
+    now = now or _utcnow()
+    report = SweepReport()
+    rows = {b["version"]: b for b in store.list_builds(status="building")}
+    for version in sorted(set(rows) | set(registry.unfinished())):
+        row = rows.get(version)
+        staging = registry.staging_path(version)
+        with registry.claim_build(version) as claim:
+            if claim == "live":
+                report.live.append(version)
+                continue
+            if claim == "unlocked":
+                try:
+                    staging_age = now.timestamp() - staging.stat().st_mtime
+                except FileNotFoundError:
+                    staging_age = None
+                if staging_age is None and row is None:
+                    continue  # it finished between the listing and now
+                if staging_age is not None:
+                    orphaned = staging_age > stale_staging_s
+                else:
+                    orphaned = (now - row["started_at"]).total_seconds() > grace_s
+                if not orphaned:
+                    report.waiting.append(version)
+                    continue
+            if staging.is_dir():
+                if not dry_run:
+                    try:
+                        shutil.rmtree(staging)
+                    except OSError:  # keep the lock file: the next sweep tries again
+                        log.exception("could not remove the staging folder %s of orphaned build %s", staging, version)
+                        continue
+                report.removed.append(version)
+            if row is not None and (dry_run or store.fail_build_if_building(version, ORPHAN_ERROR)):
+                report.failed.append(version)
+            if claim == "orphaned" and not dry_run:
+                registry.drop_build_lock(version)
+    if not dry_run and (report.failed or report.removed):
+        log.info("build sweep: %s", report.summary())
+    return report

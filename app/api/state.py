@@ -95,6 +95,7 @@ class ServiceState:
 
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
+        self.sweep_builds()
         if self.encoder is None:
             self.encoder = shared(load_configured_encoder(self.settings, self._current_manifest()))
         stages = []
@@ -229,6 +230,48 @@ class ServiceState:
                 self.poll_once()
             except Exception:
                 log.exception("KB/index poll failed (will retry)")
+            self.prune_query_log()
+
+    # -- housekeeping: debris of killed builds, query-log retention ----------------------------------
+    #: the query log is pruned at most this often; several replicas doing it too only find less to delete
+    PRUNE_EVERY_S = 3600.0
+    #: one pass deletes for about this long (then the KB poll gets its turn); a bigger backlog goes on
+    #: at the next poll
+    PRUNE_PASS_S = 2.0
+    _prune_due = 0.0  # time.monotonic() of the next pass
+
+    def sweep_builds(self) -> None:
+        """Mark builds whose process died failed and remove their staging folders (index.build.sweep_builds:
+        running builds of other processes are left alone). Never stops start-up."""
+        from index.build import sweep_builds
+
+        try:
+            sweep_builds(self.store, self.registry)
+        except Exception:
+            log.exception("could not sweep orphaned index builds")
+
+    def prune_query_log(self, now: float | None = None) -> int | None:
+        """Delete query-log rows older than FAQ_QUERY_LOG_RETENTION_DAYS (0 = keep forever) when a pass
+        is due; returns the rows deleted, None when no pass ran. Never raises."""
+        from datetime import timedelta
+
+        days = int(getattr(self.settings, "query_log_retention_days", 90) or 0)
+        now = time.monotonic() if now is None else now
+        if days <= 0 or now < self._prune_due:
+            return None
+        self._prune_due = now + self.PRUNE_EVERY_S
+        try:
+            result = self.store.prune_query_log(datetime.now(timezone.utc) - timedelta(days=days),
+                                                max_seconds=self.PRUNE_PASS_S)
+        except Exception:
+            log.exception("could not prune the query log (next try in %.0f s)", self.PRUNE_EVERY_S)
+            return None
+        if not result.done:
+            self._prune_due = now
+        if result.deleted:
+            log.info("pruned %d query-log rows older than %d days%s", result.deleted, days,
+                     "" if result.done else " (more to go)")
+        return result.deleted
 
     # -- lexical arms ------------------------------------------------------------------------------
     def lexical_for(self, retriever: Any) -> Any:
