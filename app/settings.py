@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     request_timeout_ms: int = Field(default=10_000, ge=10, le=600_000)
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     max_queued_queries: int = Field(default=1024, ge=128, le=1_000_000)
+    # open connections (and their requests) per process; beyond it uvicorn answers 503 at once, so a
+    # connection flood cannot exhaust memory or file descriptors
+    max_connections: int = Field(default=1000, ge=16, le=1_000_000)
     kb_poll_seconds: float = 5.0
     query_log: bool = True
     # query-log rows older than this many days are deleted (`faq db prune`, and hourly by the service);

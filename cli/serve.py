@@ -60,5 +60,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"data_dir={settings.data_dir}, admin API {'on' if settings.admin_token else 'off: set FAQ_ADMIN_TOKEN'})",
         file=sys.stderr,
     )
-    uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level)
+    # limit_concurrency: connections beyond it get 503 before any app code runs. On SIGTERM uvicorn
+    # stops accepting, lets in-flight requests finish (bounded: one request deadline plus margin),
+    # then the lifespan flushes the query log.
+    uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
+                limit_concurrency=settings.max_connections,
+                timeout_graceful_shutdown=int(settings.request_timeout_ms / 1000) + 5)
     return 0

@@ -1,6 +1,6 @@
 """Two real `faq serve` processes on one PostgreSQL database and one data directory, on loopback.
 
-What users who outgrow one process do (docker-compose's `replicas` profile, docs/deployment.md): a write
+What users who outgrow one process do (docker-compose's `replicas` profile, docs/operations.md): a write
 through one replica is matchable on the other within the KB poll interval, an index build run as a
 separate job is picked up by both with no failed request, and killing one leaves the other serving.
 bench/replicas.py runs the same with nginx in front and a bigger KB, for the figures.
