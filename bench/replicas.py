@@ -5,7 +5,9 @@
 
 The topology of docker-compose's `replicas` profile, with processes instead of containers: the proxy
 config is docker/nginx.conf with the replicas' loopback ports put in. It creates a fresh PostgreSQL
-database (dropped at the end), imports the KB, builds, starts replicas A and B and the proxy, and keeps
+database (dropped at the end), imports the KB, builds, starts replicas A and B and the proxy, measures
+throughput (bench/load.py, 16 clients: on A alone, on A and B directly with 8 each, then on both through
+the proxy), and then keeps
 4 clients querying through the proxy for the whole run (query cache off, so every query is encoded)
 while it:
 
@@ -39,7 +41,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, rss_mb  # noqa: E402
 from bench.hostile import Clients, faq, fresh_database  # noqa: E402
 from bench.machine_info import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
@@ -79,6 +81,24 @@ class Proxy:
             self.proc.wait(10)
 
 
+def load(urls: list[str], args: argparse.Namespace, out: Path, clients: int = 16) -> dict:
+    """bench/load.py for --throughput-seconds, `clients` split over `urls` (one load process per URL,
+    run together); the summed throughput and each process's latency."""
+    procs = []
+    for i, url in enumerate(urls):
+        procs.append(subprocess.Popen(
+            [sys.executable, str(REPO / "bench" / "load.py"), "--url", url, "--concurrency", str(clients // len(urls)),
+             "--requests", "100000", "--max-seconds", str(args.throughput_seconds), "--queries", args.queries,
+             "--out", str(out.with_suffix(f".{i}.json"))], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for proc in procs:
+        if proc.wait() != 0:
+            raise RuntimeError(f"bench/load.py failed with {proc.returncode}")
+    results = [json.loads(out.with_suffix(f".{i}.json").read_text()) for i in range(len(urls))]
+    return {"throughput_rps": round(sum(r["throughput_rps"] or 0 for r in results), 1),
+            "errors": sum(r["errors"] for r in results),
+            "latency_ms": [{k: r["latency_ms"][k] for k in ("p50", "p99", "max")} for r in results]}
+
+
 def served_version(url: str) -> str | None:
     try:
         return httpx.get(f"{url}/readyz", timeout=2).json().get("index_version")
@@ -111,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a PostgreSQL server to create the run's own database on")
     p.add_argument("--model-cache", default=str(REPO / "var" / "models"))
     p.add_argument("--workdir", default=None)
+    p.add_argument("--throughput-seconds", type=float, default=20.0,
+                   help="closed-loop load on one replica, then on both through the proxy (0: skip)")
+    p.add_argument("--encoder-threads", type=int, default=None,
+                   help="FAQ_ENCODER_THREADS of each replica (default: one per core each)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -122,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                 "FAQ_MODEL_CACHE": args.model_cache, "FAQ_ADMIN_TOKEN": TOKEN, "FAQ_KB_POLL_SECONDS": str(POLL_S),
                 "FAQ_QUERY_CACHE_SIZE": "0",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    report: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "encoder": args.encoder,
+    if args.encoder_threads:
+        env["FAQ_ENCODER_THREADS"] = str(args.encoder_threads)
+    report: dict = {"encoder_threads": args.encoder_threads or "one per core", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "encoder": args.encoder,
                     "cpu": cpu_info(), "cores": os.cpu_count(), "kb_poll_seconds": POLL_S,
                     "command": " ".join(["python", "bench/replicas.py", *(argv or sys.argv[1:])])}
     servers: list[Server] = []
@@ -147,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             front = urls[1]
         report["front"] = "nginx (docker/nginx.conf)" if proxy else "replica B directly (no nginx on PATH)"
+        if args.throughput_seconds and proxy:
+            # replicas per core: the same closed-loop load on one replica, then on both through the proxy
+            report["throughput"] = {
+                "one_replica": load(urls[:1], args, workdir / "load-one.json"),
+                "two_replicas_8_clients_each": load(urls, args, workdir / "load-two.json"),
+                "two_replicas_via_proxy": load([front], args, workdir / "load-proxy.json"),
+            }
+        report["rss_mb_after_throughput"] = [round(rss_mb(server.proc.pid) or 0) for server in servers]
         pool = [q.query for q in read_queries(args.queries)]
         rng = random.Random(0)
         for _ in range(4):
