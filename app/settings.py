@@ -91,7 +91,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64 * 1024
     # Admission control (app/api/workers.py MatchBatcher). A request not answered within
     # request_timeout_ms gets a 503 and its queued work is dropped; a body not received within
-    # body_timeout_s gets a 408 and the connection is closed. At most max_queued_queries queries wait
+    # body_timeout_s gets a 408 and the connection is closed, as does a connection whose request
+    # headers take longer (app/api/server.py). At most max_queued_queries queries wait
     # for the encoder (a /match/batch request counts as its number of queries), and batch requests may
     # fill only half of that, so single queries are still admitted while batches queue.
     request_timeout_ms: int = Field(default=10_000, ge=10, le=600_000)

@@ -15,6 +15,8 @@ scenario in turn; every number is measured by the clients, over HTTP:
   process; runs until the server has applied them: every query's latency, failures.
 - slowbody: 20 connections send headers and half a body, then nothing: each must get a 408 and be
   closed, and /metrics must count no 500.
+- slowheaders: 20 connections send half of their request headers, then nothing: each must be closed
+  (the headers' deadline is FAQ_BODY_TIMEOUT_S too), and /match must still answer.
 - sigterm: 4 clients query; the server gets SIGTERM mid-load: every answered request_id must be in the
   query log afterwards (this scenario ends the server, so it runs last).
 
@@ -52,7 +54,7 @@ from bench.machine_info import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
 
 TOKEN = "hostile-bench-token"
-SCENARIOS = ("batches", "abandon", "import", "slowbody", "sigterm")
+SCENARIOS = ("batches", "abandon", "import", "slowbody", "slowheaders", "sigterm")
 MAX_BATCH = 64
 
 
@@ -248,6 +250,29 @@ def scenario_slowbody(url: str, port: int, body_timeout_s: float) -> dict:
             "answered_after_s": round(max(waited), 1), "metrics_5xx_lines": five_hundreds}
 
 
+def scenario_slowheaders(url: str, port: int, body_timeout_s: float) -> dict:
+    socks = []
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(f"POST /match HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # never the blank line
+        sock.settimeout(body_timeout_s + 15)
+        socks.append(sock)
+    t0 = time.monotonic()
+    closed, waited = 0, []
+    for sock in socks:
+        try:
+            while sock.recv(65536):
+                pass
+            closed += 1
+        except socket.timeout:
+            pass
+        waited.append(time.monotonic() - t0)
+        sock.close()
+    ok = httpx.post(f"{url}/match", json={"query": "where is my parcel"}).status_code
+    return {"connections": 20, "closed_by_server": closed, "closed_after_s": round(max(waited), 1),
+            "next_match_status": ok}
+
+
 def scenario_sigterm(url: str, server: Server, pool: list[str], db_url: str, seconds: float) -> dict:
     rng = random.Random(3)
     clients = Clients()
@@ -347,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = scenario_import(url, env, args, pool, workdir)
             elif name == "slowbody":
                 result = scenario_slowbody(url, port, body_timeout_s)
+            elif name == "slowheaders":
+                result = scenario_slowheaders(url, port, body_timeout_s)
             else:
                 result = scenario_sigterm(url, server, pool, db_url, min(args.seconds, 10.0))
             report["scenarios"][name] = result

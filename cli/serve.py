@@ -9,6 +9,8 @@ import argparse
 import sys
 
 APP_PATH = "app.api.main:app"
+#: uvicorn's HTTP/1.1 protocol with a deadline for request headers (by import path: workers import it)
+HTTP_PROTOCOL = "app.api.server:HeaderTimeoutProtocol"
 
 
 def _port(value: str) -> int:
@@ -64,6 +66,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # stops accepting, lets in-flight requests finish (bounded: one request deadline plus margin),
     # then the lifespan flushes the query log.
     uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
-                limit_concurrency=settings.max_connections,
+                http=HTTP_PROTOCOL, limit_concurrency=settings.max_connections,
                 timeout_graceful_shutdown=int(settings.request_timeout_ms / 1000) + 5)
     return 0
