@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import heapq
+import itertools
 import os
 import threading
 from contextlib import contextmanager
@@ -76,18 +78,20 @@ class PriorityGate:
     A plain Lock is not fair: a thread encoding a big KB change chunk after chunk would re-take it
     ahead of the request threads waiting for it."""
 
-    def __init__(self, levels: int = 2):
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._held = False
-        self._waiting = [0] * levels
+        self._waiting: list[tuple[int, int]] = []  # heap of (priority, arrival number)
+        self._arrivals = itertools.count()
 
     @contextmanager
     def hold(self, priority: int = 0) -> Iterator[None]:
         with self._cond:
-            self._waiting[priority] += 1
-            while self._held or any(self._waiting[:priority]):
+            ticket = (priority, next(self._arrivals))
+            heapq.heappush(self._waiting, ticket)
+            while self._held or self._waiting[0] != ticket:
                 self._cond.wait()
-            self._waiting[priority] -= 1
+            heapq.heappop(self._waiting)
             self._held = True
         try:
             yield

@@ -69,6 +69,14 @@ async def started(app):
     return ctx
 
 
+async def until(predicate, timeout_s: float = 20.0) -> None:
+    """Wait for the app to reach a state (a loaded CI machine may be slow to get there)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the queue"
+        await asyncio.sleep(0.01)
+
+
 def batch(n: int, offset: int = 0) -> dict:
     return {"queries": [{"query": f"{QUERIES[(offset + i) % len(QUERIES)]} #{offset + i}"} for i in range(n)]}
 
@@ -81,12 +89,13 @@ def test_batches_get_429_when_their_share_is_full_while_singles_are_still_admitt
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             with encoder_busy(app):
+                batcher = app.state.service.batcher
                 first = asyncio.create_task(client.post("/match/batch", json=batch(64)))
-                await asyncio.sleep(0.3)
+                await until(lambda: batcher.queued == 64 - BATCH_SLICE)  # its first slice waits for the encoder
                 refused = await client.post("/match/batch", json=batch(16, offset=100))
                 single = asyncio.create_task(client.post("/match", json={"query": "reset my password"}))
-                await asyncio.sleep(0.2)
-                queued = app.state.service.batcher.queued
+                await until(lambda: batcher.queued == 64 - BATCH_SLICE + 1)
+                queued = batcher.queued
             answers = await asyncio.gather(first, single)
         await ctx.__aexit__(None, None, None)
         return refused, answers, queued
@@ -109,7 +118,8 @@ def test_a_full_queue_refuses_singles_with_503(built, encoder):  # noqa: F811
             with encoder_busy(app):
                 batcher = app.state.service.batcher
                 first = asyncio.create_task(client.post("/match", json={"query": "cancel my order"}))
-                await asyncio.sleep(0.2)  # the dispatcher took it and waits for the encoder
+                gate = app.state.service.encoder._gate
+                await until(lambda: len(gate._waiting) == 1)  # the dispatcher took it and waits for the encoder
                 singles = [asyncio.create_task(client.post("/match", json={"query": f"refund {i}"})) for i in range(128)]
                 while batcher.queued < 128:
                     await asyncio.sleep(0.01)
@@ -135,10 +145,11 @@ def test_single_queries_run_before_the_remaining_batch_slices(built, encoder):  
         matcher.encode = lambda texts: (calls.append(list(texts)), encode(texts))[1]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             with encoder_busy(app):
+                batcher = app.state.service.batcher
                 big = asyncio.create_task(client.post("/match/batch", json=batch(64)))
-                await asyncio.sleep(0.3)
+                await until(lambda: batcher.queued == 64 - BATCH_SLICE)
                 singles = [asyncio.create_task(client.post("/match", json={"query": q})) for q in QUERIES[:3]]
-                await asyncio.sleep(0.3)
+                await until(lambda: batcher.queued == 64 - BATCH_SLICE + 3)
             answers = await asyncio.gather(big, *singles)
         await ctx.__aexit__(None, None, None)
         return answers
@@ -231,8 +242,9 @@ def test_a_client_that_disconnects_while_queued_costs_nothing(built, encoder):  
                    for _ in range(4)]
         with encoder_busy(app):
             tasks = [asyncio.create_task(c.call()) for c in clients]
-            await asyncio.sleep(0.3)
-            queued_before = app.state.service.batcher.queued
+            batcher = app.state.service.batcher
+            await until(lambda: batcher.queued == 4 * 64 - BATCH_SLICE)
+            queued_before = batcher.queued
             for c in clients:
                 c.disconnect()
             await asyncio.gather(*tasks)
