@@ -61,6 +61,8 @@ class ServiceMetrics:
         self.query_log_dropped = Counter("faq_query_log_errors", "Query-log rows that could not be written", registry=r)
         self.rejected = Counter("faq_match_rejected", "Match requests refused because the queue was full",
                                 ["status"], registry=r)
+        self.queued = Gauge("faq_match_queued_queries", "Queries waiting for the encoder (admission control)",
+                            registry=r)
         self.deadline_exceeded = Counter("faq_match_deadline_exceeded",
                                          "Match requests not answered within FAQ_REQUEST_TIMEOUT_MS", registry=r)
         self.client_gone = Counter("faq_http_client_gone",

@@ -127,6 +127,8 @@ class ServiceState:
                                     max_queued=self.settings.max_queued_queries,
                                     timeout_s=self.settings.request_timeout_ms / 1000.0)
         await self.batcher.start()
+        batcher = self.batcher
+        self.metrics.queued.set_function(lambda: batcher.queued)
 
     async def close(self) -> None:
         self._stop.set()

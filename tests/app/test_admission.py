@@ -191,6 +191,7 @@ def test_deadline_answers_503_and_drops_the_queued_work(built, encoder):  # noqa
     assert calls == [BATCH_SLICE, 1], "only the slice already waiting for the encoder ran; the rest was dropped"
     assert after.status_code == 200
     assert "faq_match_deadline_exceeded_total 1.0" in metrics
+    assert "faq_match_queued_queries 0.0" in metrics
 
 
 class RawClient:
