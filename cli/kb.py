@@ -43,6 +43,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_stats)
 
+    p = sub.add_parser(
+        "lint", help="flag FAQs whose answer does not fit their phrasings (swapped, truncated, missing, duplicated)",
+        description="Rank the KB's FAQs by how likely their answer is wrong: answer fit against the other FAQs' "
+                    "answers (with the encoder), missing / truncated answers, answers or phrasings duplicated "
+                    "across FAQs. Each flag carries its reasons and numbers (index/lint.py).")
+    p.add_argument("--kb", metavar="FILE", help="lint this KB file (.jsonl or .csv) instead of the configured store")
+    p.add_argument("--encoder", metavar="SPEC",
+                   help="encoder spec (minilm, mpnet, msem or a model folder); default: the product's configured "
+                        "encoder (FAQ_ENCODER, else mpnet when installed, else minilm)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="flag FAQs whose score (0..1) reaches this (default 0.5)")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="show at most N flagged FAQs in the text "
+                   "output, and N FAQs in the JSON output (0 = all; default 20)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--out", metavar="FILE", help="also write the full JSON report (every FAQ) to FILE")
+    p.add_argument("--no-progress", action="store_true", help="no encoding progress bar on stderr")
+    p.set_defaults(func=cmd_lint)
+
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
@@ -145,3 +163,47 @@ def format_stats(s: dict[str, Any]) -> str:
         lines.append(f"Last index build:   {build['version']} ({build['status']}, encoder {build['encoder_id']}"
                      f"{counts}, {when})")
     return "\n".join(lines)
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from index.lint import DEFAULT_THRESHOLD, format_report, lint_kb
+
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    if not 0.0 <= threshold <= 1.0:
+        print("error: --threshold must be between 0 and 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.kb:
+        try:
+            records = read_kb(args.kb)
+        except KbValidationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except OSError as exc:
+            print(f"error: cannot read {args.kb}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    else:
+        with _open_store() as store:
+            records = list(store.export_records())
+    from app.pipeline import load_configured_encoder
+
+    settings = get_settings()
+    try:
+        encoder = load_configured_encoder(settings, spec=args.encoder)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = lint_kb(records, encoder, threshold=threshold, progress=not args.no_progress and sys.stderr.isatty())
+    top = None if args.top <= 0 else args.top
+    if args.out:
+        try:
+            with open(args.out, "w") as fh:
+                json.dump(report.as_dict(), fh, indent=2, ensure_ascii=False)
+                fh.write("\n")
+        except OSError as exc:
+            print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(report.as_dict(top), indent=2, ensure_ascii=False))
+    else:
+        print(format_report(report, top))
+    return EXIT_OK

@@ -1,0 +1,76 @@
+"""index/lint.py on a small real KB with the real MiniLM encoder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from index.lint import format_report, lint_kb
+from kb.records import KbRecord
+from tests.conftest import INDEX_TEST_FAQS
+
+
+def _records(answers: dict[str, str] | None = None, extra: list[tuple[str, str]] | None = None) -> list[KbRecord]:
+    answers = answers or {}
+    recs = [KbRecord(f, q, answers.get(f, a), ["test"]) for f, a, qs in INDEX_TEST_FAQS for q in qs]
+    return recs + [KbRecord(f, q, None, None) for f, q in (extra or [])]
+
+
+def _answer(faq_id: str) -> str:
+    return next(a for f, a, _ in INDEX_TEST_FAQS if f == faq_id)
+
+
+def test_clean_kb_is_not_flagged(minilm_encoder):
+    report = lint_kb(_records(), minilm_encoder)
+    assert report.flagged == [], format_report(report)
+    assert len(report.faqs) == len(INDEX_TEST_FAQS)
+    assert all(0.0 <= f.score < report.threshold for f in report.faqs)
+
+
+def test_swapped_answer_is_flagged_first_and_names_the_other_faq(minilm_encoder):
+    swapped = {"refund": _answer("dark-mode"), "dark-mode": _answer("refund")}
+    report = lint_kb(_records(swapped), minilm_encoder)
+    top2 = {f.faq_id for f in report.faqs[:2]}
+    assert top2 == {"refund", "dark-mode"}, format_report(report)
+    assert {f.faq_id for f in report.flagged} == top2
+    refund = next(f for f in report.faqs if f.faq_id == "refund")
+    fit = next(r for r in refund.reasons if r.signal == "fit")
+    assert "'dark-mode'" in fit.text and "better than" in fit.text
+    assert fit.numbers["own_fit"] < fit.numbers["their_fit"]
+
+
+def test_truncated_and_missing_answers_are_flagged(minilm_encoder):
+    cut = "Standard shipping takes 3-5 busin"
+    report = lint_kb(_records({"shipping-time": cut, "warranty": "[intent: warranty]"}), minilm_encoder)
+    flagged = {f.faq_id: f for f in report.flagged}
+    assert set(flagged) == {"shipping-time", "warranty"}, format_report(report)
+    assert flagged["warranty"].reasons[0].signal == "missing"
+    truncated = next(r for r in flagged["shipping-time"].reasons if r.signal == "truncated")
+    assert "mid-word" in truncated.text
+
+
+@pytest.mark.parametrize("placeholder", ["", "  ", "TODO", "n/a"])
+def test_placeholder_forms_count_as_missing(placeholder):
+    report = lint_kb(_records({"refund": placeholder}))  # no encoder: structure only
+    assert [f.faq_id for f in report.flagged] == ["refund"]
+    assert report.faqs[0].reasons[0].signal == "missing"
+    assert any("no encoder" in n for n in report.notes)
+
+
+def test_duplicate_answers_and_phrasings_name_each_other():
+    report = lint_kb(_records({"invoice": _answer("refund")}, extra=[("warranty", "Can I get a refund?")]))
+    by_id = {f.faq_id: f for f in report.flagged}
+    assert {"invoice", "refund", "warranty"} <= set(by_id)
+    assert any(r.signal == "duplicate-answer" and "'refund'" in r.text for r in by_id["invoice"].reasons)
+    assert any(r.signal == "duplicate-phrasing" and "'refund'" in r.text for r in by_id["warranty"].reasons)
+
+
+def test_json_shape(minilm_encoder):
+    report = lint_kb(_records({"refund": "TODO"}), minilm_encoder)
+    data = json.loads(json.dumps(report.as_dict(top=3)))
+    assert {"threshold", "encoder", "n_faqs", "n_phrasings", "n_flagged", "notes", "faqs"} <= set(data)
+    assert data["n_faqs"] == len(INDEX_TEST_FAQS) and data["n_flagged"] == 1 and len(data["faqs"]) == 3
+    first = data["faqs"][0]
+    assert first["faq_id"] == "refund" and first["flagged"] is True and 0.0 <= first["score"] <= 1.0
+    assert {"signal", "score", "text", "numbers"} <= set(first["reasons"][0])
+    assert {"own_fit", "fit_z", "analogy_best_cos"} <= set(data["faqs"][1]["numbers"])
