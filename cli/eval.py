@@ -122,6 +122,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fakes", type=int, default=5, help="random other answers per question in the paper's protocol (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the paper protocol's draws (default 0)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--protocol", choices=("standard", "analogy"), default="standard",
+                   help="standard (default: the rows above) or analogy: the analogy paper's who / when / where subsets, "
+                   "per type and combined with bootstrap intervals; --model then takes `faq train analogy` folders")
+    p.add_argument("--encoders", default="glove,minilm,mpnet", help="analogy protocol: fixed encoders whose cosine "
+                   "and analogy score are rows (glove = GloVe average; default glove,minilm,mpnet)")
+    p.add_argument("--prototypes", type=int, default=30, help="analogy protocol: prototypes per type from train for "
+                   "the fixed encoders' analogy rows (default 30)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="analogy protocol: bootstrap resamples (default 1000)")
     p.set_defaults(func=cmd_answer_selection)
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
@@ -291,7 +299,13 @@ def cmd_online(args: argparse.Namespace) -> int:
 def cmd_answer_selection(args: argparse.Namespace) -> int:
     import shlex
 
-    from evaluation.answer_selection import format_markdown, run_answer_selection, write_report
+    from evaluation.answer_selection import (
+        format_analogy_markdown,
+        format_markdown,
+        run_analogy_selection,
+        run_answer_selection,
+        write_report,
+    )
 
     if args.threads is not None:
         if args.threads < 1:
@@ -301,13 +315,22 @@ def cmd_answer_selection(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    render = format_markdown
     try:
-        report = run_answer_selection(args.data, args.src, args.model, encoder=args.encoder, fusion=args.fusion,
-                                      seed=args.seed, fakes=args.fakes, progress=True, command=command)
+        if args.protocol == "analogy":
+
+            encoders = [e.strip() for e in args.encoders.split(",") if e.strip()]
+            report = run_analogy_selection(args.data, args.src, args.model, encoders=encoders,
+                                           prototypes=args.prototypes, seed=args.seed, bootstrap=args.bootstrap,
+                                           command=command)
+            render = format_analogy_markdown
+        else:
+            report = run_answer_selection(args.data, args.src, args.model, encoder=args.encoder, fusion=args.fusion,
+                                          seed=args.seed, fakes=args.fakes, progress=True, command=command)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     json_path, md_path = write_report(report, args.out)
-    print(format_markdown(report))
+    print(render(report))
     print(f"report written to {md_path} and {json_path}")
     return 0

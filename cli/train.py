@@ -1,4 +1,4 @@
-"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`)."""
+"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`)."""
 from __future__ import annotations
 
 import argparse
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_msem)
     _register_reranker(tr_sub)
     _register_mmaicm(tr_sub)
+    _register_analogy(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -323,5 +324,68 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
         return 2
     best = summary["best_metric"]
     print(f"{summary['stop_reason']}: best {summary['metric']} = {'-' if best is None else f'{best:.4f}'} at epoch "
+          f"{summary['best_epoch']}; model saved in {args.out}")
+    return 0
+
+
+def _register_analogy(tr_sub: argparse._SubParsersAction) -> None:
+    p = tr_sub.add_parser(
+        "analogy",
+        help="train analogy-preserving sentence embeddings (or the BiGRU-cosine baseline) for answer selection",
+        description="A BiGRU sentence encoder trained on quadruples (two QA pairs of one question type, label 1 "
+        "when both answers are correct) with the contrastive loss on E = cos(f(q_p) - f(a_p), f(q) - f(a)); a "
+        "candidate is scored by its best of the k prototypes of the question's type (models/analogy.py). The "
+        "best epoch by dev MAP is saved in --out; a checkpoint every epoch: --resume continues a cut run, a "
+        "re-run without it starts over.",
+    )
+    p.add_argument("--qa", required=True, help="wikiqa:DIR | trecqa:DIR (who / when / where questions of the train "
+                   "split train, of the dev split select) | kb:FILE (10%% of the phrasings held out as dev)")
+    p.add_argument("--prototypes", type=int, default=30, help="prototype QA pairs per question type (default 30)")
+    p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, text.json, "
+                   "prototypes.json, training.json, checkpoint.pt)")
+    p.add_argument("--words", choices=("glove", "minilm"), default="glove",
+                   help="word vectors: glove (GloVe 6B-50d, default) or minilm (all-MiniLM-L6-v2's frozen token states)")
+    p.add_argument("--objective", choices=("analogy", "cosine"), default="analogy",
+                   help="analogy (default) or cosine (the paper's BiGRU-cosine baseline: cos(f(q), f(a)))")
+    p.add_argument("--margin", type=float, default=0.0, help="m of the loss (the paper does not give it; default 0)")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=64, help="quadruples per step (default 64)")
+    p.add_argument("--weight-decay", type=float, default=0.01, help="Adam's L2 weight decay (paper: 0.01)")
+    p.add_argument("--per-answer", type=int, default=8, help="prototypes per correct answer per epoch (default 8)")
+    p.add_argument("--patience", type=int, default=5, help="stop after this many epochs without a better dev MAP")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, help="wall-clock budget for the whole run; the running epoch is cut")
+    p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt (its model and prototypes)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
+    p.set_defaults(func=cmd_analogy)
+
+
+def cmd_analogy(args: argparse.Namespace) -> int:
+    from kb.records import KbValidationError
+    from models.analogy import AnalogyConfig
+    from models.train_analogy import TrainConfig, TrainError, train_analogy
+
+    if args.threads is not None:
+        if args.threads < 1:
+            print("error: --threads must be >= 1", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        config = None if args.resume else AnalogyConfig(word_repr=args.words, objective=args.objective,
+                                                        margin=args.margin)
+        cfg = TrainConfig(prototypes=args.prototypes, epochs=args.epochs, batch_size=args.batch_size,
+                          per_answer=args.per_answer, patience=args.patience, weight_decay=args.weight_decay, seed=args.seed,
+                          max_minutes=args.max_minutes)
+        command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+        summary = train_analogy(args.out, args.qa, config, cfg, resume=args.resume, device=args.device,
+                                command=command)
+    except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    best = summary["best_dev_map"]
+    print(f"{summary['stop_reason']}: best dev MAP = {'-' if best is None else f'{best:.4f}'} at epoch "
           f"{summary['best_epoch']}; model saved in {args.out}")
     return 0

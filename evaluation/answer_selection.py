@@ -12,9 +12,14 @@ and each model fused with the cosine: (1 - λ) z(cosine) + λ z(mmaicm), z eithe
 standardisation (mean 0, sd 1 over the question's list) or the logit of a logistic calibration fitted
 on the dev pairs; λ in 0, 0.05, .., 1 maximises dev MAP (ties: the smaller λ) and serves both
 protocols. Ties in a ranking keep the file order. Writes report.json and report.md.
+
+`--protocol analogy` (`run_analogy_selection`): the analogy paper's who / when / where subsets (first word,
+at least one correct answer), fixed encoders' cosine and analogy scores against trained analogy /
+BiGRU-cosine models (models/analogy.py), per type and combined with bootstrap 95% intervals.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -268,6 +273,225 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
     }
 
 
+# ------------------------------------------------------------------------------------------------
+# the analogy paper's protocol (models/analogy.py): who / when / where subsets, per type and combined
+
+ANALOGY_ENCODERS = ("glove", "minilm", "mpnet")
+#: the paper's Table 2 (questions with a correct answer, by type); TrecQA train is its TRAIN-ALL
+PAPER_TABLE2 = {
+    "wikiqa": {"train": {"who": 119, "when": 86, "where": 71}, "dev": {"who": 15, "when": 11, "where": 17},
+               "test": {"who": 34, "when": 16, "where": 22}},
+    "trecqa": {"train": {"who": 190, "when": 116, "where": 96}, "dev": {"who": 11, "when": 13, "where": 9},
+               "test": {"who": 8, "when": 19, "where": 11}},
+}
+
+
+def typed_subsets(lists: Sequence[QaList]) -> dict[str, list[QaList]]:
+    """The paper's subsets: questions whose first word is who / when / where with at least one correct
+    answer (TrecQA included: a question whose candidates are all correct stays, as in its Table 2)."""
+    from models.analogy import QUESTION_TYPES, question_type
+
+    out: dict[str, list[QaList]] = {t: [] for t in QUESTION_TYPES}
+    for l in lists:
+        t = question_type(l.question)
+        if t is not None and l.n_positive > 0:
+            out[t].append(l)
+    return out
+
+
+def bootstrap_interval(values: Sequence[float], reps: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of per-question values, questions resampled with replacement."""
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) == 0:
+        return (0.0, 0.0)
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), size=(reps, len(v)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+class GloveAverage:
+    """Sentence = the mean of its GloVe 6B-50d word vectors (the paper's "GloVe" row), not normalised:
+    the analogy rows subtract the vectors."""
+
+    id = "glove-average:6B-50d"
+
+    def __init__(self):
+        from models.mmaicm import GloveWords
+
+        self.words = GloveWords()
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        states = self.words.states(list(texts), 200)
+        return np.stack([s.mean(dim=0).numpy() if s.size(0) else np.zeros(self.words.dim, np.float32)
+                         for s in states]).astype(np.float32)
+
+
+class _Memo:
+    """An encoder whose vectors are computed once per text (the rows re-read the same texts)."""
+
+    def __init__(self, encoder: Any):
+        self.encoder, self.id, self.vectors = encoder, getattr(encoder, "id", None), {}
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        todo = sorted(set(texts) - set(self.vectors))
+        if todo:
+            for text, v in zip(todo, np.asarray(self.encoder.encode(todo, batch_size=batch_size), dtype=np.float32)):
+                self.vectors[text] = v
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def _vector_scores(encoder: Any, lists: Sequence[QaList], prototypes: Sequence[Any], analogy: bool) -> list[np.ndarray]:
+    """A fixed encoder's scores: cos(f(q), f(a)), or the analogy score (best of the prototypes of q's type)."""
+    import torch
+
+    from models.analogy import best_of_prototypes, question_type
+
+    texts = sorted({l.question for l in lists} | {c for l in lists for c in l.candidates}
+                   | {t for p in prototypes for t in (p.question, p.answer)})
+    vectors = torch.from_numpy(np.asarray(encoder.encode(texts, batch_size=64), dtype=np.float32))
+    row = {t: i for i, t in enumerate(texts)}
+    out = []
+    for l in lists:
+        q, a = vectors[row[l.question]], vectors[[row[c] for c in l.candidates]]
+        if not analogy:
+            out.append(torch.nn.functional.cosine_similarity(q.unsqueeze(0), a, dim=-1).numpy())
+            continue
+        protos = [p for p in prototypes if p.type == (question_type(l.question) or "any")] or list(prototypes)
+        q_p, a_p = vectors[[row[p.question] for p in protos]], vectors[[row[p.answer] for p in protos]]
+        out.append(best_of_prototypes(q_p, a_p, q, a).numpy())
+    return out
+
+
+def _typed_row(name: str, kind: str, subsets: dict[str, list[QaList]], scores: dict[str, list[np.ndarray]],
+               reps: int, seed: int, dev_map: float | None = None, **extra) -> dict:
+    per_type: dict[str, dict] = {}
+    for t, lists in list(subsets.items()) + [("combined", [l for ls in subsets.values() for l in ls])]:
+        s = scores[t] if t != "combined" else [x for tt in subsets for x in scores[tt]]
+        ap = [average_precision(x, l.labels) for x, l in zip(s, lists)]
+        rr = [reciprocal_rank(x, l.labels) for x, l in zip(s, lists)]
+        per_type[t] = {"questions": len(lists), "map": round(float(np.mean(ap)) if ap else 0.0, 4),
+                       "mrr": round(float(np.mean(rr)) if rr else 0.0, 4),
+                       "map_ci95": [round(x, 4) for x in bootstrap_interval(ap, reps, seed)],
+                       "mrr_ci95": [round(x, 4) for x in bootstrap_interval(rr, reps, seed)]}
+    return {"name": name, "kind": kind, **per_type, "dev_map": None if dev_map is None else round(dev_map, 4), **extra}
+
+
+def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Path] = (),
+                          encoders: Sequence[str] = ANALOGY_ENCODERS, prototypes: int = 30, seed: int = 0,
+                          bootstrap: int = 1000, command: str | None = None, encoder_objs: dict | None = None) -> dict:
+    """The analogy paper's protocol on the test split's who / when / where questions: for each fixed
+    encoder (GloVe average, MiniLM, mpnet) the plain cosine and the analogy score with `prototypes` per
+    type drawn from train with `seed` (the trainer's draw), then each trained model (models/analogy.py:
+    analogy or BiGRU cosine) with its own prototypes. Per type and combined: MAP, MRR, questions and a
+    bootstrap 95% interval over questions; combined dev MAP too."""
+    from models.analogy import load_analogy, select_prototypes
+
+    if data not in DATASETS:
+        raise ValueError(f"--data must be one of {', '.join(DATASETS)}, got {data!r}")
+    unknown = sorted(set(encoders) - set(ANALOGY_ENCODERS))
+    if unknown:
+        raise ValueError(f"unknown encoders {unknown}: expected some of {', '.join(ANALOGY_ENCODERS)}")
+    t0 = time.perf_counter()
+    splits = {name: typed_subsets(load_split(data, src, name)) for name in ("train", "dev", "test")}
+    test, dev = splits["test"], splits["dev"]
+    dev_lists = [l for ls in dev.values() for l in ls]
+    train_lists = [l for ls in splits["train"].values() for l in ls]
+    protos = select_prototypes(train_lists, prototypes, seed=seed)
+    counts = {name: {t: len(ls) for t, ls in sub.items()} for name, sub in splits.items()}
+
+    def by_type(score_lists) -> dict[str, list[np.ndarray]]:
+        return {t: score_lists(ls) for t, ls in test.items()}
+
+    rows: list[dict] = []
+    encoder_objs = dict(encoder_objs or {})
+    for spec in encoders:
+        enc = encoder_objs.get(spec)
+        if enc is None:
+            if spec == "glove":
+                enc = GloveAverage()
+            else:
+                from models.load import load_encoder
+
+                enc = load_encoder(spec)
+        enc = encoder_objs[spec] = enc if isinstance(enc, _Memo) else _Memo(enc)
+        label = {"glove": "GloVe average", "minilm": "MiniLM", "mpnet": "mpnet"}[spec]
+        for analogy in (False, True):
+            f = lambda ls: _vector_scores(enc, ls, protos, analogy)  # noqa: E731
+            dev_map = float(np.mean([average_precision(x, l.labels) for x, l in zip(f(dev_lists), dev_lists)])) \
+                if dev_lists else None
+            rows.append(_typed_row(f"{label} {'analogy (best of k)' if analogy else 'cosine'}",
+                                   "encoder-analogy" if analogy else "encoder-cosine", test, by_type(f), bootstrap, seed,
+                                   dev_map, encoder=getattr(enc, "id", spec), prototypes=len(protos) if analogy else None))
+    words: dict[str, Any] = {}
+    for folder in models:
+        scorer = load_analogy(folder)
+        if scorer.words.kind in words:  # one GloVe table / MiniLM per kind and one word-vector cache
+            scorer.words, scorer._cache = words[scorer.words.kind]
+        else:
+            words[scorer.words.kind] = (scorer.words, scorer._cache)
+        cfg = scorer.config
+        dev_scores = scorer.score_lists(dev_lists) if dev_lists else []
+        dev_map = float(np.mean([average_precision(x, l.labels) for x, l in zip(dev_scores, dev_lists)])) \
+            if dev_lists else None
+        name = f"{'analogy' if cfg.objective == 'analogy' else 'BiGRU cosine'} ({cfg.word_repr}): {Path(folder).name}"
+        model_test = by_type(scorer.score_lists)
+        rows.append(_typed_row(name, cfg.objective, test, model_test, bootstrap, seed, dev_map,
+                               folder=str(folder), config=dataclasses.asdict(cfg),
+                               prototypes=len(scorer.prototypes) if cfg.objective == "analogy" else None))
+        if "minilm" in encoder_objs and dev_lists:
+            # ours: the model fused with MiniLM's cosine, (1 - λ) z(cos) + λ z(model), z per question and
+            # λ chosen on the typed dev questions, as the standard protocol fuses MMAICM
+            z = Normaliser("zscore")
+            cos = lambda ls: _vector_scores(encoder_objs["minilm"], ls, protos, False)  # noqa: E731
+            lam, by_lambda = choose_lambda(dev_lists, cos(dev_lists), dev_scores, z, z)
+            cos_test = by_type(cos)
+            fused = {t: fuse(cos_test[t], model_test[t], lam, z, z) for t in test}
+            dev_fused = list_metrics(dev_lists, fuse(cos(dev_lists), dev_scores, lam, z, z))["map"]
+            rows.append(_typed_row(f"{name} + MiniLM cosine", "fused", test, fused, bootstrap, seed, dev_fused,
+                                   folder=str(folder), **{"lambda": lam,
+                                   "dev_map_by_lambda": {str(k): round(v, 6) for k, v in by_lambda.items()}}))
+    return {
+        "dataset": data, "src": str(src), "command": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "protocol": {"analogy": "the analogy paper's: test questions whose first word is who / when / where, with "
+                                ">= 1 correct answer; MAP / MRR per type and combined; 95% intervals: percentile "
+                                f"bootstrap over questions ({bootstrap} resamples, seed {seed})",
+                     "prototypes": f"{prototypes} per type from train (seed {seed}) for the fixed encoders' analogy "
+                                   "rows; trained models use their own",
+                     "fused": "a model + MiniLM cosine: (1 - λ) z(cos) + λ z(model), z per question, λ in 0, 0.05, "
+                              ".., 1 maximises typed dev MAP"},
+        "questions": counts, "paper_table2": PAPER_TABLE2[data], "seed": seed, "bootstrap": bootstrap,
+        "rows": rows, "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def format_analogy_markdown(report: dict) -> str:
+    q, paper = report["questions"], report["paper_table2"]
+    types = list(q["test"])
+    lines = [f"# Answer selection, who / when / where: {report['dataset']} test ({report['date']})", "",
+             f"- protocol: {report['protocol']['analogy']}", f"- prototypes: {report['protocol']['prototypes']}",
+             f"- fused: {report['protocol']['fused']}",
+             *([f"- command: `{report['command']}`"] if report.get("command") else []), "",
+             "| split | " + " | ".join(types) + " | combined | paper (Table 2) |",
+             "|---|" + "---|" * (len(types) + 2)]
+    for split in ("train", "dev", "test"):
+        c = q[split]
+        lines.append(f"| {split} | " + " | ".join(str(c[t]) for t in types) + f" | {sum(c.values())} | "
+                     + " / ".join(str(paper[split][t]) for t in types) + f" = {sum(paper[split].values())} |")
+    lines += ["", "MAP / MRR per type; combined with its 95% bootstrap interval; n = questions", "",
+              "| row | " + " | ".join(f"{t} (n={q['test'][t]})" for t in types)
+              + f" | combined MAP (n={sum(q['test'].values())}) | combined MRR | dev MAP | λ |",
+              "|---|" + "---|" * (len(types) + 4)]
+    for r in report["rows"]:
+        c = r["combined"]
+        dev = "-" if r["dev_map"] is None else f"{r['dev_map']:.4f}"
+        lines.append(f"| {r['name']} | " + " | ".join(f"{r[t]['map']:.3f} / {r[t]['mrr']:.3f}" for t in types)
+                     + f" | {c['map']:.4f} [{c['map_ci95'][0]:.3f}, {c['map_ci95'][1]:.3f}]"
+                     + f" | {c['mrr']:.4f} [{c['mrr_ci95'][0]:.3f}, {c['mrr_ci95'][1]:.3f}] | {dev} | "
+                     + ("-" if r.get("lambda") is None else f"{r['lambda']:g}") + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _row(name: str, kind: str, test, paper, dev, raw, scores: dict, **extra) -> dict:
     standard = list_metrics(test, scores["test"])
     if raw is not None:
@@ -317,10 +541,12 @@ def format_markdown(report: dict) -> str:
 
 
 def write_report(report: dict, out: str | Path) -> tuple[Path, Path]:
+    """report.json and report.md (the analogy protocol's report has its own tables)."""
+    markdown = format_analogy_markdown(report) if "analogy" in report.get("protocol", {}) else format_markdown(report)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = (out / "report.json", out / "report.md")
-    for path, text in zip(paths, (json.dumps(report, indent=2, default=str) + "\n", format_markdown(report))):
+    for path, text in zip(paths, (json.dumps(report, indent=2, default=str) + "\n", markdown)):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
@@ -330,5 +556,6 @@ def write_report(report: dict, out: str | Path) -> tuple[Path, Path]:
 __all__ = [
     "FUSIONS", "LAMBDA_GRID", "Normaliser", "PairScores", "choose_lambda", "encoder_cosine", "format_markdown",
     "fuse", "list_metrics", "ndcg", "paper_lists", "precision_at_1", "reciprocal_rank", "run_answer_selection",
-    "write_report", "zscore", "average_precision", "evaluable", "load_split",
+    "write_report", "zscore", "average_precision", "evaluable", "load_split", "run_analogy_selection",
+    "format_analogy_markdown", "typed_subsets", "bootstrap_interval", "GloveAverage", "PAPER_TABLE2",
 ]

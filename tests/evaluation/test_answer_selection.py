@@ -169,3 +169,65 @@ def test_run_answer_selection_cosine_row(tmp_path, minilm_encoder):
     assert "raw MAP" in format_markdown(report)
     with pytest.raises(ValueError, match="fusion"):
         run_answer_selection("trecqa", src, encoder_obj=minilm_encoder, fusion="max")
+
+
+# ---------------------------------------------------------------- the analogy paper's protocol
+
+ANALOGY_ROWS = [
+    ("who wrote hamlet ?", "Hamlet was written by William Shakespeare .", 1),
+    ("who wrote hamlet ?", "Hamlet is a tragedy .", 0),
+    ("Who painted the Mona Lisa", "The Mona Lisa is in Paris .", 0),  # no correct answer: dropped
+    ("when was the eiffel tower built ?", "The Eiffel Tower was built in 1889 .", 1),
+    ("when was the eiffel tower built ?", "The Eiffel Tower is in Paris .", 0),
+    ("where is the eiffel tower ?", "The Eiffel Tower is in Paris .", 1),
+    ("where is the eiffel tower ?", "The Eiffel Tower was built in 1889 .", 0),
+    ("what is the eiffel tower ?", "The Eiffel Tower is a tower .", 1),  # not who / when / where
+    ("in 1990 who won ?", "Somebody won .", 1),  # the wh-word is not first
+]
+
+
+def test_typed_subsets_and_bootstrap():
+    from evaluation.answer_selection import bootstrap_interval, typed_subsets
+
+    lists = read_wikiqa(write_wikiqa_rows(ANALOGY_ROWS))
+    subsets = typed_subsets(lists)
+    assert {t: len(v) for t, v in subsets.items()} == {"who": 1, "when": 1, "where": 1}
+    assert bootstrap_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    low, high = bootstrap_interval([0.0, 1.0] * 20, reps=500)
+    assert low < 0.5 < high and high - low < 0.4
+
+
+def write_wikiqa_rows(rows, folder=None):
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(folder or tempfile.mkdtemp())
+    return write_wikiqa(folder, rows) / "WikiQA-test.txt"
+
+
+def test_run_analogy_selection_counts_and_rows(tmp_path, minilm_encoder):
+    from evaluation.answer_selection import format_analogy_markdown, run_analogy_selection
+    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, select_prototypes
+    from models.mmaicm import GloveWords
+
+    src = write_wikiqa(tmp_path / "wikiqa", ANALOGY_ROWS)
+    words = GloveWords()
+    lists = read_wikiqa(src / "WikiQA-train.txt")
+    AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8)), words, select_prototypes(lists, 2), device="cpu").save(
+        tmp_path / "model")
+    report = run_analogy_selection("wikiqa", src, [tmp_path / "model"], encoders=["glove", "minilm"], prototypes=2,
+                                   bootstrap=200, encoder_objs={"minilm": minilm_encoder})
+    assert report["questions"]["test"] == {"who": 1, "when": 1, "where": 1}
+    names = [r["name"] for r in report["rows"]]
+    assert names[:2] == ["GloVe average cosine", "GloVe average analogy (best of k)"] and len(names) == 6
+    assert "analogy (glove)" in names[4] and names[5].endswith("+ MiniLM cosine")
+    assert 0.0 <= report["rows"][5]["lambda"] <= 1.0
+    for r in report["rows"]:
+        assert r["combined"]["questions"] == 3 and r["who"]["questions"] == 1
+        assert r["combined"]["map_ci95"][0] <= r["combined"]["map"] <= r["combined"]["map_ci95"][1]
+    # one prototype per type (the fixture has one typed question of each), drawn from train
+    assert report["rows"][1]["prototypes"] == 3
+    md = format_analogy_markdown(report)
+    assert "| test | 1 | 1 | 1 | 3 | 34 / 16 / 22 = 72 |" in md
+    json_path, md_path = write_report(report, tmp_path / "out")
+    assert "combined MAP" in md_path.read_text()

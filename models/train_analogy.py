@@ -1,0 +1,321 @@
+"""Training of the analogy model and its BiGRU-cosine baseline (`faq train analogy`, models/analogy.py).
+
+Data (`--qa wikiqa:DIR | trecqa:DIR | kb:FILE`, ranked lists as models/train_mmaicm.py reads them):
+- answer-selection sets: the train split's who / when / where questions with a correct answer train, the
+  dev split's (the same filter: the paper's Table 2 subsets) select the epoch;
+- a KB: kb_lists' (phrasing, FAQ answer) lists; a phrasing without a wh-word type gets the type "any", so
+  a KB of how-to questions trains one type.
+
+Prototypes: k per type (`--prototypes`), (question, one correct answer) pairs of the train split, drawn
+once with the seed and saved with the model; the same prototypes build the training quadruples and
+score at test time (4.1). Quadruples are drawn afresh each epoch (models/analogy.py QuadrupleSampler).
+
+Adam 1e-3 with weight decay 0.01 (paper, coupled L2 as "L2-regularized loss" says); after every epoch the
+dev MAP, the best epoch saved as the model folder in --out, and `checkpoint.pt` (weights, optimiser,
+epoch, history, RNG) so `--resume` continues a cut run; a re-run without --resume starts over.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from models.analogy import (
+    AnalogyConfig,
+    AnalogyScorer,
+    BiGruEncoder,
+    Prototype,
+    QuadrupleSampler,
+    analogy_energy,
+    contrastive_loss,
+    list_type,
+    select_prototypes,
+)
+from models.mmaicm import make_words
+from models.train_mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+TRAINING_FILE = "training.json"
+SOURCES = ("wikiqa", "trecqa", "kb")
+
+
+def parse_qa(spec: str) -> tuple[str, str]:
+    """"wikiqa:DIR" | "trecqa:DIR" | "kb:FILE" -> (kind, path)."""
+    kind, sep, path = spec.partition(":")
+    if not sep or kind not in SOURCES or not path:
+        raise TrainError(f"--qa must be wikiqa:DIR, trecqa:DIR or kb:FILE, got {spec!r}")
+    return kind, path
+
+
+def typed(lists: Sequence[QaList]) -> list[QaList]:
+    """The paper's subsets: who / when / where questions (models/analogy.py question_type) with at least
+    one correct answer."""
+    return [l for l in lists if list_type(l) is not None and l.n_positive > 0]
+
+
+@dataclass
+class AnalogyData:
+    train: list[QaList]
+    dev: list[QaList]
+    sources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def describe(self) -> dict[str, Any]:
+        by_type: dict[str, int] = {}
+        for l in self.train:
+            by_type[list_type(l)] = by_type.get(list_type(l), 0) + 1
+        return {"train_questions": len(self.train), "train_by_type": by_type, "dev_questions": len(self.dev),
+                "train_positives": sum(l.n_positive for l in self.train), **self.sources}
+
+
+def prepare_data(qa: str, seed: int = 0) -> AnalogyData:
+    kind, path = parse_qa(qa)
+    if kind == "kb":
+        train, dev = kb_lists(path, seed=seed, phrasing_pairs=False)
+        for l in train + dev:
+            l.qtype = list_type(l) or "any"  # type: ignore[attr-defined]
+        data = AnalogyData([l for l in train if l.n_positive > 0], [l for l in dev if l.n_positive > 0])
+    else:
+        data = AnalogyData(typed(load_split(kind, path, "train")), typed(load_split(kind, path, "dev")))
+    data.sources = {"qa": qa}
+    if not data.train:
+        raise TrainError(f"{qa}: no who / when / where question with a correct answer to train on")
+    return data
+
+
+@dataclass
+class TrainConfig:
+    prototypes: int = 30  # k per type (paper: 30)
+    epochs: int = 30
+    batch_size: int = 64  # quadruples per step
+    lr: float = 1e-3  # paper
+    weight_decay: float = 0.01  # paper
+    per_answer: int = 8  # ours: prototypes per correct answer and epoch (each with a positive and a negative)
+    patience: int = 5
+    seed: int = 0
+    max_minutes: float | None = None
+    grad_clip: float = 5.0
+
+    def validate(self) -> None:
+        for name in ("prototypes", "epochs", "batch_size", "per_answer", "patience"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.weight_decay < 0:
+            raise TrainError("lr must be > 0 and weight_decay >= 0")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise TrainError(f"max_minutes must be > 0, got {self.max_minutes}")
+
+
+class Trainer:
+    """One run; `run()` returns the summary written to training.json."""
+
+    def __init__(self, data: AnalogyData, out_dir: str | Path, cfg: TrainConfig,
+                 config: AnalogyConfig | None = None, resume: bool = False, device: str | None = None,
+                 command: str | None = None, words: Any = None):
+        cfg.validate()
+        self.data, self.cfg = data, cfg
+        self.out = Path(out_dir)
+        self.command = command or " ".join(shlex.quote(a) for a in sys.argv)
+        self.history: list[dict] = []
+        self.epoch, self.best_metric, self.best_epoch, self.bad_epochs = 0, -math.inf, 0, 0
+        self.stop_reason: str | None = None
+        self.out.mkdir(parents=True, exist_ok=True)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        checkpoint = None
+        if resume:
+            path = self.out / CHECKPOINT_FILE
+            if not path.is_file():
+                raise TrainError(f"--resume: no checkpoint at {path}")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+            saved = AnalogyConfig(**checkpoint["model_config"])
+            if config is not None and config != saved:
+                changed = sorted(k for k in AnalogyConfig.field_names() if getattr(config, k) != getattr(saved, k))
+                raise TrainError(f"--resume continues the checkpoint's model: {', '.join(changed)} differ from it")
+            config = saved
+            prototypes = [Prototype(**p) for p in checkpoint["prototypes"]]
+        else:
+            config = config or AnalogyConfig()
+            prototypes = select_prototypes(data.train, cfg.prototypes, seed=cfg.seed,
+                                           types=sorted({list_type(l) for l in data.train}))
+        encoder = BiGruEncoder(config)
+        if checkpoint is not None:
+            encoder.load_state_dict(checkpoint["model"])
+        if words is None or words.kind != config.word_repr:
+            words = make_words(config.word_repr, device=device or "cpu")
+        self.scorer = AnalogyScorer(encoder, words, prototypes, name=self.out.resolve().name, device=device)
+        self.model = self.scorer.encoder
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.sampler = QuadrupleSampler(data.train, prototypes, cfg.per_answer, config.objective,
+                                        borrow_negatives=str(data.sources.get("qa", "")).startswith("kb:"))
+        if checkpoint is not None:
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            for key in ("epoch", "best_metric", "best_epoch", "bad_epochs", "history"):
+                setattr(self, key, checkpoint[key])
+            torch.set_rng_state(checkpoint["torch_rng"])
+
+    def fill_cache(self) -> float:
+        t0 = time.perf_counter()
+        texts = sorted({l.question for l in self.data.train + self.data.dev}
+                       | {c for l in self.data.train + self.data.dev for c in l.candidates})
+        from tqdm import tqdm
+
+        for start in tqdm(range(0, len(texts), 128), desc=f"word vectors ({self.scorer.words.kind})",
+                          file=sys.stderr, leave=False, mininterval=1.0):
+            self.scorer.inputs(texts[start:start + 128])
+        return time.perf_counter() - t0
+
+    def dev_map(self) -> float:
+        return mean_average_precision(self.data.dev, np.concatenate(self.scorer.score_lists(self.data.dev)))
+
+    def step(self, batch: Sequence[tuple[str, str, str, str, int]]) -> tuple[float, int]:
+        """One optimiser step on quadruples -> (loss, how many are on the wrong side of E = m / 2 + 1 / 2)."""
+        texts = sorted({t for quad in batch for t in quad[:4] if t})
+        row = {t: i for i, t in enumerate(texts)}
+        vectors = self.model(*self.scorer.inputs(texts))  # (n_texts, D)
+        q = vectors[[row[x[2]] for x in batch]]
+        a = vectors[[row[x[3]] for x in batch]]
+        if self.model.config.objective == "cosine":
+            energy = torch.nn.functional.cosine_similarity(q, a, dim=-1)
+        else:
+            energy = analogy_energy(vectors[[row[x[0]] for x in batch]], vectors[[row[x[1]] for x in batch]], q, a)
+        labels = torch.tensor([x[4] for x in batch], device=energy.device)
+        loss = contrastive_loss(energy, labels, self.model.config.margin)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        threshold = (1.0 + self.model.config.margin) / 2
+        wrong = int(((energy > threshold) != labels.bool()).sum())
+        return float(loss.detach()), wrong
+
+    def train_epoch(self, quads: list, deadline: float | None) -> dict:
+        from tqdm import tqdm
+
+        self.model.train()
+        total, done, wrong, partial = 0.0, 0, 0, False
+        t0 = time.perf_counter()
+        bar = tqdm(total=len(quads), unit="quad", desc=f"epoch {self.epoch + 1}", file=sys.stderr, leave=False,
+                   mininterval=1.0)
+        try:
+            for start in range(0, len(quads), self.cfg.batch_size):
+                if deadline is not None and time.monotonic() > deadline:
+                    partial = True
+                    break
+                batch = quads[start:start + self.cfg.batch_size]
+                loss, w = self.step(batch)
+                total += loss * len(batch)
+                wrong += w
+                done += len(batch)
+                bar.update(len(batch))
+                bar.set_postfix(loss=f"{total / done:.4f}", refresh=False)
+        finally:
+            bar.close()
+        seconds = time.perf_counter() - t0
+        return {"loss": total / max(done, 1), "wrong_side": wrong / max(done, 1), "quadruples": done,
+                "train_s": round(seconds, 2), "partial": partial}
+
+    def save_checkpoint(self) -> None:
+        ck = {"model": self.model.state_dict(), "model_config": dataclasses.asdict(self.model.config),
+              "prototypes": [dataclasses.asdict(p) for p in self.scorer.prototypes],
+              "optimizer": self.optimizer.state_dict(), "epoch": self.epoch, "best_metric": self.best_metric,
+              "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
+              "torch_rng": torch.get_rng_state(), "train_config": dataclasses.asdict(self.cfg)}
+        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
+        torch.save(ck, tmp)
+        os.replace(tmp, self.out / CHECKPOINT_FILE)
+
+    def write_report(self, extra: Mapping[str, Any] | None = None) -> dict:
+        summary = {"command": self.command, "data": self.data.describe,
+                   "model_config": dataclasses.asdict(self.model.config), "parameters": self.model.num_parameters(),
+                   "prototypes": len(self.scorer.prototypes), "train_config": dataclasses.asdict(self.cfg),
+                   "torch_threads": torch.get_num_threads(), "epochs_done": self.epoch, "best_epoch": self.best_epoch,
+                   "best_dev_map": None if self.best_metric == -math.inf else self.best_metric,
+                   "stop_reason": self.stop_reason, "history": self.history, **(extra or {})}
+        tmp = self.out / (TRAINING_FILE + ".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.out / TRAINING_FILE)
+        return summary
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        started = time.monotonic()
+        deadline = started + cfg.max_minutes * 60 if cfg.max_minutes else None
+        mc = self.model.config
+        log.info("training the %s model (%s words, margin %g, %d parameters, %d prototypes): %s", mc.objective,
+                 mc.word_repr, mc.margin, self.model.num_parameters(), len(self.scorer.prototypes),
+                 json.dumps(self.data.describe))
+        cache_s = self.fill_cache()
+        if self.epoch == 0 and self.data.dev:
+            # epoch 0 (untrained) is a candidate too: a run that never beats it saves it
+            self.best_metric = self.dev_map()
+            self.scorer.save(self.out)
+            self.history.append({"epoch": 0, "dev_map": round(self.best_metric, 6), "best": True})
+            log.info("epoch 0: dev MAP %.4f", self.best_metric)
+        try:
+            while self.stop_reason is None and self.epoch < cfg.epochs:
+                if deadline is not None and time.monotonic() > deadline:
+                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
+                    break
+                quads = self.sampler.sample(random.Random(cfg.seed * 1_000_003 + self.epoch))
+                stats = self.train_epoch(quads, deadline)
+                if stats["quadruples"] == 0:
+                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
+                    break
+                metric = self.dev_map() if self.data.dev else -stats["loss"]
+                self.epoch += 1
+                improved = metric > self.best_metric
+                if improved:
+                    self.best_metric, self.best_epoch, self.bad_epochs = metric, self.epoch, 0
+                    self.scorer.save(self.out)
+                elif not stats["partial"]:
+                    self.bad_epochs += 1
+                self.history.append({"epoch": self.epoch, "dev_map" if self.data.dev else "neg_loss": round(metric, 6),
+                                     "best": improved, **stats})
+                log.info("epoch %d: loss %.4f, wrong side %.3f, dev MAP %.4f%s (%d quadruples, %.0fs)", self.epoch,
+                         stats["loss"], stats["wrong_side"], metric, " *best*" if improved else "",
+                         stats["quadruples"], stats["train_s"])
+                if stats["partial"] or (deadline is not None and time.monotonic() > deadline):
+                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
+                elif self.bad_epochs >= cfg.patience:
+                    self.stop_reason = f"early stop: dev MAP did not improve for {cfg.patience} epochs"
+                self.save_checkpoint()
+                self.write_report()
+            if self.stop_reason is None:
+                self.stop_reason = f"reached {cfg.epochs} epochs"
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+            self.save_checkpoint()
+            self.write_report()
+            raise
+        if not (self.out / "model.safetensors").exists():
+            self.scorer.save(self.out)
+        summary = self.write_report({"word_vectors_s": round(cache_s, 1), "wall_s": round(time.monotonic() - started, 1)})
+        log.info("done (%s): best dev MAP %.4f at epoch %d -> %s", self.stop_reason, self.best_metric,
+                 self.best_epoch, self.out)
+        return summary
+
+
+def train_analogy(out_dir: str | Path, qa: str, config: AnalogyConfig | None = None,
+                  train_config: TrainConfig | None = None, resume: bool = False, device: str | None = None,
+                  command: str | None = None) -> dict:
+    """Train (or `resume`) an analogy / BiGRU-cosine model into `out_dir`; returns the training summary."""
+    cfg = train_config or TrainConfig()
+    return Trainer(prepare_data(qa, seed=cfg.seed), out_dir, cfg, config, resume=resume, device=device,
+                   command=command).run()
