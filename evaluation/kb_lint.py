@@ -100,9 +100,9 @@ def _scores(report, field: str | None, sign: float = 1.0) -> dict[str, float]:
 
 
 def run(records: list[KbRecord], encoder: Any, seeds: Sequence[int], share: float,
-        threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
+        threshold: float = DEFAULT_THRESHOLD, analogy: Any | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    clean = lint_kb(records, encoder, threshold=threshold)
+    clean = lint_kb(records, encoder, threshold=threshold, analogy=analogy)
     result: dict[str, Any] = {
         "encoder": getattr(encoder, "id", None), "n_faqs": len(clean.faqs), "n_phrasings": clean.n_phrasings,
         "threshold": threshold, "share": share, "seeds": list(seeds),
@@ -114,7 +114,7 @@ def run(records: list[KbRecord], encoder: Any, seeds: Sequence[int], share: floa
         runs = []
         for seed in seeds:
             recs, changed = corrupt(records, kind, share, seed)
-            rep = lint_kb(recs, encoder, threshold=threshold)
+            rep = lint_kb(recs, encoder, threshold=threshold, analogy=analogy)
             labels = {f.faq_id: int(f.faq_id in changed) for f in rep.faqs}
             ids = list(labels)
             y = [labels[f] for f in ids]
@@ -166,12 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--share", type=float, default=0.1, help="share of FAQs corrupted per run")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    p.add_argument("--analogy-model", default=None,
+                   help="a `faq train analogy` folder: the analogy signal in its space (AUC analogy alone)")
     p.add_argument("--out", help="write OUT.json and OUT.md")
     args = p.parse_args(argv)
     from models.load import load_encoder
 
     encoder = MemoEncoder(load_encoder(args.encoder))
-    res = run(read_kb(args.kb), encoder, [int(s) for s in args.seeds.split(",")], args.share, args.threshold)
+    analogy = None
+    if args.analogy_model:
+        from models.analogy import load_analogy
+
+        analogy = load_analogy(args.analogy_model)
+    res = run(read_kb(args.kb), encoder, [int(s) for s in args.seeds.split(",")], args.share, args.threshold,
+              analogy=analogy)
+    res["analogy_model"] = args.analogy_model
     res["kb"] = args.kb if Path(args.kb).resolve() != DEMO_KB else "app/demo/faq.jsonl"
     command = "python -m evaluation.kb_lint " + " ".join(argv if argv is not None else sys.argv[1:])
     md = to_markdown(res, command)

@@ -149,9 +149,12 @@ def group_kb(records: Iterable[KbRecord]) -> dict[str, tuple[str, list[str]]]:
 
 
 def lint_kb(records: Iterable[KbRecord], encoder: Any | None = None, *, threshold: float = DEFAULT_THRESHOLD,
-            prototypes: int = DEFAULT_PROTOTYPES, batch_size: int = 64, progress: bool = False) -> LintReport:
+            prototypes: int = DEFAULT_PROTOTYPES, batch_size: int = 64, progress: bool = False,
+            analogy: Any | None = None) -> LintReport:
     """Lint a KB (records as `read_kb` or `FaqStore.export_records` give them). Without an encoder only
-    the structural checks run."""
+    the structural checks run. `analogy`: a model trained for the QA analogy (models/analogy.py
+    `AnalogyScorer`, anything with `embed(texts) -> (n, d)`): the analogy signal is then computed in its
+    space instead of the encoder's (prototypes are still the nearest FAQs by the encoder)."""
     kb = group_kb(records)
     ids = list(kb)
     reasons: dict[str, list[Reason]] = {f: [] for f in ids}
@@ -173,7 +176,7 @@ def lint_kb(records: Iterable[KbRecord], encoder: Any | None = None, *, threshol
         notes.append(f"answer fit needs at least {MIN_FAQS_FOR_FIT} FAQs with an answer and a phrasing "
                      f"({len(fit_ids)} here): not computed")
     else:
-        _fit_and_analogy(kb, fit_ids, encoder, reasons, numbers, prototypes, batch_size, progress)
+        _fit_and_analogy(kb, fit_ids, encoder, reasons, numbers, prototypes, batch_size, progress, analogy)
 
     faqs = []
     for f in ids:
@@ -248,7 +251,7 @@ def _names(ids: Sequence[str], n: int = 3) -> str:
 
 def _fit_and_analogy(kb: dict[str, tuple[str, list[str]]], ids: list[str], encoder: Any,
                      reasons: dict[str, list[Reason]], numbers: dict[str, dict[str, Any]],
-                     prototypes: int, batch_size: int, progress: bool) -> None:
+                     prototypes: int, batch_size: int, progress: bool, analogy_model: Any | None = None) -> None:
     from index.build import encode_in_batches
 
     n = len(ids)
@@ -281,7 +284,13 @@ def _fit_and_analogy(kb: dict[str, tuple[str, list[str]]], ids: list[str], encod
     qm = np.zeros((n, qv.shape[1]))
     np.add.at(qm, owner, qv)
     qm /= np.linalg.norm(qm, axis=1, keepdims=True)
-    diff = qm - av
+    if analogy_model is None:
+        diff = qm - av
+    else:  # the model's own, unnormalised f: E = cos(f(q_p) - f(a_p), f(q) - f(a))
+        fv = np.asarray(analogy_model.embed(questions + [kb[f][0] for f in ids]), dtype=np.float64)
+        fq = np.zeros((n, fv.shape[1]))
+        np.add.at(fq, owner, fv[: len(questions)])
+        diff = fq / counts[:, None] - fv[len(questions):]
     diff /= np.maximum(np.linalg.norm(diff, axis=1, keepdims=True), 1e-9)
     near = qm @ qm.T
     np.fill_diagonal(near, -np.inf)

@@ -74,3 +74,21 @@ def test_json_shape(minilm_encoder):
     assert first["faq_id"] == "refund" and first["flagged"] is True and 0.0 <= first["score"] <= 1.0
     assert {"signal", "score", "text", "numbers"} <= set(first["reasons"][0])
     assert {"own_fit", "fit_z", "analogy_best_cos"} <= set(data["faqs"][1]["numbers"])
+
+
+def test_an_analogy_model_moves_the_analogy_numbers_and_nothing_else(minilm_encoder):
+    import torch
+
+    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder
+    from models.mmaicm import GloveWords
+
+    torch.manual_seed(0)
+    model = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8)), GloveWords(), device="cpu")
+    records = _records({"refund": _answer("invoice"), "invoice": _answer("refund")})
+    plain = lint_kb(records, minilm_encoder)
+    with_model = lint_kb(records, minilm_encoder, analogy=model)
+    assert [(f.faq_id, f.score) for f in plain.faqs] == [(f.faq_id, f.score) for f in with_model.faqs]
+    before = {f.faq_id: f.numbers["analogy_best_cos"] for f in plain.faqs}
+    after = {f.faq_id: f.numbers["analogy_best_cos"] for f in with_model.faqs}
+    assert before.keys() == after.keys() and before != after
+    assert all(-1.0 <= v <= 1.0 for v in after.values())
