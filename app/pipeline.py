@@ -17,7 +17,9 @@ Arms (app/arms.py): `MatchQuery.arm` picks the recall stage (`ann` or `lexical`)
 """
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
@@ -206,6 +208,73 @@ class MmaicmStage:
             p = probs[:n]
         else:
             p = share * probs[:n] + (1.0 - share) * probs[n:]
+        w = self.served_weight
+        if w >= 1.0:
+            return p
+        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+
+
+class AnalogyStage:
+    """models/analogy.py's analogy model on each candidate's answer: how well query -> answer lines up
+    with the model's prototype question -> answer pairs (best of k). Calibrated to a probability by the
+    folder's logistic fit and pooled with the candidate's score so far like MmaicmStage (w = `weight`,
+    None: the folder's `fusion_weight`; 1 = the analogy score alone)."""
+
+    #: FAQ answers and prototype texts whose sentence vectors are kept: a service re-scores the same
+    #: answers again and again, so after the first requests only the query is encoded
+    CACHE_SIZE = 8192
+
+    def __init__(self, scorer: Any, weight: float | None = None):
+        if weight is not None and not 0.0 <= weight <= 1.0:
+            raise ValueError(f"analogy weight must be in 0..1, got {weight}")
+        self.scorer = scorer
+        self.weight = weight
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _embed_cached(self, texts: Sequence[str]) -> Any:
+        import torch
+
+        with self._lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+            if missing:
+                for text, vec in zip(missing, self.scorer.embed(missing)):
+                    self._vectors[text] = vec
+            for text in texts:
+                self._vectors.move_to_end(text)
+            rows = torch.stack([self._vectors[t] for t in texts])
+            while len(self._vectors) > self.CACHE_SIZE:
+                self._vectors.popitem(last=False)
+            return rows
+
+    @property
+    def id(self) -> str:
+        return f"analogy:{self.scorer.name}"
+
+    @property
+    def served_weight(self) -> float:
+        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
+
+    def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        from models.scoring import pool
+
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float64)
+        import torch.nn.functional as F
+
+        from models.analogy import best_of_prototypes
+
+        q = self.scorer.embed([query])[0]
+        answers = self._embed_cached([m.answer for m in candidates])
+        if self.scorer.config.objective == "cosine":
+            raw = F.cosine_similarity(q.unsqueeze(0), answers, dim=-1)
+        else:  # as AnalogyScorer.score, with the answers' and prototypes' vectors cached
+            protos = self.scorer.prototypes_for(query)
+            if not protos:
+                raise ValueError(f"the analogy model {self.scorer.name} has no prototypes to score with")
+            pv = self._embed_cached([p.question for p in protos] + [p.answer for p in protos])
+            raw = best_of_prototypes(pv[: len(protos)], pv[len(protos):], q, answers)
+        p = self.scorer.probability(raw.numpy()).astype(np.float64)
         w = self.served_weight
         if w >= 1.0:
             return p
@@ -507,8 +576,8 @@ def lexical_engine(settings: Settings) -> str:
 
 def load_rerank_stages(settings: Settings, path: str | None = None, weight: float | None = None) -> list[RerankStage]:
     """The re-ranking stages of FAQ_RERANKER (or `path`): one folder, or several separated by commas, run
-    in that order; each is a `faq train reranker` cross-encoder or a `faq train mmaicm` matcher (told
-    apart by its config's `architecture`). FAQ_RERANK_WEIGHT (or `weight`) pools each stage with the
+    in that order; each is a `faq train reranker` cross-encoder, a `faq train mmaicm` matcher or a
+    `faq train analogy` model (told apart by its config's `architecture`). FAQ_RERANK_WEIGHT (or `weight`) pools each stage with the
     score before it; None = each folder's own `fusion_weight`. None configured: no stages. Raises what
     loading a folder raises."""
     spec = path or settings.reranker
@@ -520,6 +589,11 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     weight = settings.rerank_weight if weight is None else weight
     stages: list[RerankStage] = []
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
+        if architecture_of(folder) == "analogy":
+            from models.analogy import load_analogy
+
+            stages.append(AnalogyStage(load_analogy(folder), weight))
+            continue
         if architecture_of(folder) == "mmaicm":
             runtime = settings.rerank_runtime
             if runtime == "auto":  # fp32 ONNX for MiniLM's states: the numbers it was trained on, 3x faster than eager

@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.folder import read_model_config
-from models.mmaicm import WORD_DIMS, GloveWords, MiniLMWords, make_words
+from models.mmaicm import WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words
 
 QUESTION_TYPES = ("who", "when", "where")
 OBJECTIVES = ("analogy", "cosine")
@@ -48,6 +48,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 WORDS_FILE = "text.json"
 PROTOTYPES_FILE = "prototypes.json"
+CALIBRATION_FILE = "calibration.json"
 
 
 @dataclass
@@ -260,6 +261,9 @@ class AnalogyScorer:
         self.device = torch.device(pick_device(device))
         self.encoder = encoder.to(self.device)
         self.words = words
+        #: p(answers) = sigmoid(a * score + b), fitted on dev at the end of training (identity until then);
+        #: what a re-ranking stage pools with the first stage (app/pipeline.py AnalogyStage)
+        self.calibration = Calibration()
         self.prototypes = list(prototypes)
         self.name = name
         self._cache: dict[str, torch.Tensor] = {}
@@ -337,9 +341,19 @@ class AnalogyScorer:
         own = [p for p in self.prototypes if p.type == t]
         return own or list(self.prototypes)
 
+    def probability(self, raw: np.ndarray | Sequence[float]) -> np.ndarray:
+        """Calibrated P(the text answers the question) for raw scores."""
+        from models.scoring import sigmoid
+
+        c = self.calibration
+        return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
+
+    def save_calibration(self, directory: str | Path) -> None:
+        _write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+
     def save(self, directory: str | Path) -> Path:
         """config.json, model.safetensors, text.json (which word vectors: a reference, never the vectors),
-        prototypes.json."""
+        prototypes.json, calibration.json."""
         from safetensors.torch import save_file
 
         directory = Path(directory)
@@ -352,6 +366,7 @@ class AnalogyScorer:
                                               **dataclasses.asdict(self.config)})
         _write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
         _write_json(directory / PROTOTYPES_FILE, [dataclasses.asdict(p) for p in self.prototypes])
+        self.save_calibration(directory)
         self.name = directory.resolve().name
         return directory
 
@@ -393,7 +408,11 @@ def load_analogy(directory: str | Path, device: str | None = None,
     prototypes = [Prototype(**p) for p in json.loads(path.read_text(encoding="utf-8"))] if path.exists() else []
     if words is None or words.kind != config.word_repr:
         words = make_words(config.word_repr, device=device or "cpu")
-    return AnalogyScorer(encoder, words, prototypes, name=directory.resolve().name, device=device)
+    scorer = AnalogyScorer(encoder, words, prototypes, name=directory.resolve().name, device=device)
+    path = directory / CALIBRATION_FILE
+    if path.exists():
+        scorer.calibration = Calibration(**json.loads(path.read_text(encoding="utf-8")))
+    return scorer
 
 
 def _write_json(path: Path, value: Any) -> None:

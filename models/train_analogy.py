@@ -41,9 +41,10 @@ from models.analogy import (
     analogy_energy,
     contrastive_loss,
     list_type,
+    load_analogy,
     select_prototypes,
 )
-from models.mmaicm import make_words
+from models.mmaicm import Calibration, make_words
 from models.train_mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,32 @@ class Trainer:
         torch.save(ck, tmp)
         os.replace(tmp, self.out / CHECKPOINT_FILE)
 
+    def calibrate(self) -> Calibration:
+        """Platt scaling of the saved (best) model's scores on the dev lists (else the training lists'),
+        so a re-ranking stage can pool it as a probability. A list without a wrong candidate (a KB's) gets
+        up to 5 other lists' answers as wrong ones."""
+        from models.scoring import fit_platt
+
+        best = load_analogy(self.out, words=self.scorer.words, device=str(self.scorer.device))
+        lists, source = (self.data.dev, "dev") if self.data.dev else (self.data.train, "train")
+        rng = random.Random(self.cfg.seed)
+        answers = [c for l in lists for c, y in zip(l.candidates, l.labels) if y]
+        raw: list[float] = []
+        labels: list[int] = []
+        for l in lists:
+            candidates, ys = list(l.candidates), list(l.labels)
+            if all(ys):
+                others = [a for a in answers if a not in candidates]
+                extra = rng.sample(others, min(5, len(others)))
+                candidates, ys = candidates + extra, ys + [0] * len(extra)
+            raw.extend(float(v) for v in best.score(l.question, candidates))
+            labels.extend(int(y) for y in ys)
+        a, b = fit_platt(np.array(raw), np.array(labels), prior=(4.0, 0.0))
+        calibration = Calibration(a=a, b=b, fitted_on=source, n_pairs=len(raw))
+        best.calibration = calibration
+        best.save_calibration(self.out)
+        return calibration
+
     def write_report(self, extra: Mapping[str, Any] | None = None) -> dict:
         summary = {"command": self.command, "data": self.data.describe,
                    "model_config": dataclasses.asdict(self.model.config), "parameters": self.model.num_parameters(),
@@ -306,7 +333,9 @@ class Trainer:
             raise
         if not (self.out / "model.safetensors").exists():
             self.scorer.save(self.out)
-        summary = self.write_report({"word_vectors_s": round(cache_s, 1), "wall_s": round(time.monotonic() - started, 1)})
+        calibration = self.calibrate()
+        summary = self.write_report({"word_vectors_s": round(cache_s, 1), "wall_s": round(time.monotonic() - started, 1),
+                                     "calibration": dataclasses.asdict(calibration)})
         log.info("done (%s): best dev MAP %.4f at epoch %d -> %s", self.stop_reason, self.best_metric,
                  self.best_epoch, self.out)
         return summary

@@ -168,6 +168,8 @@ def test_training_run_saves_and_resumes(tmp_path):
     cfg = TrainConfig(prototypes=3, epochs=2, per_answer=2)
     summary = Trainer(data, tmp_path, cfg, AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
     assert summary["epochs_done"] == 2 and (tmp_path / CHECKPOINT_FILE).exists()
+    calibration = json.loads((tmp_path / "calibration.json").read_text())
+    assert calibration["fitted_on"] == "dev" and calibration["n_pairs"] > 0 and summary["calibration"] == calibration
     assert json.loads((tmp_path / "prototypes.json").read_text())
     more = Trainer(data, tmp_path, TrainConfig(prototypes=3, epochs=3, per_answer=2), resume=True,
                    words=ToyWords(), device="cpu").run()
@@ -198,3 +200,26 @@ def test_single_answer_lists_get_negatives_of_their_type():
     for qp, ap, q, a, y in negatives:
         assert a != answers[q]
         assert (a in {"it rained in 1990", "it snowed in 1991"}) == (question_type(q) == "when")
+
+
+def test_a_trained_folder_is_a_re_ranking_stage(tmp_path):
+    """FAQ_RERANKER pointing at a `faq train analogy` folder gives an AnalogyStage: probabilities from the
+    folder's calibration, pooled with the first stage by the weight (0 = the first stage unchanged)."""
+    from app.pipeline import AnalogyStage, load_rerank_stages
+    from app.settings import Settings
+    from index.candidates import FaqMatch
+
+    lists = _lists()
+    Trainer(AnalogyData(lists, lists[:4]), tmp_path / "m", TrainConfig(prototypes=3, epochs=1, per_answer=2),
+            AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
+    settings = Settings(data_dir=tmp_path, reranker=str(tmp_path / "m"))
+    (stage,) = load_rerank_stages(settings, weight=1.0)
+    assert isinstance(stage, AnalogyStage) and stage.id.startswith("analogy:")
+    candidates = [FaqMatch("a", "who built the lamp", "erin built the lamp", 0.9, 0.8),
+                  FaqMatch("b", "when was it built", "it was built in 1984", 0.2, 0.3)]
+    alone = stage.rescore("who built the lamp ?", candidates)
+    assert alone.shape == (2,) and np.all((alone >= 0) & (alone <= 1))
+    direct = stage.scorer.probability(stage.scorer.score("who built the lamp ?", [m.answer for m in candidates]))
+    assert alone == pytest.approx(direct, abs=1e-5), "cached vectors score as the model does"
+    stage.weight = 0.0
+    assert stage.rescore("who built the lamp ?", candidates) == pytest.approx([0.9, 0.2], abs=1e-6)
