@@ -4,10 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+from kb.mining import DEFAULT_MIN_SCORE
 from kb.records import KbValidationError, read_kb, write_kb
 from app.settings import get_settings
+from app.mining import mine_report, write_mined
 from app.store import FaqStore, ImportReport
 
 EXIT_OK = 0
@@ -60,6 +64,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="also write the full JSON report (every FAQ) to FILE")
     p.add_argument("--no-progress", action="store_true", help="no encoding progress bar on stderr")
     p.set_defaults(func=cmd_lint)
+
+    p = sub.add_parser(
+        "mine", help="propose new phrasings and new FAQs from the query log (never writes the KB)",
+        description="Read the query log of the configured store and propose (1) new phrasings for existing "
+                    "FAQs: queries answered with score >= --min-score whose bag-of-words key (stop words and "
+                    "numbers dropped, negations kept) equals that of one of the FAQ's phrasings, or that "
+                    "feedback confirmed; (2) clusters of unanswered queries that may need a new FAQ. "
+                    "--out FILE gets the phrasings as a KB file `faq kb import FILE` accepts (each row carries "
+                    "the FAQ's answer and tags as they are now, because import sets both: drop rows of FAQs "
+                    "edited since). Clusters go to --clusters-out (default FILE with .clusters.jsonl), one "
+                    "row per query with a placeholder faq_id new-<n> and no answer: import refuses them until "
+                    "an editor sets a real faq_id and writes an answer. Review fields (count, evidence, "
+                    "score_*, matched_phrasing, cluster_size) are ignored by import.")
+    p.add_argument("--since", metavar="DATE", help="only queries logged from DATE on (ISO date or date-time, UTC)")
+    p.add_argument("--out", metavar="FILE", help="write proposed phrasings here (.jsonl, importable after review)")
+    p.add_argument("--clusters-out", metavar="FILE", help="write clusters of unanswered queries here (.jsonl)")
+    p.add_argument("--min-score", type=float, default=None, metavar="P",
+                   help="score a match needs for its query to be proposed without feedback (default "
+                        f"{DEFAULT_MIN_SCORE:g}, measured in docs/results.md)")
+    p.add_argument("--low-score", type=float, default=None, metavar="P",
+                   help="also count answered queries below this score as unanswered (default: only no answer "
+                        "or an answer the user rejected)")
+    p.add_argument("--min-cluster", type=int, default=2, metavar="N", help="smallest cluster reported (default 2)")
+    p.add_argument("--cluster-cosine", type=float, default=None, metavar="C",
+                   help="also merge clusters whose most frequent queries have encoder cosine >= C "
+                        "(loads the encoder; default: bag-of-words keys only)")
+    p.add_argument("--encoder", metavar="SPEC", help="encoder for --cluster-cosine (default: the configured one)")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="show at most N of each in the text output")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.set_defaults(func=cmd_mine)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -206,4 +240,78 @@ def cmd_lint(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict(top), indent=2, ensure_ascii=False))
     else:
         print(format_report(report, top))
+    return EXIT_OK
+
+
+def _parse_since(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _clusters_path(out: str) -> str:
+    path = Path(out)
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    return str(path.with_name(stem + ".clusters.jsonl"))
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    try:
+        since = _parse_since(args.since) if args.since else None
+    except ValueError:
+        print(f"error: --since {args.since!r} is not an ISO date (YYYY-MM-DD[THH:MM])", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for name in ("min_score", "low_score", "cluster_cosine"):
+        value = getattr(args, name)
+        if value is not None and not -1.0 <= value <= 1.0:
+            print(f"error: --{name.replace('_', '-')} must be between -1 and 1", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    for path in (args.out, args.clusters_out):
+        if path and Path(path).suffix.lower() not in (".jsonl", ".ndjson"):
+            print(f"error: {path}: write .jsonl files", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    embed = None
+    if args.cluster_cosine is not None:
+        from app.pipeline import load_configured_encoder
+
+        try:
+            encoder = load_configured_encoder(get_settings(), spec=args.encoder)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        embed = encoder.encode
+    with _open_store() as store:
+        report = mine_report(store, since=since, min_score=args.min_score, low_score=args.low_score,
+                             min_cluster=args.min_cluster, embed=embed, cosine=args.cluster_cosine)
+    clusters_out = args.clusters_out or (_clusters_path(args.out) if args.out else None)
+    try:
+        write_mined(report, args.out, clusters_out)
+    except OSError as exc:
+        print(f"error: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    top = None if args.top <= 0 else args.top
+    s = report["stats"]
+    lines = [f"Query log: {s['logged']} queries. {len(report['phrasings'])} new phrasing(s) for existing FAQs "
+             f"(min score {report['min_score']:g}); {len(report['clusters'])} cluster(s) of unanswered queries "
+             f"({s['unanswered_in_clusters']} queries).",
+             f"  skipped: {s['already_phrasing']} already a phrasing, {s['phrasing_of_other_faq']} a phrasing of "
+             f"another FAQ, {s['rejected_by_feedback']} rejected by feedback, {s['conflicting']} proposed for "
+             f"several FAQs"]
+    if report["phrasings"]:
+        lines.append("New phrasings (count, evidence):")
+        for p in report["phrasings"][:top]:
+            ev = ", ".join(f"{k} {n}" for k, n in p["evidence"].items())
+            lines.append(f"  {p['faq_id']}: {p['question']!r}  x{p['count']} ({ev})")
+    if report["clusters"]:
+        lines.append("Unanswered clusters (size: queries):")
+        for c in report["clusters"][:top]:
+            shown = "; ".join(q["query"] for q in c["queries"][:3]) + (" ..." if len(c["queries"]) > 3 else "")
+            lines.append(f"  {c['faq_id']} ({c['size']}): {shown}")
+    if args.out:
+        lines.append(f"Wrote {args.out} (review, then `faq kb import {args.out}`)")
+    if clusters_out:
+        lines.append(f"Wrote {clusters_out} (set faq_id and an answer before importing)")
+    print("\n".join(lines))
     return EXIT_OK

@@ -1,0 +1,48 @@
+"""`faq kb mine` over a store: the query log and the KB read through FaqStore, the text rules in
+kb/mining.py. Shared by the command (cli/kb.py) and its measurement (evaluation/kb_mine.py)."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from app.store import FaqStore
+from kb.mining import DEFAULT_MIN_SCORE, LoggedQuery, MiningStats, cluster_unanswered, mine_phrasings
+
+
+def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: float | None = None,
+                low_score: float | None = None, min_cluster: int = 2, embed: Any = None,
+                cosine: float | None = None) -> dict[str, Any]:
+    """What `faq kb mine` reports: {"min_score", "stats", "phrasings": [...], "clusters": [...]};
+    phrasing dicts also carry the FAQ's current answer and tags (import needs them)."""
+    min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
+    faqs: dict[str, tuple[str, list[str], list[str]]] = {}
+    for r in store.export_records():
+        faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
+    log = [LoggedQuery(r["query"], r["faq_id"], r["score"], r["feedback_correct"], r["feedback_faq_id"])
+           for r in store.read_query_log(since)]
+    stats = MiningStats()
+    proposals = mine_phrasings(log, {f: v[2] for f, v in faqs.items()}, min_score, stats)
+    clusters = cluster_unanswered(log, low_score=low_score, min_size=min_cluster, embed=embed,
+                                  cosine=0.0 if cosine is None else cosine)
+    phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1]} for p in proposals]
+    return {"min_score": min_score, "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
+            "phrasings": phrasings,
+            "clusters": [{"faq_id": f"new-{i}", **c.as_dict()} for i, c in enumerate(clusters, start=1)]}
+
+
+def write_mined(report: dict[str, Any], phrasings_path: str | None, clusters_path: str | None) -> None:
+    """Phrasings as importable KB rows (answer/tags first-class, review fields alongside); clusters as
+    one row per distinct query under their placeholder faq_id, without an answer."""
+    if phrasings_path:
+        with open(phrasings_path, "w", encoding="utf-8") as fh:
+            for p in report["phrasings"]:
+                row = {"faq_id": p["faq_id"], "question": p["question"], "answer": p["answer"], "tags": p["tags"],
+                       **{k: v for k, v in p.items() if k not in ("faq_id", "question", "answer", "tags")}}
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    if clusters_path:
+        with open(clusters_path, "w", encoding="utf-8") as fh:
+            for c in report["clusters"]:
+                for q in c["queries"]:
+                    fh.write(json.dumps({"faq_id": c["faq_id"], "question": q["query"], "count": q["count"],
+                                         "cluster_size": c["size"], "key": c["key"]}, ensure_ascii=False) + "\n")

@@ -1,0 +1,175 @@
+"""Measure `faq kb mine` on a replayed query log: CLINC150 test queries as traffic.
+
+In a scratch data dir (never the configured one): import the KB, build the index as `faq index build
+--encoder minilm` does (`build_index`),
+answer every test query through the real pipeline (build_pipeline over the built index) and log it as
+the service does (faq_id = the answer, score = the best match's score), then run the miner over the
+store. Gold labels are the test file's faq_id (null = out of scope). Reports, per --min-score:
+how many phrasings are proposed and their precision (proposed FAQ == gold), and how the out-of-scope
+queries fall into unanswered clusters.
+
+    python -m evaluation.kb_mine --data runs/data/clinc150 --out bench/results/kb_mine
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SCORES = (0.5, 0.7, 0.9, 0.95, 0.99)
+CLUSTER_COSINES = (0.7, 0.8)
+
+
+def replay(data: Path, workdir: Path, threshold: float) -> tuple[Any, list[tuple[str, str | None]], dict, Any]:
+    """Store with the KB and the logged test queries; returns (store, [(query, gold)], timings, encoder)."""
+    os.environ.update({"FAQ_DATA_DIR": str(workdir / "var"), "FAQ_ENCODER": "minilm",
+                       "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}"})
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    from app.pipeline import build_pipeline, load_configured_encoder
+    from index.artifacts import BuildRegistry
+    from index.build import build_index
+    from index.retriever import Retriever
+    from kb.records import read_kb
+    from migrations.runner import migrated_store
+
+    settings = get_settings()
+    store = migrated_store(settings)
+    encoder = load_configured_encoder(settings, spec="minilm")
+    t0 = time.perf_counter()
+    store.import_records(read_kb(data / "kb.jsonl"))
+    registry = BuildRegistry(settings.index_dir)
+    build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
+                encoder_spec="minilm")
+    t_build = time.perf_counter() - t0
+    # as the service serves it: the build plus the store's KB (answers live there)
+    retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
+    pipeline = build_pipeline(settings, encoder, retriever, cache_size=0)
+    gold = [(r["query"], r["faq_id"]) for r in map(json.loads, open(data / "test.jsonl", encoding="utf-8"))]
+    t0 = time.perf_counter()
+    results = pipeline.match([q for q, _ in gold], top_k=5, threshold=threshold)
+    t_match = time.perf_counter() - t0
+    rows = []
+    for (q, _), res in zip(gold, results):
+        best = res.matches[0] if res.matches else None
+        rows.append({"request_id": uuid.uuid4().hex, "arm": "replay", "query": q,
+                     "faq_id": res.answer.faq_id if res.answer else None,
+                     "score": best.score if best else None})
+    store.log_queries(rows)
+    return store, gold, {"import_build_s": round(t_build, 1), "match_s": round(t_match, 1)}, encoder
+
+
+def _cluster_stats(clusters: list[dict], by_query: dict[str, set]) -> dict[str, Any]:
+    from kb.mining import phrasing_form
+
+    in_clusters = sum(c["size"] for c in clusters)
+    oos_in = sum(q["count"] for c in clusters for q in c["queries"]
+                 if None in by_query.get(phrasing_form(q["query"]), set()))
+    # a cluster is "pure" when all its queries share one gold label (one FAQ, or all out of scope)
+    pure = sum(len({frozenset(by_query.get(phrasing_form(q["query"]), set())) for q in c["queries"]}) == 1
+               for c in clusters)
+    return {"n": len(clusters), "queries_in_clusters": in_clusters, "out_of_scope_in_clusters": oos_in,
+            "out_of_scope_share_of_clustered": round(oos_in / in_clusters, 4) if in_clusters else None,
+            "pure_clusters": pure,
+            "biggest": [{"size": c["size"], "key": c["key"], "queries": [q["query"] for q in c["queries"][:3]]}
+                        for c in clusters[:5]]}
+
+
+def evaluate(store: Any, gold: list[tuple[str, str | None]], scores: tuple[float, ...],
+             embed: Any = None) -> dict[str, Any]:
+    from app.mining import mine_report
+    from kb.mining import bow_key, phrasing_form
+
+    by_query: dict[str, set] = {}
+    for q, g in gold:
+        by_query.setdefault(phrasing_form(q), set()).add(g)
+    n_oos = sum(g is None for _, g in gold)
+    log = store.read_query_log()
+    served = sum(r["faq_id"] is not None for r in log)
+    served_right = sum(r["faq_id"] is not None and r["faq_id"] in by_query[phrasing_form(r["query"])] for r in log)
+    rows = []
+    for s in scores:
+        rep = mine_report(store, min_score=s)
+        props = rep["phrasings"]
+        right = sum(p["faq_id"] in by_query.get(phrasing_form(p["question"]), set()) for p in props)
+        oos_props = sum(None in by_query.get(phrasing_form(p["question"]), set()) for p in props)
+        rows.append({"min_score": s, "proposed": len(props), "correct": right,
+                     "precision": round(right / len(props), 4) if props else None,
+                     "from_oos_queries": oos_props, "faqs_touched": len({p["faq_id"] for p in props}),
+                     "stats": rep["stats"]})
+    clusters = {"key": _cluster_stats(mine_report(store)["clusters"], by_query)}
+    for c in CLUSTER_COSINES if embed is not None else ():
+        clusters[f"cosine {c:g}"] = _cluster_stats(mine_report(store, embed=embed, cosine=c)["clusters"], by_query)
+    kb_keys = {bow_key(r.question) for r in store.export_records()} - {""}
+    key_hits = [g for q, g in gold if bow_key(q) in kb_keys]
+    unanswered = sum(r["faq_id"] is None for r in log)
+    oos_unanswered = sum(r["faq_id"] is None and None in by_query[phrasing_form(r["query"])] for r in log)
+    return {
+        "queries": len(gold), "out_of_scope": n_oos, "answered": served,
+        "answered_correct": served_right, "unanswered": unanswered, "unanswered_out_of_scope": oos_unanswered,
+        "phrasings": rows,
+        "clusters": clusters,
+        "key_equals_a_kb_key": {"queries": len(key_hits), "share": round(len(key_hits) / len(gold), 4),
+                                "out_of_scope": sum(g is None for g in key_hits)},
+        "key_examples": [{"query": q, "key": bow_key(q)} for q, _ in gold[:3]],
+    }
+
+
+def to_markdown(res: dict[str, Any], command: str) -> str:
+    lines = [f"`{command}`", "",
+             f"{res['queries']} test queries ({res['out_of_scope']} out of scope) replayed through MiniLM: "
+             f"{res['answered']} answered ({res['answered_correct']} correctly), {res['unanswered']} unanswered "
+             f"({res['unanswered_out_of_scope']} of them out of scope).", "",
+             "| --min-score | proposed | precision | from OOS queries | FAQs | already a phrasing |",
+             "|---|---|---|---|---|---|"]
+    for r in res["phrasings"]:
+        prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
+        lines.append(f"| {r['min_score']:g} | {r['proposed']} | {prec} | {r['from_oos_queries']} | "
+                     f"{r['faqs_touched']} | {r['stats']['already_phrasing']} |")
+    k = res["key_equals_a_kb_key"]
+    lines += ["", f"Test queries whose key equals a KB phrasing's key: {k['queries']} ({k['share']:.1%}), "
+                  f"{k['out_of_scope']} of them out of scope.", "",
+              "| unanswered clusters (min size 2) | clusters | queries in them | of them OOS | pure clusters |",
+              "|---|---|---|---|---|"]
+    for name, c in res["clusters"].items():
+        lines.append(f"| {name} | {c['n']} | {c['queries_in_clusters']} | {c['out_of_scope_in_clusters']} | "
+                     f"{c['pure_clusters']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="runs/data/clinc150", help="folder with kb.jsonl and test.jsonl")
+    ap.add_argument("--out", default="bench/results/kb_mine", help="writes OUT.json and OUT.md")
+    ap.add_argument("--threshold", type=float, default=0.5, help="the service's answer threshold for the replay")
+    ap.add_argument("--scores", default=",".join(map(str, DEFAULT_SCORES)), help="--min-score values to report")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory(prefix="kb-mine-") as tmp:
+        store, gold, timings, encoder = replay(Path(args.data), Path(tmp), args.threshold)
+        try:
+            res = evaluate(store, gold, tuple(float(s) for s in args.scores.split(",")), embed=encoder.encode)
+        finally:
+            store.close()
+    res["timings"] = timings
+    command = "python -m evaluation.kb_mine " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["command"] = command.strip()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, ensure_ascii=False) + "\n")
+    out.with_suffix(".md").write_text(to_markdown(res, res["command"]))
+    print(to_markdown(res, res["command"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
