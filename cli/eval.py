@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", required=True, help="test pairs TSV")
     p.add_argument("--dev-pairs", help="pairs for threshold tuning")
     p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder")
+    p.add_argument("--siamese", action="append", default=[], help="a Siamese matcher folder (faq train siamese), "
+                   "added to the classifier table (log loss, P / R / F1, AUC) next to the cosine and the char "
+                   "n-gram baseline; repeatable; needs --dev-pairs")
     p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
     p.set_defaults(func=cmd_pairs)
     from cli import eval_reranker
@@ -211,7 +214,7 @@ def cmd_pairs(args: argparse.Namespace) -> int:
     from models.pairs import PairFileError
 
     try:
-        report = run_eval_pairs(args.pairs, args.model, args.dev_pairs)
+        report = run_eval_pairs(args.pairs, args.model, args.dev_pairs, siamese=args.siamese)
     except (PairFileError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`)."""
+"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`, `faq train siamese`)."""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_reranker(tr_sub)
     _register_mmaicm(tr_sub)
     _register_analogy(tr_sub)
+    _register_siamese(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -388,4 +389,51 @@ def cmd_analogy(args: argparse.Namespace) -> int:
     best = summary["best_dev_map"]
     print(f"{summary['stop_reason']}: best dev MAP = {'-' if best is None else f'{best:.4f}'} at epoch "
           f"{summary['best_epoch']}; model saved in {args.out}")
+    return 0
+
+
+def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
+    p = tr_sub.add_parser(
+        "siamese",
+        help="train the Siamese short-text matcher (LSTM / Conv1D / Conv + LSTM / Conv + LSTM + BiLSTM encoder)",
+        description="One shared encoder for both sentences, [u - v; u * v] into a two-hidden-layer ReLU MLP with "
+        "batch normalisation and dropout, log loss (models/siamese.py). The epoch with the lowest --dev log loss "
+        "is saved in --out and calibrated on --dev; a checkpoint every epoch: --resume continues a cut run.",
+    )
+    p.add_argument("--pairs", action="append", required=True, help="labelled pairs TSV label<TAB>q1<TAB>q2 "
+                   "(faq data prepare qqp|mrpc); repeatable")
+    p.add_argument("--dev", required=True, help="pairs TSV that picks the epoch and fits the calibration")
+    p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, text.json, "
+                   "calibration.json, train.json, checkpoint.pt)")
+    p.add_argument("--encoder", choices=("lstm", "conv", "conv_lstm", "conv_lstm_bilstm"), default="conv")
+    p.add_argument("--words", choices=("glove", "minilm"), default="glove",
+                   help="word vectors: glove (GloVe 6B-50d, default) or minilm (all-MiniLM-L6-v2's frozen token states)")
+    p.add_argument("--config", help='other SiameseConfig fields as JSON, e.g. \'{"filters": 128, "dropout": 0.2}\'')
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--patience", type=int, default=4, help="stop after this many epochs without a better dev log loss")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, help="wall-clock budget; the running epoch is cut, the best kept")
+    p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--device", help="cuda | cpu (default: cpu)")
+    p.set_defaults(func=cmd_siamese)
+
+
+def cmd_siamese(args: argparse.Namespace) -> int:
+    from models.pairs import PairFileError
+    from models.siamese import SiameseConfig
+    from models.train_siamese import TrainConfig, TrainError, parse_overrides, train_siamese
+
+    try:
+        config = SiameseConfig(**{"encoder": args.encoder, "word_repr": args.words, **parse_overrides(args.config)})
+        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
+                          seed=args.seed, max_minutes=args.max_minutes, threads=args.threads)
+        summary = train_siamese(args.out, args.pairs, args.dev, config, cfg, resume=args.resume, device=args.device)
+    except (TrainError, PairFileError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{summary['stopped']}: best dev log loss {summary['best_dev_log_loss']:.4f} at epoch "
+          f"{summary['best_epoch']} of {len(summary['history'])}; model saved in {args.out}")
     return 0

@@ -6,6 +6,12 @@ called a paraphrase when cos(u, v) >= threshold, with the threshold taken from:
   so training on the dev pairs does not leak into it); only for encoders with a calibration (MSEM);
 - `dev_tuned`: the cosine that maximises accuracy on `--dev-pairs` (when given).
 ROC AUC (threshold-free) is reported too.
+
+With --dev-pairs the report also holds a classifier table in the form of the Siamese matcher paper's
+Table 2 (`classifiers`): log loss, accuracy / precision / recall / F1 at p >= 0.5 and ROC AUC of
+- the encoder's cosine through a sigmoid fitted on the dev pairs (Platt);
+- `char_ngram`: TF-IDF character 3-grams (IDF from the dev pairs' texts), cosine, a sigmoid fitted on dev;
+- each Siamese model folder given (`faq train siamese`): its own calibrated probabilities.
 """
 from __future__ import annotations
 
@@ -52,11 +58,88 @@ def roc_auc(cos: np.ndarray, labels: np.ndarray) -> float | None:
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
+def classifier_metrics(p: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> dict:
+    """Log loss, accuracy, precision, recall, F1 (positive: p >= 0.5) and ROC AUC of probabilities."""
+    p = np.clip(np.asarray(p, dtype=np.float64), eps, 1.0 - eps)
+    y = np.asarray(labels) == 1
+    pred = p >= 0.5
+    tp = float(np.sum(pred & y))
+    precision = tp / max(float(pred.sum()), 1.0)
+    recall = tp / max(float(y.sum()), 1.0)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"log_loss": float(-np.mean(np.where(y, np.log(p), np.log1p(-p)))),
+            "accuracy": float(np.mean(pred == y)), "precision": precision, "recall": recall, "f1": f1,
+            "roc_auc": roc_auc(p, y.astype(np.int64))}
+
+
+class CharNgramBaseline:
+    """TF-IDF over character 3-grams (within word boundaries, lower case), cosine of the two rows, and
+    p = sigmoid(a * cos + b) fitted on labelled pairs: the paper's character n-gram baseline."""
+
+    def __init__(self, n: int = 3):
+        self.n = n
+        self.vectorizer: Any = None
+        self.a, self.b = 1.0, 0.0
+
+    def cosines(self, q1: Sequence[str], q2: Sequence[str]) -> np.ndarray:
+        u, v = self.vectorizer.transform(list(q1)), self.vectorizer.transform(list(q2))  # rows L2-normalised
+        return np.asarray(u.multiply(v).sum(axis=1)).ravel()
+
+    def fit(self, q1: Sequence[str], q2: Sequence[str], labels: np.ndarray) -> "CharNgramBaseline":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        from models.scoring import fit_platt
+
+        self.vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(self.n, self.n), lowercase=True,
+                                          sublinear_tf=True)
+        self.vectorizer.fit([*q1, *q2])
+        self.a, self.b = fit_platt(self.cosines(q1, q2), np.asarray(labels, dtype=np.float64))
+        return self
+
+    def score_pairs(self, q1: Sequence[str], q2: Sequence[str]) -> np.ndarray:
+        from models.scoring import sigmoid
+
+        return sigmoid(self.a * self.cosines(q1, q2) + self.b)
+
+
+def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, cos: np.ndarray | None,
+                     dev: tuple[Sequence[str], Sequence[str], np.ndarray, np.ndarray | None],
+                     siamese: Sequence[str | Path] = ()) -> dict[str, dict]:
+    """Table-2 rows: {name: classifier_metrics + how its probabilities were made}. `dev` is
+    (q1, q2, labels, cosines or None) of the pairs the sigmoids are fitted on."""
+    from models.scoring import fit_platt, sigmoid
+
+    d1, d2, dlabels, dcos = dev
+    rows: dict[str, dict] = {}
+    if cos is not None and dcos is not None:
+        a, b = fit_platt(np.asarray(dcos, dtype=np.float64), dlabels.astype(np.float64))
+        rows["cosine"] = {**classifier_metrics(sigmoid(a * cos + b), labels), "sigmoid": [a, b]}
+    baseline = CharNgramBaseline().fit(d1, d2, dlabels)
+    rows["char_ngram"] = {**classifier_metrics(baseline.score_pairs(q1, q2), labels),
+                          "sigmoid": [baseline.a, baseline.b]}
+    words = None
+    for folder in siamese:
+        from models.siamese import load_siamese
+
+        t0 = time.perf_counter()
+        scorer = load_siamese(folder, words=words)
+        if words is None or scorer.config.word_repr != getattr(words, "kind", None):
+            words = scorer.words
+        p = scorer.score_pairs(list(zip(q1, q2)))
+        rows[f"siamese:{Path(folder).name}"] = {**classifier_metrics(p, labels), "model": str(folder),
+                                                "encoder": scorer.config.encoder,
+                                                "word_repr": scorer.config.word_repr,
+                                                "seconds": round(time.perf_counter() - t0, 1)}
+    return rows
+
+
 def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_path: str | Path | None = None,
-                   batch_size: int = 256) -> dict:
+                   batch_size: int = 256, siamese: Sequence[str | Path] = ()) -> dict:
     from app.settings import get_settings
     from app.pipeline import encoder_spec, load_configured_encoder
 
+    if siamese and not dev_pairs_path:
+        raise ValueError("Siamese models are compared in the classifier table: give --dev-pairs too")
     settings = get_settings()
     spec = model or encoder_spec(settings)
     t0 = time.perf_counter()
@@ -80,6 +163,8 @@ def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_p
         report["dev_pairs"] = str(dev_pairs_path)
         report["accuracy"]["dev_tuned"] = {"threshold": thr, "dev_accuracy": dev_acc,
                                            "accuracy": accuracy_at(cos, labels, thr)}
+    if dev_pairs_path:
+        report["classifiers"] = classifier_table(q1, q2, labels, cos, (d1, d2, dlabels, dcos), siamese)
     thr, oracle = best_threshold(cos, labels == 1)
     report["accuracy"]["oracle_on_test"] = {"threshold": thr, "accuracy": oracle,
                                             "note": "upper bound: threshold chosen on the test pairs themselves"}
@@ -93,6 +178,12 @@ def format_pairs_report(report: dict) -> str:
              f"  ROC AUC {report['roc_auc']:.4f}" if report["roc_auc"] is not None else "  ROC AUC n/a"]
     for name, row in report["accuracy"].items():
         lines.append(f"  accuracy ({name}, cos >= {row['threshold']:.4f}): {row['accuracy']:.4f}")
+    if report.get("classifiers"):
+        lines.append(f"  {'classifier':<34} {'log loss':>8} {'acc':>6} {'P':>6} {'R':>6} {'F1':>6} {'AUC':>6}")
+        for name, row in report["classifiers"].items():
+            auc = row["roc_auc"] if row["roc_auc"] is not None else float("nan")
+            lines.append(f"  {name:<34} {row['log_loss']:8.4f} {row['accuracy']:6.4f} {row['precision']:6.4f} "
+                         f"{row['recall']:6.4f} {row['f1']:6.4f} {auc:6.4f}")
     return "\n".join(lines)
 
 

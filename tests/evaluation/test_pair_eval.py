@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from cli.main import main
 from evaluation.pairs import accuracy_at, roc_auc
@@ -49,3 +50,19 @@ def test_eval_pairs_command(tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("maybe\tq1\tq2\n", encoding="utf-8")
     assert main(["eval", "pairs", "--pairs", str(bad), "--model", "minilm", "--json", str(out)]) == 2
+
+
+def test_char_ngram_baseline_and_classifier_metrics():
+    from evaluation.pairs import CharNgramBaseline, classifier_metrics
+
+    q1 = ["reset my password", "reset my password", "track my parcel", "track my parcel", "cook rice", "cook rice"]
+    q2 = ["reset the password", "weather in paris", "track a parcel", "buy a car", "cooking rice", "my password"]
+    labels = np.array([1, 0, 1, 0, 1, 0])
+    baseline = CharNgramBaseline().fit(q1, q2, labels)
+    p = baseline.score_pairs(q1, q2)
+    assert ((p >= 0.5) == (labels == 1)).all() and baseline.a > 0
+    assert baseline.cosines(["Reset my password"], ["reset my password"])[0] == pytest.approx(1.0)
+    m = classifier_metrics(np.array([0.9, 0.2, 0.6, 0.4]), np.array([1, 0, 0, 1]))
+    assert m["accuracy"] == 0.5 and m["precision"] == 0.5 and m["recall"] == 0.5 and m["f1"] == 0.5
+    assert m["log_loss"] == pytest.approx(-np.mean(np.log([0.9, 0.8, 0.4, 0.4])))
+    assert m["roc_auc"] == 0.75

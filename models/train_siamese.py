@@ -1,0 +1,217 @@
+"""Training of the Siamese short-text matcher (`faq train siamese`, models/siamese.py).
+
+Data: labelled pairs files (`label<TAB>q1<TAB>q2`, as `faq data prepare qqp|mrpc` writes them), any number of
+`--pairs`, and one `--dev` file that picks the epoch (lowest dev log loss, patience in epochs) and, at the
+end, fits the calibration p = sigmoid(a * logit + b) on the best model's dev logits.
+
+Adam, log loss, mini-batches drawn afresh each epoch. After every epoch the best model so far is saved as the
+model folder in `out`, and `checkpoint.pt` (weights, optimiser, epoch, history, RNG) so `--resume` continues a
+cut run; a re-run without --resume starts over. `--max-minutes` stops between batches and keeps the best.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from models.mmaicm import Calibration
+from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
+
+log = logging.getLogger(__name__)
+CHECKPOINT_FILE = "checkpoint.pt"
+REPORT_FILE = "train.json"
+
+
+class TrainError(ValueError):
+    """Bad training input (no pairs, one class only, a config that does not fit a resumed run)."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 30
+    batch_size: int = 64
+    lr: float = 1e-3
+    #: epochs without a better dev log loss before stopping
+    patience: int = 4
+    seed: int = 0
+    max_minutes: float | None = None
+    threads: int | None = None
+
+    def validate(self) -> None:
+        if self.epochs < 1 or self.batch_size < 2 or self.patience < 1:
+            raise TrainError("epochs and patience must be >= 1, batch_size >= 2 (BatchNorm needs two rows)")
+        if not self.lr > 0:
+            raise TrainError(f"lr must be > 0, got {self.lr}")
+
+
+def read_pairs(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], np.ndarray]:
+    from models.pairs import read_pair_file
+
+    pairs: list[tuple[str, str]] = []
+    labels: list[int] = []
+    for path in paths:
+        for p in read_pair_file(path):
+            pairs.append((p.q1, p.q2))
+            labels.append(p.label)
+    if not pairs:
+        raise TrainError(f"no pairs in {', '.join(map(str, paths))}")
+    return pairs, np.array(labels, dtype=np.int64)
+
+
+def dev_log_loss(scorer: SiameseScorer, pairs: Sequence[tuple[str, str]], labels: np.ndarray) -> float:
+    """Log loss of the uncalibrated sigmoid(logit): what training minimises."""
+    logits = torch.from_numpy(scorer.raw_scores(pairs).astype(np.float32))
+    return float(log_loss(logits, torch.from_numpy(labels)))
+
+
+class Trainer:
+    def __init__(self, scorer: SiameseScorer, train: tuple[list, np.ndarray], dev: tuple[list, np.ndarray],
+                 out_dir: str | Path, cfg: TrainConfig):
+        cfg.validate()
+        self.scorer, self.cfg = scorer, cfg
+        self.train_pairs, self.train_labels = train
+        self.dev_pairs, self.dev_labels = dev
+        if len(set(self.train_labels.tolist())) < 2:
+            raise TrainError("training pairs must hold both labels")
+        self.out = Path(out_dir)
+        self.optimizer = torch.optim.Adam(scorer.model.parameters(), lr=cfg.lr)
+        self.epoch = 0
+        self.best = math.inf
+        self.stale = 0
+        self.history: list[dict] = []
+        self.rng = random.Random(cfg.seed)
+
+    def train_epoch(self, deadline: float | None) -> dict:
+        model = self.scorer.model
+        model.train()
+        order = list(range(len(self.train_pairs)))
+        self.rng.shuffle(order)
+        total, n, cut = 0.0, 0, False
+        bs = self.cfg.batch_size
+        for start in range(0, len(order), bs):
+            idx = order[start:start + bs]
+            if len(idx) < 2:  # BatchNorm cannot normalise one row
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                cut = True
+                break
+            logits = self.scorer.logits([self.train_pairs[i] for i in idx])
+            loss = log_loss(logits, torch.from_numpy(self.train_labels[idx]).to(logits.device))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            total += loss.item() * len(idx)
+            n += len(idx)
+        return {"train_log_loss": total / max(n, 1), "pairs": n, "cut": cut}
+
+    def save_checkpoint(self) -> None:
+        state = {"model": self.scorer.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "epoch": self.epoch, "best": self.best, "stale": self.stale, "history": self.history,
+                 "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
+                 "config": dataclasses.asdict(self.scorer.config)}
+        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / CHECKPOINT_FILE)
+
+    def load_checkpoint(self) -> None:
+        state = torch.load(self.out / CHECKPOINT_FILE, weights_only=False)
+        if state["config"] != dataclasses.asdict(self.scorer.config):
+            raise TrainError(f"{self.out / CHECKPOINT_FILE}: saved with another model config: {state['config']}")
+        self.scorer.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.best, self.stale = state["epoch"], state["best"], state["stale"]
+        self.history = state["history"]
+        self.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+
+    def calibrate(self, best: SiameseScorer) -> Calibration:
+        from models.scoring import fit_platt
+
+        raw = best.raw_scores(self.dev_pairs)
+        a, b = fit_platt(raw.astype(np.float64), self.dev_labels.astype(np.float64))
+        return Calibration(a=a, b=b, fitted_on="dev pairs (the file that chose the epoch)", n_pairs=len(raw))
+
+    def run(self) -> dict:
+        self.out.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        deadline = t0 + 60 * self.cfg.max_minutes if self.cfg.max_minutes else None
+        stopped = "epochs"
+        while self.epoch < self.cfg.epochs:
+            row = self.train_epoch(deadline)
+            self.epoch += 1
+            row["epoch"] = self.epoch
+            row["dev_log_loss"] = dev_log_loss(self.scorer, self.dev_pairs, self.dev_labels)
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            self.history.append(row)
+            log.info("epoch %d: train %.4f dev %.4f (%.0f s)", self.epoch, row["train_log_loss"],
+                     row["dev_log_loss"], row["seconds"])
+            if row["dev_log_loss"] < self.best:
+                self.best, self.stale = row["dev_log_loss"], 0
+                self.scorer.calibration = Calibration()
+                self.scorer.save(self.out)
+            else:
+                self.stale += 1
+            self.save_checkpoint()
+            if row["cut"] or (deadline is not None and time.monotonic() > deadline):
+                stopped = "max_minutes"
+                break
+            if self.stale >= self.cfg.patience:
+                stopped = "patience"
+                break
+        best = load_siamese(self.out, device=str(self.scorer.device), words=self.scorer.words)
+        best._cache = self.scorer._cache  # the same texts: MiniLM states are the slow part of a run
+        best.calibration = self.calibrate(best)
+        best.save(self.out)
+        summary = {"model": str(self.out), "config": dataclasses.asdict(self.scorer.config),
+                   "train": dataclasses.asdict(self.cfg), "train_pairs": len(self.train_pairs),
+                   "dev_pairs": len(self.dev_pairs), "best_dev_log_loss": self.best,
+                   "best_epoch": 1 + min(range(len(self.history)), key=lambda i: self.history[i]["dev_log_loss"]),
+                   "stopped": stopped, "calibration": dataclasses.asdict(best.calibration),
+                   "parameters": self.scorer.model.num_parameters(), "history": self.history}
+        (self.out / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+
+
+def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path], dev: str | Path,
+                  config: SiameseConfig | None = None, cfg: TrainConfig | None = None, resume: bool = False,
+                  words: Any = None, device: str | None = None) -> dict:
+    """Train on `pairs` files, pick the epoch and calibrate on `dev`; the model folder is `out_dir`."""
+    from models.mmaicm import make_words
+
+    config = config or SiameseConfig()
+    cfg = cfg or TrainConfig()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    train = read_pairs(pairs)
+    dev_data = read_pairs([dev])
+    if words is None:
+        words = make_words(config.word_repr, device=device or "cpu")
+    scorer = SiameseScorer(SiameseMatcher(config), words, device=device)
+    trainer = Trainer(scorer, train, dev_data, out_dir, cfg)
+    if resume and (Path(out_dir) / CHECKPOINT_FILE).exists():
+        trainer.load_checkpoint()
+    return trainer.run()
+
+
+def parse_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """`--config '{"filters": 128}'` (JSON) -> SiameseConfig fields, naming unknown ones."""
+    if not value:
+        return {}
+    meta = json.loads(value) if isinstance(value, str) else dict(value)
+    unknown = sorted(set(meta) - SiameseConfig.field_names())
+    if unknown:
+        raise TrainError(f"unknown SiameseConfig fields {unknown}")
+    return meta

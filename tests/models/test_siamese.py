@@ -1,0 +1,159 @@
+"""The Siamese short-text matcher (models/siamese.py) and its training (models/train_siamese.py): normalisation
+rules, each encoder's shape and padding, the head's symmetry, the model folder round trip, a toy set learned in
+a few steps, resume."""
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from models.siamese import (
+    ENCODERS,
+    SiameseConfig,
+    SiameseEncoder,
+    SiameseMatcher,
+    SiameseScorer,
+    load_siamese,
+    log_loss,
+    normalise_tokens,
+    pair_features,
+    repair_oov,
+)
+from models.train_siamese import CHECKPOINT_FILE, TrainConfig, TrainError, train_siamese
+
+torch.set_num_threads(1)
+
+VOCAB = {w: i for i, w in enumerate(["the", "how", "do", "i", "receive", "recipe", "money", "e", "mail", "what",
+                                     "is", "cafe", "price", "10000", "reset", "password", "email"])}
+
+
+class ToyWords:
+    """A word representation without downloads: each word a fixed random vector seeded by its spelling."""
+
+    kind = "glove"
+    dim = 50
+    vocab = VOCAB
+
+    def states(self, texts, max_len):
+        out = []
+        for text in texts:
+            rows = [np.random.default_rng(zlib.crc32(w.encode())).standard_normal(self.dim).astype(np.float32)
+                    for w in text.split()[:max_len]]
+            out.append(torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim))
+        return out
+
+    def meta(self):
+        return {"kind": self.kind, "model": "toy"}
+
+
+def test_normalise_case_accents_punctuation_numbers_and_length():
+    assert normalise_tokens("What is the CAFÉ price?!") == ["what", "is", "the", "cafe", "price"]
+    assert normalise_tokens("It costs 10,000 ... (really)") == ["it", "costs", "10000", "really"]
+    assert normalise_tokens("?!. ,") == []
+    assert len(normalise_tokens(" ".join(["word"] * 100))) == 60
+    assert normalise_tokens("a b c d", max_len=2) == ["a", "b"]
+
+
+def test_oov_repair_rules():
+    assert repair_oov("recieve", VOCAB) == ["receive"]  # one transposition
+    assert repair_oov("recipee", VOCAB) == ["recipe"]  # one deletion
+    assert repair_oov("e-mail", VOCAB) == ["e", "mail"]  # compound of known parts
+    assert repair_oov("teh", VOCAB) == ["teh"]  # too short to edit
+    assert repair_oov("zzzzqq", VOCAB) == ["zzzzqq"]  # nothing near: kept for its own vector
+    assert repair_oov("the", VOCAB) == ["the"]
+    # ties go to the more frequent spelling (lower rank)
+    assert repair_oov("recipve", {"recipe": 5, "receive": 3}) in (["recipe"], ["receive"])
+    assert normalise_tokens("How do I recieve my passwrd", VOCAB) == ["how", "do", "i", "receive", "my", "password"]
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_encoder_shape_and_padding_invariance(encoder):
+    torch.manual_seed(0)
+    config = SiameseConfig(encoder=encoder, filters=4, hidden=5, mlp_hidden=6)
+    net = SiameseEncoder(config).eval()
+    x = torch.randn(3, 7, 50)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5], dtype=torch.bool)
+    out = net(x, mask)
+    assert out.shape == (3, config.dim)
+    # the same sentence with more padding (and garbage in the padded steps) gives the same vector
+    x2 = torch.cat([x, torch.randn(3, 5, 50)], dim=1)
+    x2[1, 4:] = torch.randn(8, 50)
+    mask2 = torch.cat([mask, torch.zeros(3, 5, dtype=torch.bool)], dim=1)
+    torch.testing.assert_close(net(x2, mask2), out)
+    alone = net(x[2:3, :2], mask[2:3, :2])
+    torch.testing.assert_close(alone, out[2:3], atol=1e-6, rtol=1e-5)
+
+
+def test_dims_per_encoder():
+    dims = {e: SiameseConfig(encoder=e, filters=4, hidden=5).dim for e in ENCODERS}
+    assert dims == {"lstm": 5, "conv": 12, "conv_lstm": 17, "conv_lstm_bilstm": 27}
+    with pytest.raises(ValueError):
+        SiameseConfig(encoder="gru")
+
+
+def test_head_features_and_symmetry():
+    u, v = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 5.0]])
+    torch.testing.assert_close(pair_features(u, v), torch.tensor([[-2.0, -3.0, 3.0, 10.0]]))
+    torch.manual_seed(0)
+    model = SiameseMatcher(SiameseConfig(encoder="conv_lstm", filters=4, hidden=5, mlp_hidden=6)).eval()
+    a, b = torch.randn(4, 6, 50), torch.randn(4, 3, 50)
+    am, bm = torch.ones(4, 6, dtype=torch.bool), torch.ones(4, 3, dtype=torch.bool)
+    torch.testing.assert_close(model(a, am, b, bm), model(b, bm, a, am))
+
+
+def test_log_loss_by_hand():
+    logits, labels = torch.tensor([0.0, 2.0]), torch.tensor([1, 0])
+    expected = -(np.log(0.5) + np.log(1 - 1 / (1 + np.exp(-2.0)))) / 2
+    assert float(log_loss(logits, labels)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_save_load_round_trip(tmp_path):
+    torch.manual_seed(0)
+    scorer = SiameseScorer(SiameseMatcher(SiameseConfig(encoder="conv_lstm_bilstm", filters=4, hidden=5,
+                                                        mlp_hidden=6)), ToyWords())
+    scorer.calibration.a, scorer.calibration.b = 2.0, -0.5
+    pairs = [("how do i reset the password", "reset password"), ("what is the price", "how do i receive money")]
+    before = scorer.score_pairs(pairs)
+    scorer.save(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["architecture"] == "siamese"
+    loaded = load_siamese(tmp_path / "m", words=ToyWords())
+    np.testing.assert_allclose(loaded.score_pairs(pairs), before, rtol=1e-6)
+    assert loaded.calibration.a == 2.0 and loaded.config.encoder == "conv_lstm_bilstm"
+    assert ((before > 0) & (before < 1)).all()
+
+
+def _toy_files(tmp_path):
+    """Paraphrases share their topic word; non-paraphrases do not."""
+    topics = ["password", "email", "money", "price", "recipe", "cafe"]
+    rows = []
+    for i, t in enumerate(topics):
+        other = topics[(i + 1) % len(topics)]
+        rows += [f"1\thow do i {t}\twhat is the {t}", f"0\thow do i {t}\twhat is the {other}",
+                 f"1\tthe {t} is\ti {t}", f"0\tthe {t} is\ti {other}"]
+    train = tmp_path / "train.tsv"
+    train.write_text("\n".join(rows * 4) + "\n", encoding="utf-8")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return train, dev
+
+
+def test_training_lowers_the_loss_and_resumes(tmp_path):
+    train, dev = _toy_files(tmp_path)
+    config = SiameseConfig(encoder="conv", filters=8, hidden=4, mlp_hidden=16, dropout=0.0)
+    summary = train_siamese(tmp_path / "m", [train], dev, config, TrainConfig(epochs=6, batch_size=16, lr=3e-3,
+                                                                                 patience=6), words=ToyWords())
+    history = summary["history"]
+    assert history[-1]["train_log_loss"] < history[0]["train_log_loss"]
+    assert summary["best_dev_log_loss"] < 0.69
+    assert (tmp_path / "m" / CHECKPOINT_FILE).exists()
+    scorer = load_siamese(tmp_path / "m", words=ToyWords())
+    assert scorer.calibration.n_pairs == 24
+    more = train_siamese(tmp_path / "m", [train], dev, config, TrainConfig(epochs=8, batch_size=16, lr=3e-3, patience=6),
+                         resume=True, words=ToyWords())
+    assert len(more["history"]) == 8
+    with pytest.raises(TrainError):
+        train_siamese(tmp_path / "m", [train], dev, SiameseConfig(encoder="lstm"), TrainConfig(epochs=9),
+                      resume=True, words=ToyWords())
