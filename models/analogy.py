@@ -37,8 +37,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.folder import read_model_config
-from models.mmaicm import WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words
+from models.folder import load_weights, read_model_config, write_json
+from models.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words, read_calibration
 
 QUESTION_TYPES = ("who", "when", "where")
 OBJECTIVES = ("analogy", "cosine")
@@ -48,7 +48,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 WORDS_FILE = "text.json"
 PROTOTYPES_FILE = "prototypes.json"
-CALIBRATION_FILE = "calibration.json"
 
 
 @dataclass
@@ -349,7 +348,7 @@ class AnalogyScorer:
         return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
 
     def save_calibration(self, directory: str | Path) -> None:
-        _write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
 
     def save(self, directory: str | Path) -> Path:
         """config.json, model.safetensors, text.json (which word vectors: a reference, never the vectors),
@@ -362,10 +361,10 @@ class AnalogyScorer:
         tmp = directory / (WEIGHTS_FILE + ".tmp")
         save_file(tensors, str(tmp), metadata={"format_version": str(FORMAT_VERSION)})
         os.replace(tmp, directory / WEIGHTS_FILE)
-        _write_json(directory / CONFIG_FILE, {"format_version": FORMAT_VERSION, "architecture": ARCHITECTURE,
+        write_json(directory / CONFIG_FILE, {"format_version": FORMAT_VERSION, "architecture": ARCHITECTURE,
                                               **dataclasses.asdict(self.config)})
-        _write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
-        _write_json(directory / PROTOTYPES_FILE, [dataclasses.asdict(p) for p in self.prototypes])
+        write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
+        write_json(directory / PROTOTYPES_FILE, [dataclasses.asdict(p) for p in self.prototypes])
         self.save_calibration(directory)
         self.name = directory.resolve().name
         return directory
@@ -392,30 +391,17 @@ def load_analogy(directory: str | Path, device: str | None = None,
                  words: GloveWords | MiniLMWords | None = None) -> AnalogyScorer:
     """A model folder (`faq train analogy`) -> an `AnalogyScorer` in eval mode; `words` reuses an already
     loaded word representation of the same kind."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     config = read_config(directory / CONFIG_FILE)
     weights = directory / WEIGHTS_FILE
-    if not weights.exists():
-        raise FileNotFoundError(f"{weights}: missing model weights")
     encoder = BiGruEncoder(config)
-    missing, unexpected = encoder.load_state_dict(load_file(str(weights), device="cpu"), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{weights}: weights do not fit the config: missing {missing}, unexpected {unexpected}")
+    load_weights(encoder, weights)
     encoder.eval()
     path = directory / PROTOTYPES_FILE
     prototypes = [Prototype(**p) for p in json.loads(path.read_text(encoding="utf-8"))] if path.exists() else []
     if words is None or words.kind != config.word_repr:
         words = make_words(config.word_repr, device=device or "cpu")
     scorer = AnalogyScorer(encoder, words, prototypes, name=directory.resolve().name, device=device)
-    path = directory / CALIBRATION_FILE
-    if path.exists():
-        scorer.calibration = Calibration(**json.loads(path.read_text(encoding="utf-8")))
+    scorer.calibration = read_calibration(directory)
     return scorer
 
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

@@ -1,8 +1,10 @@
 """A model is a folder with a `config.json`: its format version, its architecture and the model's
-config fields. One reader for every model kind (MSEM, MMAICM), and for telling them apart."""
+config fields. One reader for every model kind (MSEM, MMAICM, analogy, Siamese), and for telling them
+apart; the JSON writer and the weights loader their folders share."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +36,21 @@ def architecture_of(folder: str | Path) -> str | None:
     except (OSError, ValueError):
         return None
     return meta.get("architecture") if isinstance(meta, dict) else None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write through a temporary file and rename: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_weights(module: Any, weights: Path) -> None:
+    """A folder's safetensors weights into `module` (a torch nn.Module), which must fit them exactly."""
+    from safetensors.torch import load_file
+
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights}: missing model weights")
+    missing, unexpected = module.load_state_dict(load_file(str(weights), device="cpu"), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{weights}: weights do not fit the config: missing {missing}, unexpected {unexpected}")

@@ -50,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.folder import read_model_config
+from models.folder import load_weights, read_model_config, write_json
 
 #: word representation -> width d of its word vectors
 WORD_DIMS = {"glove": 50, "minilm": 384}
@@ -625,15 +625,15 @@ class MmaicmScorer:
         save_file(tensors, str(tmp), metadata={"format_version": str(FORMAT_VERSION)})
         os.replace(tmp, weights)
         config = {"format_version": FORMAT_VERSION, "architecture": ARCHITECTURE, **dataclasses.asdict(self.config)}
-        _write_json(directory / CONFIG_FILE, config)
-        _write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
+        write_json(directory / CONFIG_FILE, config)
+        write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
         self.save_calibration(directory)
         self.name = directory.resolve().name
         self._weights_sha = file_sha256(weights)
         return directory
 
     def save_calibration(self, directory: str | Path) -> None:
-        _write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
 
 
 def read_config(path: str | Path) -> MmaicmConfig:
@@ -661,8 +661,6 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
     """A model folder (`faq train mmaicm`) -> an `MmaicmScorer` in eval mode. `words` reuses an already
     loaded word representation of the same kind; `runtime` runs the MiniLM states ("onnx" is fp32 ONNX
     Runtime: the states the model was trained on, to 1e-4)."""
-    from safetensors.torch import load_file
-
     from models.encoder import file_sha256
 
     directory = Path(directory)
@@ -677,20 +675,11 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
         raise ValueError(f"{meta_path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                          f"base differs")
     weights = directory / WEIGHTS_FILE
-    if not weights.exists():
-        raise FileNotFoundError(f"{weights}: missing model weights")
     model = MMAICM(config)
-    missing, unexpected = model.load_state_dict(load_file(str(weights), device="cpu"), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{weights}: weights do not fit the config: missing {missing}, unexpected {unexpected}")
+    load_weights(model, weights)
     model.eval()
     scorer = MmaicmScorer(model, words, read_calibration(directory), name=directory.resolve().name,
                           cache_size=cache_size, device=device)
     scorer._weights_sha = file_sha256(weights)
     return scorer
 
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

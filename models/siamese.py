@@ -20,7 +20,6 @@ The paper uses fastText 300-d vectors (not installable here): we use GloVe 6B-50
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import string
@@ -33,8 +32,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.folder import read_model_config
-from models.mmaicm import WORD_DIMS, Calibration, make_words, read_calibration
+from models.folder import load_weights, read_model_config, write_json
+from models.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, make_words, read_calibration
 
 ENCODERS = ("lstm", "conv", "conv_lstm", "conv_lstm_bilstm")
 KERNELS = (1, 2, 3)
@@ -43,7 +42,6 @@ ARCHITECTURE = "siamese"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 WORDS_FILE = "text.json"
-CALIBRATION_FILE = "calibration.json"
 MAX_TOKENS = 60
 
 
@@ -360,10 +358,10 @@ class SiameseScorer:
         tmp = directory / (WEIGHTS_FILE + ".tmp")
         save_file(tensors, str(tmp), metadata={"format_version": str(FORMAT_VERSION)})
         os.replace(tmp, directory / WEIGHTS_FILE)
-        _write_json(directory / CONFIG_FILE,
+        write_json(directory / CONFIG_FILE,
                     {"format_version": FORMAT_VERSION, "architecture": ARCHITECTURE, **dataclasses.asdict(self.config)})
-        _write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
-        _write_json(directory / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
+        write_json(directory / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
         self.name = directory.resolve().name
         return directory
 
@@ -379,24 +377,13 @@ def read_config(path: str | Path) -> SiameseConfig:
 def load_siamese(directory: str | Path, device: str | None = None, words: Any = None) -> SiameseScorer:
     """A model folder (`faq train siamese`) -> a `SiameseScorer` in eval mode; `words` reuses a loaded word
     representation of the same kind."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     config = read_config(directory / CONFIG_FILE)
     weights = directory / WEIGHTS_FILE
-    if not weights.exists():
-        raise FileNotFoundError(f"{weights}: missing model weights")
     if words is None:
         words = make_words(config.word_repr, device=device or "cpu")
     model = SiameseMatcher(config)
-    missing, unexpected = model.load_state_dict(load_file(str(weights), device="cpu"), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{weights}: weights do not fit the config: missing {missing}, unexpected {unexpected}")
+    load_weights(model, weights)
     model.eval()
     return SiameseScorer(model, words, read_calibration(directory), name=directory.resolve().name, device=device)
 
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
