@@ -6,6 +6,23 @@ import shlex
 import sys
 
 
+def _command_line() -> str | None:
+    """The command as typed, for a model folder's training report (re-running it reproduces the folder)."""
+    return "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+
+
+def _set_threads(threads: int | None) -> bool:
+    """--threads: torch's intra-op threads; False (after saying why) when the value is unusable."""
+    if threads is None:
+        return True
+    if threads < 1:
+        print("error: --threads must be >= 1", file=sys.stderr)
+        return False
+    import torch
+
+    torch.set_num_threads(threads)
+    return True
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     tr = subparsers.add_parser("train", help="train models")
     tr_sub = tr.add_subparsers(dest="train_command", metavar="SUBCOMMAND")
@@ -105,7 +122,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay, sgd_lr=args.sgd_lr,
         patience=args.patience, seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
     )
-    command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    command = _command_line()
     baseline = args.baseline
     if baseline is None:
         from app.settings import get_settings
@@ -235,7 +252,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, seed=args.seed, holdout_fraction=args.holdout_fraction,
         sts_head=not args.paper_head, rehearse_batch=args.rehearse_batch, frozen_layers=args.frozen_layers, stop_after_minutes=args.stop_after_minutes,
     )
-    command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    command = _command_line()
     try:
         summary = train_reranker(args.out, args.kb, args.pairs, args.stsb, cfg, resume=args.resume,
                                  device=args.device, command=command)
@@ -299,13 +316,8 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
     if args.data and not args.src:
         print(f"error: --data {args.data} needs --src (the {args.data} folder)", file=sys.stderr)
         return 2
-    if args.threads is not None:
-        if args.threads < 1:
-            print("error: --threads must be >= 1", file=sys.stderr)
-            return 2
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if not _set_threads(args.threads):
+        return 2
     try:
         overrides = parse_config_overrides(args.config)
         flags = {"word_repr": args.word_repr, "matcher": args.matcher, "use_attention": False if args.no_attention else None}
@@ -317,7 +329,7 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
         cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, negatives=args.negatives,
                           random_negative_share=args.random_negatives, patience=args.patience, seed=args.seed,
                           max_minutes=args.max_minutes)
-        command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+        command = _command_line()
         summary = train_mmaicm(args.out, data=args.data, src=args.src, kb=args.kb, config_overrides=overrides,
                                train_config=cfg, resume=args.resume, device=args.device, command=command)
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
@@ -367,20 +379,15 @@ def cmd_analogy(args: argparse.Namespace) -> int:
     from models.analogy import AnalogyConfig
     from models.train_analogy import TrainConfig, TrainError, train_analogy
 
-    if args.threads is not None:
-        if args.threads < 1:
-            print("error: --threads must be >= 1", file=sys.stderr)
-            return 2
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if not _set_threads(args.threads):
+        return 2
     try:
         config = None if args.resume else AnalogyConfig(word_repr=args.words, objective=args.objective,
                                                         margin=args.margin)
         cfg = TrainConfig(prototypes=args.prototypes, epochs=args.epochs, batch_size=args.batch_size,
                           per_answer=args.per_answer, patience=args.patience, weight_decay=args.weight_decay, seed=args.seed,
                           max_minutes=args.max_minutes)
-        command = "faq " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+        command = _command_line()
         summary = train_analogy(args.out, args.qa, config, cfg, resume=args.resume, device=args.device,
                                 command=command)
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
