@@ -4,17 +4,43 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from app.store import FaqStore
-from kb.mining import DEFAULT_MIN_SCORE, LoggedQuery, MiningStats, cluster_unanswered, mine_phrasings
+from kb.mining import (
+    DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE, LoggedQuery, MiningStats, cluster_unanswered, mine_phrasings,
+)
+
+
+def siamese_agreement(scorer: Any, kb: dict[str, list[str]]) -> Callable[[Sequence[tuple[str, str]]], list[float]]:
+    """(query, faq_id) pairs -> the Siamese matcher's probability for the query against the FAQ's best
+    phrasing (models/siamese.py; the KB's phrasing vectors computed once, then only the queries')."""
+    import numpy as np
+
+    rows: dict[str, np.ndarray] = {}
+
+    def agree(pairs: Sequence[tuple[str, str]]) -> list[float]:
+        needed = [f for f in dict.fromkeys(f for _, f in pairs) if f not in rows and kb.get(f)]
+        if needed:
+            texts = [q for f in needed for q in kb[f]]
+            vectors = scorer.sentence_vectors(texts)
+            start = 0
+            for f in needed:
+                rows[f] = vectors[start:start + len(kb[f])]
+                start += len(kb[f])
+        queries = list(dict.fromkeys(q for q, _ in pairs))
+        u = dict(zip(queries, scorer.sentence_vectors(queries)))
+        return [float(scorer.compare_vectors(u[q], rows[f]).max()) if f in rows else 0.0 for q, f in pairs]
+
+    return agree
 
 
 def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: float | None = None,
                 low_score: float | None = None, min_cluster: int = 2, embed: Any = None,
-                cosine: float | None = None) -> dict[str, Any]:
+                cosine: float | None = None, siamese: Any = None, min_agree: float | None = None) -> dict[str, Any]:
     """What `faq kb mine` reports: {"min_score", "stats", "phrasings": [...], "clusters": [...]};
-    phrasing dicts also carry the FAQ's current answer and tags (import needs them)."""
+    phrasing dicts also carry the FAQ's current answer and tags (import needs them). `siamese`: a
+    SiameseScorer whose probability >= `min_agree` also confirms a confident match (`siamese_agreement`)."""
     min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
     for r in store.export_records():
@@ -22,11 +48,15 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     log = [LoggedQuery(r["query"], r["faq_id"], r["score"], r["feedback_correct"], r["feedback_faq_id"])
            for r in store.read_query_log(since)]
     stats = MiningStats()
-    proposals = mine_phrasings(log, {f: v[2] for f, v in faqs.items()}, min_score, stats)
+    kb = {f: v[2] for f, v in faqs.items()}
+    agree = siamese_agreement(siamese, kb) if siamese is not None else None
+    proposals = mine_phrasings(log, kb, min_score, stats, agree=agree,
+                               min_agree=DEFAULT_MIN_AGREE if min_agree is None else min_agree)
     clusters = cluster_unanswered(log, low_score=low_score, min_size=min_cluster, embed=embed,
                                   cosine=0.0 if cosine is None else cosine)
     phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1]} for p in proposals]
-    return {"min_score": min_score, "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
+    return {"min_score": min_score, "min_agree": (DEFAULT_MIN_AGREE if min_agree is None else min_agree)
+            if siamese is not None else None, "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
             "phrasings": phrasings,
             "clusters": [{"faq_id": f"new-{i}", **c.as_dict()} for i, c in enumerate(clusters, start=1)]}
 

@@ -41,9 +41,9 @@ from index.candidates import (
 )
 
 __all__ = [
-    "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "MmaicmStage", "NoIndexError", "NoRerankerError",
-    "Pipeline", "RerankStage", "build_pipeline", "default_encoder", "encoder_spec", "lexical_engine",
-    "load_mmaicm_stage", "load_rerank_stages",
+    "AnalogyStage", "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "MmaicmStage", "NoIndexError",
+    "NoRerankerError", "Pipeline", "RerankStage", "SiameseStage", "build_pipeline", "default_encoder", "encoder_spec",
+    "lexical_engine", "load_mmaicm_stage", "load_rerank_stages", "load_siamese_stage", "vector_stages",
 ]
 
 
@@ -138,7 +138,9 @@ class QueryCache:
 # re-ranking stages
 # ---------------------------------------------------------------------------------------------
 class RerankStage(Protocol):
-    """Re-scores a query's candidate FAQs (first-stage order, each with its score so far)."""
+    """Re-scores a query's candidate FAQs (first-stage order, each with its score so far). A stage may also
+    have `attach(retriever)`, called with the build a request is answered from before it re-scores, and
+    `vector_key` + `sentence_vectors(texts)`: what an index build stores for it (`vector_stages`)."""
 
     id: str
 
@@ -275,6 +277,106 @@ class AnalogyStage:
             pv = self._embed_cached([p.question for p in protos] + [p.answer for p in protos])
             raw = best_of_prototypes(pv[: len(protos)], pv[len(protos):], q, answers)
         p = self.scorer.probability(raw.numpy()).astype(np.float64)
+        w = self.served_weight
+        if w >= 1.0:
+            return p
+        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+
+
+class SiameseStage:
+    """models/siamese.py's Siamese matcher on the query and each candidate's best phrasing. The phrasings'
+    sentence vectors are computed at index build time (`faq index build` with this folder in FAQ_RERANKER
+    stores them in the build: index/build.py `write_stage_vectors`) and read from the serving build
+    (`attach`); phrasings the build lacks (KB edits since) are encoded once and kept. A request then encodes
+    only its query and runs the MLP head over the candidates. Calibrated by the folder's logistic fit and
+    pooled with the candidate's score so far like MmaicmStage (w = `weight`, None: the folder's
+    `fusion_weight`; 1 = the Siamese matcher alone)."""
+
+    #: phrasings outside the serving build whose vectors are kept (most recently used first out)
+    CACHE_SIZE = 8192
+    #: builds whose stored vectors stay open: the serving one and the one it replaced (in-flight requests)
+    BUILDS_KEPT = 2
+
+    def __init__(self, scorer: Any, weight: float | None = None):
+        if weight is not None and not 0.0 <= weight <= 1.0:
+            raise ValueError(f"Siamese weight must be in 0..1, got {weight}")
+        self.scorer = scorer
+        self.weight = weight
+        # build folder -> (phrasing text -> row, the build's memory-mapped vectors), or None: none stored
+        self._builds: OrderedDict[str, tuple[dict[str, int], np.ndarray] | None] = OrderedDict()
+        self._extra: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        return self.scorer.id
+
+    @property
+    def served_weight(self) -> float:
+        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
+
+    # what an index build stores for this stage (index/build.py `write_stage_vectors`)
+    @property
+    def vector_key(self) -> str:
+        return self.scorer.vector_key
+
+    def sentence_vectors(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        return self.scorer.sentence_vectors(texts, batch_size=batch_size)
+
+    def attach(self, retriever: Any) -> None:
+        """Open `retriever`'s stored vectors for this model (once per build)."""
+        build = str(getattr(retriever, "build_dir", ""))
+        with self._lock:
+            if build in self._builds:
+                self._builds.move_to_end(build)
+                return
+        reader = getattr(retriever, "stage_vectors", None)
+        found = reader(self.vector_key) if reader is not None else None
+        entry = None
+        if found is not None:
+            texts, matrix = found
+            rows: dict[str, int] = {}
+            for i, text in enumerate(texts):
+                rows.setdefault(text, i)
+            entry = (rows, matrix)
+        with self._lock:
+            self._builds[build] = entry
+            while len(self._builds) > self.BUILDS_KEPT:
+                self._builds.popitem(last=False)
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, D) sentence vectors of `texts`: from an attached build, else from the cache, else encoded."""
+        out: list[np.ndarray | None] = [None] * len(texts)
+        with self._lock:
+            builds = [b for b in reversed(self._builds.values()) if b is not None]
+            for i, text in enumerate(texts):
+                for rows, matrix in builds:
+                    row = rows.get(text)
+                    if row is not None:
+                        out[i] = matrix[row]
+                        break
+                else:
+                    cached = self._extra.get(text)
+                    if cached is not None:
+                        self._extra.move_to_end(text)
+                        out[i] = cached
+        missing = list(dict.fromkeys(t for t, v in zip(texts, out) if v is None))
+        if missing:
+            fresh = dict(zip(missing, self.scorer.sentence_vectors(missing)))
+            with self._lock:
+                self._extra.update(fresh)
+                while len(self._extra) > self.CACHE_SIZE:
+                    self._extra.popitem(last=False)
+            out = [fresh[t] if v is None else v for t, v in zip(texts, out)]
+        return np.asarray(np.stack(out), dtype=np.float32)
+
+    def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        from models.scoring import pool
+
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float64)
+        u = self.scorer.sentence_vectors([query])[0]
+        p = self.scorer.compare_vectors(u, self.vectors([m.question for m in candidates])).astype(np.float64)
         w = self.served_weight
         if w >= 1.0:
             return p
@@ -428,11 +530,15 @@ class Pipeline:
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if pool > 1 else None
+        attached = False
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_reranker(request.arm)
             grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
+            if reranked and not attached:
+                self.attach_stages(retriever)
+                attached = True
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         total_ms = (time.perf_counter() - started) * 1000.0
@@ -471,6 +577,14 @@ class Pipeline:
         if self.answer_weight <= 0 or getattr(retriever, "answer_vectors", None) is None:
             return 0.0
         return nearest_weight(self.answer_weight)
+
+    def attach_stages(self, retriever: RetrieverLike) -> None:
+        """Stages that keep something per build (`attach(retriever)`: the Siamese matcher's stored phrasing
+        vectors) are shown the build this call is answered from."""
+        for stage in self.stages:
+            attach = getattr(stage, "attach", None)
+            if attach is not None:
+                attach(retriever)
 
     def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
         """The `+rerank` arms: each stage re-scores the top `rerank_k` FAQs (their scores so far are its
@@ -576,8 +690,8 @@ def lexical_engine(settings: Settings) -> str:
 
 def load_rerank_stages(settings: Settings, path: str | None = None, weight: float | None = None) -> list[RerankStage]:
     """The re-ranking stages of FAQ_RERANKER (or `path`): one folder, or several separated by commas, run
-    in that order; each is a `faq train reranker` cross-encoder, a `faq train mmaicm` matcher or a
-    `faq train analogy` model (told apart by its config's `architecture`). FAQ_RERANK_WEIGHT (or `weight`) pools each stage with the
+    in that order; each is a `faq train reranker` cross-encoder, a `faq train mmaicm` matcher, a
+    `faq train analogy` model or a `faq train siamese` matcher (told apart by its config's `architecture`). FAQ_RERANK_WEIGHT (or `weight`) pools each stage with the
     score before it; None = each folder's own `fusion_weight`. None configured: no stages. Raises what
     loading a folder raises."""
     spec = path or settings.reranker
@@ -589,6 +703,9 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     weight = settings.rerank_weight if weight is None else weight
     stages: list[RerankStage] = []
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
+        if architecture_of(folder) == "siamese":
+            stages.append(load_siamese_stage(folder, weight, runtime=settings.rerank_runtime))
+            continue
         if architecture_of(folder) == "analogy":
             from models.analogy import load_analogy
 
@@ -605,6 +722,33 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
         reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads)
         stages.append(CrossEncoderStage(reranker, weight))
     return stages
+
+
+def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "auto",
+                       device: str | None = None) -> SiameseStage:
+    """A `SiameseStage` from a `faq train siamese` folder; "auto" runs MiniLM word states (if the model uses
+    them) on fp32 ONNX on a CPU: the numbers it was trained on, several times faster than eager PyTorch."""
+    from models.encoder import pick_device
+    from models.siamese import load_siamese
+
+    if runtime == "auto":
+        runtime = "onnx" if pick_device() == "cpu" else "torch"
+    if runtime == "onnx-int8":  # the Siamese head was trained on fp32 states: int8 would shift them
+        runtime = "onnx"
+    return SiameseStage(load_siamese(path, device=device, runtime=runtime), weight)
+
+
+def vector_stages(settings: Settings, path: str | None = None) -> list[SiameseStage]:
+    """The stages of FAQ_RERANKER (or `path`) whose phrasing vectors an index build stores (the Siamese
+    matchers), loaded; the other folders are not loaded. Raises what loading a folder raises."""
+    spec = path or settings.reranker
+    if not spec:
+        return []
+    from models.folder import architecture_of
+
+    return [load_siamese_stage(folder, runtime=settings.rerank_runtime)
+            for folder in (part.strip() for part in spec.split(",") if part.strip())
+            if architecture_of(folder) == "siamese"]
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,

@@ -117,11 +117,18 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
     try:
+        from app.pipeline import vector_stages
+
+        stages = vector_stages(settings)  # FAQ_RERANKER's Siamese matchers: their phrasing vectors go in the build
+    except (OSError, ValueError) as exc:
+        return _error(f"FAQ_RERANKER: {exc} (current index unchanged)")
+    try:
         manifest = build_index(
             store, encoder, registry, n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
             recall_floor=args.recall_floor, activate=not args.no_activate, report=print, encoder_spec=spec,
             lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
+            stage_vectors=stages,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kb.mining import DEFAULT_MIN_SCORE
+from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
 from kb.records import KbValidationError, read_kb, write_kb
 from app.settings import get_settings
 from app.mining import mine_report, write_mined
@@ -91,6 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also merge clusters whose most frequent queries have encoder cosine >= C "
                         "(loads the encoder; default: bag-of-words keys only)")
     p.add_argument("--encoder", metavar="SPEC", help="encoder for --cluster-cosine (default: the configured one)")
+    p.add_argument("--siamese", metavar="DIR", help="a Siamese matcher folder (faq train siamese): a confident match "
+                   "whose key differs is also proposed when the matcher gives the query against the FAQ's best "
+                   "phrasing a probability >= --min-agree")
+    p.add_argument("--min-agree", type=float, default=None, metavar="P",
+                   help=f"the Siamese probability that confirms a match (default {DEFAULT_MIN_AGREE:g})")
     p.add_argument("--top", type=int, default=20, metavar="N", help="show at most N of each in the text output")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.set_defaults(func=cmd_mine)
@@ -260,7 +265,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: --since {args.since!r} is not an ISO date (YYYY-MM-DD[THH:MM])", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for name in ("min_score", "low_score", "cluster_cosine"):
+    for name in ("min_score", "low_score", "cluster_cosine", "min_agree"):
         value = getattr(args, name)
         if value is not None and not -1.0 <= value <= 1.0:
             print(f"error: --{name.replace('_', '-')} must be between -1 and 1", file=sys.stderr)
@@ -279,9 +284,19 @@ def cmd_mine(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         embed = encoder.encode
+    siamese = None
+    if args.siamese:
+        from models.siamese import load_siamese
+
+        try:
+            siamese = load_siamese(args.siamese)
+        except (OSError, ValueError) as exc:
+            print(f"error: --siamese {args.siamese}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     with _open_store() as store:
         report = mine_report(store, since=since, min_score=args.min_score, low_score=args.low_score,
-                             min_cluster=args.min_cluster, embed=embed, cosine=args.cluster_cosine)
+                             min_cluster=args.min_cluster, embed=embed, cosine=args.cluster_cosine,
+                             siamese=siamese, min_agree=args.min_agree)
     clusters_out = args.clusters_out or (_clusters_path(args.out) if args.out else None)
     try:
         write_mined(report, args.out, clusters_out)

@@ -407,12 +407,20 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
         "batch normalisation and dropout, log loss (models/siamese.py). The epoch with the lowest --dev log loss "
         "is saved in --out and calibrated on --dev; a checkpoint every epoch: --resume continues a cut run.",
     )
-    p.add_argument("--pairs", action="append", required=True, help="labelled pairs TSV label<TAB>q1<TAB>q2 "
+    p.add_argument("--pairs", action="append", default=[], help="labelled pairs TSV label<TAB>q1<TAB>q2 "
                    "(faq data prepare qqp|mrpc); repeatable")
-    p.add_argument("--dev", required=True, help="pairs TSV that picks the epoch and fits the calibration")
+    p.add_argument("--kb", help="a KB file (JSONL/CSV): pairs from its phrasings, drawn afresh every epoch: a "
+                   "positive, a random and a hard negative per phrasing (with or instead of --pairs)")
+    p.add_argument("--dev", help="pairs TSV that picks the epoch and fits the calibration")
+    p.add_argument("--dev-queries", help="instead of --dev: labelled queries (JSONL/CSV, query + faq_id, none for "
+                   "out of scope) paired with --kb's phrasings the way a re-ranking stage sees them")
+    p.add_argument("--negatives-encoder", default="minilm", help="encoder that finds the KB's hard negatives and "
+                   "the dev queries' candidates (default minilm; any `--encoder` spec of faq index build)")
     p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, text.json, "
-                   "calibration.json, train.json, checkpoint.pt)")
-    p.add_argument("--encoder", choices=("lstm", "conv", "conv_lstm", "conv_lstm_bilstm"), default="conv")
+                   "calibration.json, train.json, checkpoint.pt); with several --encoder, one sub-folder each")
+    p.add_argument("--encoder", action="append", choices=("lstm", "conv", "conv_lstm", "conv_lstm_bilstm"),
+                   help="sentence encoder (default conv); repeatable: the variants are trained one after another "
+                   "into --out/<encoder>, word vectors computed once")
     p.add_argument("--words", choices=("glove", "minilm"), default="glove",
                    help="word vectors: glove (GloVe 6B-50d, default) or minilm (all-MiniLM-L6-v2's frozen token states)")
     p.add_argument("--config", help='other SiameseConfig fields as JSON, e.g. \'{"filters": 128, "dropout": 0.2}\'')
@@ -429,18 +437,37 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_siamese(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kb.records import KbValidationError
     from models.pairs import PairFileError
     from models.siamese import SiameseConfig
     from models.train_siamese import TrainConfig, TrainError, parse_overrides, train_siamese
 
+    encoders = list(dict.fromkeys(args.encoder or ["conv"]))
+    states: dict = {}  # word vectors by text, shared by the variants
+    words = negatives = None
     try:
-        config = SiameseConfig(**{"encoder": args.encoder, "word_repr": args.words, **parse_overrides(args.config)})
         cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
                           seed=args.seed, max_minutes=args.max_minutes, threads=args.threads)
-        summary = train_siamese(args.out, args.pairs, args.dev, config, cfg, resume=args.resume, device=args.device)
-    except (TrainError, PairFileError, FileNotFoundError, ValueError) as exc:
+        configs = [SiameseConfig(**{"encoder": e, "word_repr": args.words, **parse_overrides(args.config)})
+                   for e in encoders]
+        if args.kb:
+            from models.load import load_encoder
+
+            negatives = load_encoder(args.negatives_encoder, threads=args.threads)
+        for config in configs:
+            out = Path(args.out) / config.encoder if len(configs) > 1 else Path(args.out)
+            if words is None:
+                from models.mmaicm import make_words
+
+                words = make_words(config.word_repr, device=args.device or "cpu")
+            summary = train_siamese(out, args.pairs, args.dev, config, cfg, resume=args.resume, words=words,
+                                    device=args.device, kb=args.kb, dev_queries=args.dev_queries,
+                                    negatives_encoder=negatives, states=states)
+            print(f"{config.encoder}: {summary['stopped']}: best dev log loss {summary['best_dev_log_loss']:.4f} at "
+                  f"epoch {summary['best_epoch']} of {len(summary['history'])}; model saved in {out}")
+    except (TrainError, PairFileError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{summary['stopped']}: best dev log loss {summary['best_dev_log_loss']:.4f} at epoch "
-          f"{summary['best_epoch']} of {len(summary['history'])}; model saved in {args.out}")
     return 0

@@ -182,11 +182,12 @@ def run_eval_match(
         encoder = load_configured_encoder(base, spec=spec)
         timings["load_encoder_s"] = time.perf_counter() - t
 
+        stages = load_rerank_stages(base, reranker, rerank_weight) if reranker else []
         t = time.perf_counter()
         registry = BuildRegistry(index_dir)
         manifest = build_index(
             store, encoder, registry, n_trees=settings_eval.ann_n_trees, search_k=settings_eval.ann_search_k,
-            batch_size=batch_size, progress=progress,
+            batch_size=batch_size, progress=progress, stage_vectors=[s for s in stages if hasattr(s, "vector_key")],
         )
         timings["index_build_s"] = time.perf_counter() - t
         retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
@@ -199,7 +200,6 @@ def run_eval_match(
             raise ValueError("several answer weights need dev queries to choose from")
         if retriever.answer_vectors is None:
             weights = weights[:1]  # nothing to tune: the build has no answer evidence
-        stages = load_rerank_stages(base, reranker, rerank_weight) if reranker else []
         stage = stages[0] if stages else None
         arm = "ann+rerank" if stages else "ann"
         matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],

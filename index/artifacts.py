@@ -50,6 +50,8 @@ IDMAP_FILE = "idmap.jsonl"
 MANIFEST_FILE = "manifest.json"
 ANSWERS_FILE = "answers.npy"
 ANSWER_MAP_FILE = "answers.jsonl"
+#: folder of re-ranking stages' phrasing vectors (`<vector_key>.npy`, rows in IDS_FILE order)
+STAGE_VECTORS_DIR = "stage_vectors"
 CURRENT_LINK = "current"
 STAGING_PREFIX = ".staging-"
 LOCK_SUFFIX = ".lock"

@@ -147,10 +147,34 @@ def encode_in_batches(encoder: Any, texts: list[str], batch_size: int, progress:
     return out
 
 
+def write_stage_vectors(staging: Any, texts: list[str], sources: Any, batch_size: int,
+                        say: Callable[[str], None]) -> dict[str, dict]:
+    """Each source's phrasing vectors (`stage_vectors/<vector_key>.npy`, fp16, rows in build order): a
+    re-ranking stage that compares sentence vectors (the Siamese matcher) then encodes only the query per
+    request. A source has `vector_key`, `id` and `sentence_vectors(texts, batch_size) -> (n, D)`."""
+    out: dict[str, dict] = {}
+    for source in sources:
+        key = str(source.vector_key)
+        if key in out:
+            continue
+        t = time.perf_counter()
+        vectors = np.asarray(source.sentence_vectors(texts, batch_size=max(batch_size, 256)), dtype=np.float32)
+        if vectors.shape[0] != len(texts):
+            raise BuildError(f"stage {source.id} gave {vectors.shape[0]} vectors for {len(texts)} phrasings")
+        folder = staging / artifacts.STAGE_VECTORS_DIR
+        folder.mkdir(exist_ok=True)
+        np.save(folder / f"{key}.npy", vectors.astype(np.float16))
+        secs = time.perf_counter() - t
+        out[key] = {"stage": str(source.id), "rows": int(vectors.shape[0]), "dim": int(vectors.shape[1]),
+                    "seconds": round(secs, 3)}
+        say(f"stage vectors: {source.id} ({vectors.shape[1]}-d) for {len(texts)} phrasings in {secs:.1f}s")
+    return out
+
+
 def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, started_at: datetime,
                    timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
                    search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
-                   lexical: bool, es_url: str | None, es_index_prefix: str) -> dict:
+                   lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = ()) -> dict:
     """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
     variants = snapshot.variants
     t = time.perf_counter()
@@ -194,6 +218,12 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     checksum = sha256_file(staging / artifacts.ANNOY_FILE)
     timings["save_s"] = time.perf_counter() - t
 
+    stage_block = None
+    if stage_vectors:
+        t = time.perf_counter()
+        stage_block = write_stage_vectors(staging, texts, stage_vectors, batch_size, say)
+        timings["stage_vectors_s"] = time.perf_counter() - t
+
     lexical_block = None
     if lexical:
         t = time.perf_counter()
@@ -224,6 +254,8 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     }
     if lexical_block is not None:
         manifest["lexical"] = lexical_block
+    if stage_block:
+        manifest["stage_vectors"] = stage_block
     write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
 
     # Verify what is on disk, exactly as a server would open it.
@@ -277,6 +309,7 @@ def build_index(
     lexical: bool = True,
     es_url: str | None = None,
     es_index_prefix: str = "faq",
+    stage_vectors: Any = (),
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -286,6 +319,8 @@ def build_index(
     manifest so the service serves this build with the encoder that built it.
     `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
     when given, as index `<es_index_prefix>-<version>`).
+    `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
+    (`write_stage_vectors`; app/pipeline.py `vector_stages` picks them from FAQ_RERANKER).
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:
@@ -326,7 +361,7 @@ def build_index(
                     staging, version, snapshot, encoder, started_at=started_at, timings=timings, t_total=t_total,
                     say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
                     recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
-                    es_index_prefix=es_index_prefix)
+                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors)
 
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)

@@ -180,6 +180,20 @@ class Retriever:
             self.__dict__["_built_answer_map"] = built
         return built
 
+    def stage_vectors(self, key: str) -> tuple[list[str], np.ndarray] | None:
+        """A re-ranking stage's phrasing vectors stored with this build (index/build.py
+        `write_stage_vectors`, memory-mapped) and the build's phrasing texts in the same row order; None
+        when the build has none under `key` (built before the stage was configured, or by another model)."""
+        if key not in (self.manifest.get("stage_vectors") or {}):
+            return None
+        path = self.build_dir / artifacts.STAGE_VECTORS_DIR / f"{key}.npy"
+        if not path.is_file():
+            return None
+        matrix = np.load(path, mmap_mode="r")
+        if matrix.ndim != 2 or matrix.shape[0] != len(self._questions):
+            return None
+        return self._questions, matrix
+
     def faq_variants(self, faq_id: str) -> list[tuple[int, str]]:
         """(variant_id, question) of a FAQ's live phrasings (build minus tombstones, plus delta)."""
         by_faq = self.__dict__.get("_variants_by_faq")

@@ -44,6 +44,10 @@ DEFAULT_MIN_SCORE = 0.9
 EVIDENCE_FEEDBACK_FAQ_ID = "feedback_faq_id"
 EVIDENCE_FEEDBACK_CORRECT = "feedback_correct"
 EVIDENCE_KEY = "key"
+EVIDENCE_SIAMESE = "siamese"
+
+#: the Siamese matcher's probability (query against the FAQ's best phrasing) that stands in for an equal key
+DEFAULT_MIN_AGREE = 0.9
 
 
 def tokens(text: str) -> list[str]:
@@ -132,17 +136,32 @@ def _kb_index(kb: Mapping[str, Sequence[str]]) -> tuple[dict[str, dict[str, str]
 
 
 def mine_phrasings(log: Iterable[LoggedQuery], kb: Mapping[str, Sequence[str]], min_score: float,
-                   stats: MiningStats | None = None) -> list[PhrasingProposal]:
+                   stats: MiningStats | None = None,
+                   agree: Callable[[Sequence[tuple[str, str]]], Sequence[float]] | None = None,
+                   min_agree: float = DEFAULT_MIN_AGREE) -> list[PhrasingProposal]:
     """New phrasings for existing FAQs (`kb`: faq_id -> its phrasings), most supported first.
 
     A logged query supports FAQ f when a user named f (`feedback_faq_id`), confirmed the answer f
-    (`feedback_correct`), or the service answered f with score >= `min_score` AND the query's key
-    equals the key of one of f's phrasings: a confident score alone also accepts near misses between
-    neighbouring FAQs, the key alone ignores what the encoder knows; together they are precise.
-    A negative feedback on the served answer vetoes that (query, FAQ) pair.
+    (`feedback_correct`), or the service answered f with score >= `min_score` AND a second opinion
+    agrees: the query's key equals the key of one of f's phrasings, or (when given) the pair scorer
+    `agree` ((query, faq_id) pairs -> probabilities; the Siamese matcher) gives >= `min_agree`. A
+    confident score alone also accepts near misses between neighbouring FAQs, the key alone ignores what
+    the encoder knows; together they are precise. A negative feedback on the served answer vetoes that
+    (query, FAQ) pair.
     """
     stats = stats if stats is not None else MiningStats()
     keys, owners = _kb_index(kb)
+    log = list(log)
+
+    def confident(row: LoggedQuery) -> bool:
+        return row.faq_id in kb and row.feedback_correct is None and row.score is not None and row.score >= min_score
+
+    agreement: dict[tuple[str, str], float] = {}
+    if agree is not None:  # one batched call for the confident rows the key does not settle
+        asks = list(dict.fromkeys(
+            (text, str(row.faq_id)) for row in log if row.feedback_faq_id is None and confident(row)
+            for text in [normalize_question(row.query)] if text and keys[str(row.faq_id)].get(bow_key(text)) is None))
+        agreement = dict(zip(asks, (float(p) for p in agree(asks)))) if asks else {}
     found: dict[tuple[str, str], PhrasingProposal] = {}
     spellings: dict[tuple[str, str], Counter] = {}
     vetoed: set[tuple[str, str]] = set()
@@ -161,12 +180,13 @@ def mine_phrasings(log: Iterable[LoggedQuery], kb: Mapping[str, Sequence[str]], 
             target, evidence = row.feedback_faq_id, EVIDENCE_FEEDBACK_FAQ_ID
         elif row.feedback_correct is True and row.faq_id in kb:
             target, evidence = row.faq_id, EVIDENCE_FEEDBACK_CORRECT
-        elif (row.faq_id in kb and row.feedback_correct is None and row.score is not None
-              and row.score >= min_score):
+        elif confident(row):
             k = bow_key(text)
             matched = keys[row.faq_id].get(k) if k else None
             if matched is not None:
                 target, evidence = row.faq_id, EVIDENCE_KEY
+            elif agreement.get((text, row.faq_id), 0.0) >= min_agree:
+                target, evidence = row.faq_id, EVIDENCE_SIAMESE
         if target is None:
             continue
         stats.considered += 1

@@ -9,6 +9,8 @@
         conv               Conv1D kernels 1/2/3, ReLU, max over time          (B,T,d) -> (B,3f)
         conv_lstm          [conv; lstm]                                       (B,T,d) -> (B,3f+h)
         conv_lstm_bilstm   [conv; lstm; bilstm (last states, both ways)]      (B,T,d) -> (B,3f+3h)
+        + mean_pool        (ours) the L2-normalised masked mean of the word vectors appended to u  (+d):
+                           with MiniLM states that is the sentence embedding MiniLM's cosine compares
     MatchHead          [u - v; u * v] -> (Linear, BatchNorm, ReLU, Dropout) x 2 -> Linear -> logit
                        (B,2D) -> (B,); the logit is averaged over both orders, so score(a, b) = score(b, a)
     log loss           binary cross-entropy on the logit
@@ -61,6 +63,9 @@ class SiameseConfig:
     dropout: float = 0.3
     #: tokens kept per sentence (paper: 60 after trying 50, 60, 70)
     max_len: int = MAX_TOKENS
+    #: (ours) append the L2-normalised mean of the word vectors to the sentence vector, so the head also
+    #: sees what a plain cosine of mean-pooled vectors sees (the MiniLM sentence embedding for "minilm")
+    mean_pool: bool = False
 
     def __post_init__(self) -> None:
         if self.encoder not in ENCODERS:
@@ -73,6 +78,8 @@ class SiameseConfig:
                 raise ValueError(f"SiameseConfig.{name} must be a positive int, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"SiameseConfig.dropout must be in [0, 1), got {self.dropout}")
+        if not isinstance(self.mean_pool, bool):
+            raise ValueError(f"SiameseConfig.mean_pool must be true or false, got {self.mean_pool!r}")
 
     @property
     def word_dim(self) -> int:
@@ -84,7 +91,7 @@ class SiameseConfig:
         parts = {"lstm": self.hidden, "conv": len(KERNELS) * self.filters,
                  "conv_lstm": len(KERNELS) * self.filters + self.hidden,
                  "conv_lstm_bilstm": len(KERNELS) * self.filters + 3 * self.hidden}
-        return parts[self.encoder]
+        return parts[self.encoder] + (self.word_dim if self.mean_pool else 0)
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -217,6 +224,9 @@ class SiameseEncoder(nn.Module):
             out.append(_last_states(self.lstm, x, lengths))
         if self.bilstm is not None:
             out.append(_last_states(self.bilstm, x, lengths))
+        if self.config.mean_pool:
+            summed = (x * mask.unsqueeze(-1)).sum(dim=1)  # (B,d)
+            out.append(F.normalize(summed / lengths.clamp(min=1).unsqueeze(1), dim=1))
         return torch.cat(out, dim=1)
 
 
@@ -251,10 +261,14 @@ class SiameseMatcher(nn.Module):
         self.head = MatchHead(config)
 
     def forward(self, a: torch.Tensor, a_mask: torch.Tensor, b: torch.Tensor, b_mask: torch.Tensor) -> torch.Tensor:
-        """(B,Ta,d), (B,Ta), (B,Tb,d), (B,Tb) -> (B,) logits. u - v is antisymmetric, so the MLP sees both
-        orders (one batch: BatchNorm statistics stay shared) and the logits are averaged: a matcher whose
-        answer depends on which question came first would be wrong half the time on one of the orders."""
-        u, v = self.encoder(a, a_mask), self.encoder(b, b_mask)
+        """(B,Ta,d), (B,Ta), (B,Tb,d), (B,Tb) -> (B,) logits."""
+        return self.compare(self.encoder(a, a_mask), self.encoder(b, b_mask))
+
+    def compare(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Sentence vectors (B,D), (B,D) -> (B,) logits. u - v is antisymmetric, so the MLP sees both orders
+        (one batch: BatchNorm statistics stay shared) and the logits are averaged: a matcher whose answer
+        depends on which question came first would be wrong half the time on one of the orders. Split from
+        `forward` because a served KB's sentence vectors are computed once, at index build time."""
         n = u.size(0)
         logits = self.head(torch.cat([pair_features(u, v), pair_features(v, u)], dim=0))
         return 0.5 * (logits[:n] + logits[n:])
@@ -288,7 +302,7 @@ class SiameseScorer:
     memoised per text (unbounded: training and evaluations re-read the same sentences every epoch)."""
 
     def __init__(self, model: SiameseMatcher, words: Any, calibration: Calibration | None = None,
-                 name: str = "siamese", device: str | None = None):
+                 name: str = "siamese", device: str | None = None, states: dict[str, torch.Tensor] | None = None):
         self.model = model
         self.words = words
         self.calibration = calibration or Calibration()
@@ -296,7 +310,9 @@ class SiameseScorer:
         self.device = torch.device(device or "cpu")
         self.model.to(self.device)
         self.vocab = vocab_of(words)
-        self._cache: dict[str, torch.Tensor] = {}
+        # word vectors by text; `states` shares one dict between scorers over the same texts
+        self._cache: dict[str, torch.Tensor] = {} if states is None else states
+        self._vector_key: str | None = None
 
     @property
     def config(self) -> SiameseConfig:
@@ -344,8 +360,64 @@ class SiameseScorer:
         """P(the two texts mean the same) per pair: the calibrated sigmoid of the logit, float32 (n,)."""
         from models.scoring import sigmoid
 
+        return self.probability(self.raw_scores(pairs, batch_size))
+
+    def probability(self, raw: np.ndarray) -> np.ndarray:
+        """Logits -> calibrated probabilities, float32."""
+        from models.scoring import sigmoid
+
         c = self.calibration
-        return sigmoid(c.a * self.raw_scores(pairs, batch_size).astype(np.float64) + c.b).astype(np.float32)
+        return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
+
+    # -- serving: one side's sentence vectors computed ahead (a KB's phrasings at index build time) --
+
+    def sentence_vectors(self, texts: Sequence[str], batch_size: int = 256, memo: bool = False) -> np.ndarray:
+        """(n, config.dim) float32 encoder outputs u. `memo` keeps the texts' word vectors (training and
+        evaluation re-read texts; a service does not: its queries are new and its KB is stored)."""
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                chunk = list(texts[start:start + batch_size])
+                if memo:
+                    x, mask = self.inputs(chunk)
+                else:
+                    normalised = [" ".join(self.tokens(t)) for t in chunk]
+                    states = [s.to(torch.float32) for s in self.words.states(normalised, self.config.max_len)]
+                    x, mask = pad_states(states, self.config.word_dim)
+                    x, mask = x.to(self.device), mask.to(self.device)
+                out.append(self.model.encoder(x, mask).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.config.dim), dtype=np.float32)
+
+    def compare_vectors(self, u: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """One query's u (D,) against candidates' vectors (n, D) -> (n,) calibrated probabilities: the head
+        alone, a few hundred thousand multiply-adds per candidate."""
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float32)
+        was_training = self.model.training
+        self.model.eval()  # BatchNorm's running statistics, no dropout
+        try:
+            with torch.inference_mode():
+                v = torch.from_numpy(np.ascontiguousarray(candidates, dtype=np.float32)).to(self.device)
+                q = torch.from_numpy(np.ascontiguousarray(u, dtype=np.float32)).to(self.device).expand_as(v)
+                raw = self.model.compare(q, v).float().cpu().numpy()
+        finally:
+            self.model.train(was_training)
+        return self.probability(raw)
+
+    @property
+    def vector_key(self) -> str:
+        """Names the sentence vectors this model computes: a hash of its config and weights, so vectors
+        stored with an index build are only ever read back by the model that wrote them."""
+        import hashlib
+
+        if self._vector_key is None:
+            h = hashlib.sha256(repr(sorted(dataclasses.asdict(self.config).items())).encode())
+            h.update(repr(sorted(self.words.meta().items())).encode())
+            for name, tensor in sorted(self.model.encoder.state_dict().items()):
+                h.update(name.encode())
+                h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+            self._vector_key = f"siamese-{h.hexdigest()[:16]}"
+        return self._vector_key
 
     def save(self, directory: str | Path) -> Path:
         """config.json, model.safetensors, text.json (which word vectors: a reference, never the vectors),
@@ -363,6 +435,7 @@ class SiameseScorer:
         write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
         write_json(directory / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
         self.name = directory.resolve().name
+        self._vector_key = None
         return directory
 
 
@@ -374,14 +447,16 @@ def read_config(path: str | Path) -> SiameseConfig:
     return SiameseConfig(**meta)
 
 
-def load_siamese(directory: str | Path, device: str | None = None, words: Any = None) -> SiameseScorer:
+def load_siamese(directory: str | Path, device: str | None = None, words: Any = None,
+                 runtime: str = "torch") -> SiameseScorer:
     """A model folder (`faq train siamese`) -> a `SiameseScorer` in eval mode; `words` reuses a loaded word
-    representation of the same kind."""
+    representation of the same kind; `runtime` runs MiniLM's states ("torch", "onnx": fp32 ONNX Runtime,
+    the same numbers faster on a CPU)."""
     directory = Path(directory)
     config = read_config(directory / CONFIG_FILE)
     weights = directory / WEIGHTS_FILE
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu")
+        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime)
     model = SiameseMatcher(config)
     load_weights(model, weights)
     model.eval()

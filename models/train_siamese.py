@@ -1,8 +1,12 @@
 """Training of the Siamese short-text matcher (`faq train siamese`, models/siamese.py).
 
 Data: labelled pairs files (`label<TAB>q1<TAB>q2`, as `faq data prepare qqp|mrpc` writes them), any number of
-`--pairs`, and one `--dev` file that picks the epoch (lowest dev log loss, patience in epochs) and, at the
-end, fits the calibration p = sigmoid(a * logit + b) on the best model's dev logits.
+`--pairs`, and/or a KB (`--kb`): every epoch, for each phrasing, a positive with another phrasing of its FAQ,
+a random negative and a hard negative (one of the 5 nearest phrasings of other FAQs under a sentence encoder,
+`--negatives-encoder`; models/pairs.py `KbPairSampler`), drawn afresh. The dev pairs pick the epoch (lowest
+dev log loss, patience in epochs) and, at the end, fit the calibration p = sigmoid(a * logit + b) on the best
+model's dev logits: a `--dev` pairs file, or `--dev-queries` (labelled user queries against the KB, paired
+the way a re-ranking stage sees them: `query_pairs`).
 
 Adam, log loss, mini-batches drawn afresh each epoch. After every epoch the best model so far is saved as the
 model folder in `out`, and `checkpoint.pt` (weights, optimiser, epoch, history, RNG) so `--resume` continues a
@@ -68,6 +72,47 @@ def read_pairs(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], np.n
     return pairs, np.array(labels, dtype=np.int64)
 
 
+def kb_groups(path: str | Path) -> dict[str, list[str]]:
+    """A KB file -> faq_id -> its distinct phrasings (file order)."""
+    from kb.records import read_kb
+
+    groups: dict[str, list[str]] = {}
+    for r in read_kb(path):
+        qs = groups.setdefault(r.faq_id, [])
+        if r.question not in qs:
+            qs.append(r.question)
+    if len(groups) < 2:
+        raise TrainError(f"{path}: a KB needs at least 2 FAQs to give negative pairs")
+    return groups
+
+
+def query_pairs(queries: Sequence[tuple[str, str | None]], groups: Mapping[str, Sequence[str]],
+                encode: Any, negatives: int = 3) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """Labelled queries (text, gold faq_id or None when no FAQ answers it) -> pairs as a re-ranking stage
+    sees them: the query against the best-matching phrasing (encoder cosine) of its gold FAQ (label 1) and
+    of each of the `negatives` best other FAQs (label 0)."""
+    faq_ids = list(groups)
+    texts = [q for f in faq_ids for q in groups[f]]
+    owner = np.array([i for i, f in enumerate(faq_ids) for _ in groups[f]])
+    kb_vecs = np.asarray(encode(texts), dtype=np.float32)
+    q_vecs = np.asarray(encode([q for q, _ in queries]), dtype=np.float32)
+    pairs: list[tuple[str, str]] = []
+    labels: list[int] = []
+    row_of = {f: i for i, f in enumerate(faq_ids)}
+    for (query, gold), sims in zip(queries, q_vecs @ kb_vecs.T):
+        best_row: dict[int, int] = {}  # FAQ -> its best phrasing's row, in order of that phrasing's cosine
+        for row in np.argsort(-sims):
+            best_row.setdefault(int(owner[row]), int(row))
+        g = row_of.get(gold) if gold is not None else None
+        if g is not None:
+            pairs.append((query, texts[best_row[g]]))
+            labels.append(1)
+        for f in [f for f in best_row if f != g][:negatives]:
+            pairs.append((query, texts[best_row[f]]))
+            labels.append(0)
+    return pairs, np.array(labels, dtype=np.int64)
+
+
 def dev_log_loss(scorer: SiameseScorer, pairs: Sequence[tuple[str, str]], labels: np.ndarray) -> float:
     """Log loss of the uncalibrated sigmoid(logit): what training minimises."""
     logits = torch.from_numpy(scorer.raw_scores(pairs).astype(np.float32))
@@ -76,13 +121,18 @@ def dev_log_loss(scorer: SiameseScorer, pairs: Sequence[tuple[str, str]], labels
 
 class Trainer:
     def __init__(self, scorer: SiameseScorer, train: tuple[list, np.ndarray], dev: tuple[list, np.ndarray],
-                 out_dir: str | Path, cfg: TrainConfig):
+                 out_dir: str | Path, cfg: TrainConfig, sampler: Any = None):
         cfg.validate()
         self.scorer, self.cfg = scorer, cfg
         self.train_pairs, self.train_labels = train
+        # KB pairs (models/pairs.py KbPairSampler), drawn afresh every epoch on top of the fixed pairs
+        self.sampler = sampler
         self.dev_pairs, self.dev_labels = dev
-        if len(set(self.train_labels.tolist())) < 2:
-            raise TrainError("training pairs must hold both labels")
+        kb_positives = sampler is not None and any(len(m) > 1 for m in sampler.members)
+        labels = set(self.train_labels.tolist()) | ({0, 1} if kb_positives else {0} if sampler is not None else set())
+        if len(labels) < 2:
+            raise TrainError("training pairs must hold both labels (a KB gives positives only from FAQs with "
+                             "two or more phrasings)")
         self.out = Path(out_dir)
         self.optimizer = torch.optim.Adam(scorer.model.parameters(), lr=cfg.lr)
         self.epoch = 0
@@ -94,7 +144,12 @@ class Trainer:
     def train_epoch(self, deadline: float | None) -> dict:
         model = self.scorer.model
         model.train()
-        order = list(range(len(self.train_pairs)))
+        pairs, labels = self.train_pairs, self.train_labels
+        if self.sampler is not None:
+            drawn = self.sampler.sample(self.rng)
+            pairs = pairs + [(p.q1, p.q2) for p in drawn]
+            labels = np.concatenate([labels, np.array([p.label for p in drawn], dtype=np.int64)])
+        order = list(range(len(pairs)))
         self.rng.shuffle(order)
         total, n, cut = 0.0, 0, False
         bs = self.cfg.batch_size
@@ -105,8 +160,8 @@ class Trainer:
             if deadline is not None and time.monotonic() > deadline:
                 cut = True
                 break
-            logits = self.scorer.logits([self.train_pairs[i] for i in idx])
-            loss = log_loss(logits, torch.from_numpy(self.train_labels[idx]).to(logits.device))
+            logits = self.scorer.logits([pairs[i] for i in idx])
+            loss = log_loss(logits, torch.from_numpy(labels[idx]).to(logits.device))
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
@@ -139,7 +194,7 @@ class Trainer:
 
         raw = best.raw_scores(self.dev_pairs)
         a, b = fit_platt(raw.astype(np.float64), self.dev_labels.astype(np.float64))
-        return Calibration(a=a, b=b, fitted_on="dev pairs (the file that chose the epoch)", n_pairs=len(raw))
+        return Calibration(a=a, b=b, fitted_on="dev pairs (those that chose the epoch)", n_pairs=len(raw))
 
     def run(self) -> dict:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -174,6 +229,7 @@ class Trainer:
         best.save(self.out)
         summary = {"model": str(self.out), "config": dataclasses.asdict(self.scorer.config),
                    "train": dataclasses.asdict(self.cfg), "train_pairs": len(self.train_pairs),
+                   "kb_phrasings": len(self.sampler.questions) if self.sampler is not None else 0,
                    "dev_pairs": len(self.dev_pairs), "best_dev_log_loss": self.best,
                    "best_epoch": 1 + min(range(len(self.history)), key=lambda i: self.history[i]["dev_log_loss"]),
                    "stopped": stopped, "calibration": dataclasses.asdict(best.calibration),
@@ -182,25 +238,56 @@ class Trainer:
         return summary
 
 
-def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path], dev: str | Path,
+def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: str | Path | None = None,
                   config: SiameseConfig | None = None, cfg: TrainConfig | None = None, resume: bool = False,
-                  words: Any = None, device: str | None = None) -> dict:
-    """Train on `pairs` files, pick the epoch and calibrate on `dev`; the model folder is `out_dir`."""
+                  words: Any = None, device: str | None = None, *, kb: str | Path | None = None,
+                  dev_queries: str | Path | None = None, negatives_encoder: Any = None,
+                  states: dict | None = None) -> dict:
+    """Train on `pairs` files and/or `kb`'s phrasings, pick the epoch and calibrate on `dev` pairs or on
+    `dev_queries` against `kb`; the model folder is `out_dir`. `negatives_encoder` (anything with
+    `encode(texts) -> L2-normalised vectors`; default all-MiniLM-L6-v2) finds the KB's hard negatives and the
+    dev queries' candidates. `states`: a dict of word vectors by text shared between runs over the same
+    texts (several encoders trained in a row compute MiniLM's states once)."""
     from models.mmaicm import make_words
+    from models.pairs import KbPairSampler, encoder_neighbours
 
     config = config or SiameseConfig()
     cfg = cfg or TrainConfig()
+    if not pairs and kb is None:
+        raise TrainError("nothing to train on: give pairs files and/or a KB")
+    if (dev is None) == (dev_queries is None):
+        raise TrainError("give exactly one of dev (a pairs file) and dev_queries (labelled queries, with a KB)")
+    if dev_queries is not None and kb is None:
+        raise TrainError("dev_queries are paired with a KB's phrasings: give the KB too")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    train = read_pairs(pairs)
-    dev_data = read_pairs([dev])
+    train = read_pairs(pairs) if pairs else ([], np.zeros(0, dtype=np.int64))
+    sampler = None
+    if kb is not None:
+        groups = kb_groups(kb)
+        if negatives_encoder is None:
+            from models.load import load_encoder
+
+            negatives_encoder = load_encoder("minilm")
+        encode = lambda texts: negatives_encoder.encode(list(texts), batch_size=128)  # noqa: E731
+        sampler = KbPairSampler(groups, positives=1, random_negatives=1, hard_negatives=1, hard_pool=5)
+        sampler.set_neighbours(encoder_neighbours(encode, k=50))
+        if dev_queries is not None:
+            from kb.records import read_queries
+
+            labelled = [(q.query, q.faq_id) for q in read_queries(dev_queries)]
+            dev_data = query_pairs(labelled, groups, encode)
+    if dev is not None:
+        dev_data = read_pairs([dev])
+    if len(set(dev_data[1].tolist())) < 2:
+        raise TrainError("the dev pairs must hold both labels")
     if words is None:
         words = make_words(config.word_repr, device=device or "cpu")
-    scorer = SiameseScorer(SiameseMatcher(config), words, device=device)
-    trainer = Trainer(scorer, train, dev_data, out_dir, cfg)
+    scorer = SiameseScorer(SiameseMatcher(config), words, device=device, states=states)
+    trainer = Trainer(scorer, train, dev_data, out_dir, cfg, sampler=sampler)
     if resume and (Path(out_dir) / CHECKPOINT_FILE).exists():
         trainer.load_checkpoint()
     return trainer.run()

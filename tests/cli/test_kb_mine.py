@@ -89,3 +89,31 @@ def test_mine_bad_input(faq_env, tmp_path, capsys):
     assert main(["kb", "mine", "--since", "yesterday"]) == 2
     assert main(["kb", "mine", "--min-score", "3"]) == 2
     assert main(["kb", "mine", "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def test_mine_with_a_siamese_matcher_as_second_opinion(faq_env, tmp_path, capsys):
+    """A real (untrained, seeded) Siamese folder: with --min-agree 0 every confident match it is asked about
+    passes, with 1 none does; the key's proposals stay either way."""
+    import torch
+
+    from models.mmaicm import Calibration, GloveWords
+    from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
+
+    torch.manual_seed(0)
+    folder = SiameseScorer(SiameseMatcher(SiameseConfig(filters=4, mlp_hidden=8)), GloveWords(),
+                           Calibration()).save(tmp_path / "siamese")
+    _setup(tmp_path, [
+        {"query": "password reset how", "faq_id": "reset-password", "score": 0.95},
+        {"query": "change my password", "faq_id": "reset-password", "score": 0.95},
+    ])
+    capsys.readouterr()
+    runs = {}
+    for agree in ("0", "1"):
+        assert main(["kb", "mine", "--json", "--siamese", str(folder), "--min-agree", agree]) == 0
+        report = json.loads(capsys.readouterr().out)
+        runs[agree] = {(p["question"], tuple(p["evidence"])) for p in report["phrasings"]}
+        assert report["min_agree"] == float(agree)
+    assert runs["0"] == {("password reset how", ("key",)), ("change my password", ("siamese",))}
+    assert runs["1"] == {("password reset how", ("key",))}
+    assert main(["kb", "mine", "--siamese", str(tmp_path / "nothing")]) == 2
+    assert "--siamese" in capsys.readouterr().err

@@ -41,6 +41,28 @@ def test_proposes_only_confident_and_key_agreeing_queries():
     assert stats.already_phrasing == 1 and stats.logged == 5
 
 
+def test_a_pair_scorer_confirms_confident_matches_the_key_does_not():
+    """The Siamese matcher as the second opinion: asked once, in one batch, only about confident matches
+    whose key differs; its probability must reach min_agree."""
+    asked = []
+
+    def agree(pairs):
+        asked.append(list(pairs))
+        return [0.95 if q == "change my password" else 0.5 for q, _ in pairs]
+
+    log = [_q("password reset how", "reset-password", 0.9),     # the key settles it: not asked
+           _q("change my password", "reset-password", 0.95),    # agreed
+           _q("change my password", "reset-password", 0.97),
+           _q("password gone", "reset-password", 0.95),         # the matcher says 0.5: no
+           _q("new password", "reset-password", 0.3)]           # not confident: not asked
+    props = mine_phrasings(log, KB, min_score=0.5, agree=agree, min_agree=0.9)
+    assert asked == [[("change my password", "reset-password"), ("password gone", "reset-password")]]
+    assert {(p.question, p.count, tuple(p.evidence.items())) for p in props} == {
+        ("password reset how", 1, (("key", 1),)), ("change my password", 2, (("siamese", 2),))}
+    assert [p.question for p in mine_phrasings(log, KB, min_score=0.5, agree=agree, min_agree=0.96)] == [
+        "password reset how"]
+
+
 def test_feedback_confirms_and_vetoes():
     log = [_q("money back for my order", "refund", 0.4, correct=True),       # confirmed despite low score
            _q("lost my login secret", None, 0.2, fb="reset-password"),     # user named the FAQ

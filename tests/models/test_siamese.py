@@ -157,3 +157,76 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
     with pytest.raises(TrainError):
         train_siamese(tmp_path / "m", [train], dev, SiameseConfig(encoder="lstm"), TrainConfig(epochs=9),
                       resume=True, words=ToyWords())
+
+
+def test_mean_pool_appends_the_normalised_mean_and_vectors_score_like_pairs():
+    torch.manual_seed(0)
+    config = SiameseConfig(encoder="conv", filters=4, mlp_hidden=6, mean_pool=True)
+    assert config.dim == 3 * 4 + 50
+    scorer = SiameseScorer(SiameseMatcher(config), ToyWords())
+    u = scorer.sentence_vectors(["how do i reset the password", "?!"])
+    assert u.shape == (2, config.dim)
+    assert np.linalg.norm(u[0, 12:]) == pytest.approx(1.0, abs=1e-5) and not u[1].any()  # empty text: zeros
+    pairs = [("how do i reset the password", "reset password"), ("how do i reset the password", "the price")]
+    by_vectors = scorer.compare_vectors(u[0], scorer.sentence_vectors([p[1] for p in pairs]))
+    np.testing.assert_allclose(by_vectors, scorer.score_pairs(pairs), rtol=1e-5)
+    assert scorer.compare_vectors(u[0], np.zeros((0, config.dim))).shape == (0,)
+    with pytest.raises(ValueError, match="mean_pool"):
+        SiameseConfig(mean_pool="yes")
+
+
+class ToyEncoder:
+    """Bag of words hashed into 64 dimensions, L2-normalised: enough to rank phrasings sharing words."""
+
+    def encode(self, texts, batch_size=None):
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, zlib.crc32(w.encode()) % 64] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def _toy_kb(tmp_path):
+    kb = {"reset": ["how do i reset the password", "reset password", "i forgot the password"],
+          "email": ["what is the email", "how do i email", "e mail address"],
+          "price": ["what is the price", "the price of the recipe", "how much money"]}
+    path = tmp_path / "kb.jsonl"
+    path.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": f"about {f}"}) + "\n"
+                            for f, qs in kb.items() for q in qs), encoding="utf-8")
+    queries = tmp_path / "dev.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"query": "reset the password", "faq_id": "reset"}, {"query": "the email", "faq_id": "email"},
+        {"query": "what is the price of money", "faq_id": "price"}, {"query": "the weather", "faq_id": None}]),
+        encoding="utf-8")
+    return kb, path, queries
+
+
+def test_query_pairs_pair_each_query_with_its_faqs_and_the_nearest_others_best_phrasing(tmp_path):
+    from models.train_siamese import kb_groups, query_pairs
+
+    kb, path, _ = _toy_kb(tmp_path)
+    groups = kb_groups(path)
+    assert groups == kb
+    pairs, labels = query_pairs([("reset the password", "reset"), ("the weather", None)], groups, ToyEncoder().encode,
+                                negatives=2)
+    assert labels.tolist() == [1, 0, 0, 0, 0]
+    assert pairs[0] == ("reset the password", "how do i reset the password")  # the gold FAQ's best phrasing
+    negatives = [b for a, b in pairs[1:3]]
+    assert not set(negatives) & set(kb["reset"]) and len({next(f for f, qs in kb.items() if q in qs)
+                                                          for q in negatives}) == 2  # one per other FAQ
+    assert all(a == "the weather" for a, _ in pairs[3:])  # out of scope: negatives only
+
+
+def test_training_on_a_kb_with_dev_queries(tmp_path):
+    _, path, queries = _toy_kb(tmp_path)
+    config = SiameseConfig(encoder="conv", filters=8, mlp_hidden=16, dropout=0.0)
+    summary = train_siamese(tmp_path / "m", dev_queries=queries, config=config,
+                            cfg=TrainConfig(epochs=3, batch_size=8, lr=3e-3), words=ToyWords(), kb=path,
+                            negatives_encoder=ToyEncoder())
+    assert summary["kb_phrasings"] == 9 and summary["train_pairs"] == 0
+    assert summary["history"][0]["pairs"] == 27  # per phrasing: a positive, a random and a hard negative
+    assert load_siamese(tmp_path / "m", words=ToyWords()).calibration.n_pairs == 3 * (1 + 2) + 3  # 2 other FAQs per in-scope query, 3 for the OOS one
+    with pytest.raises(TrainError, match="exactly one"):
+        train_siamese(tmp_path / "m2", kb=path, words=ToyWords(), negatives_encoder=ToyEncoder())
+    with pytest.raises(TrainError, match="KB"):
+        train_siamese(tmp_path / "m2", dev_queries=queries, words=ToyWords())
