@@ -57,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--siamese", action="append", default=[], help="a Siamese matcher folder (faq train siamese), "
                    "added to the classifier table (log loss, P / R / F1, AUC) next to the cosine and the char "
                    "n-gram baseline; repeatable; needs --dev-pairs")
+    p.add_argument("--cosine", action="append", default=[], metavar="SPEC", help="another encoder whose cosine "
+                   "(through a sigmoid fitted on --dev-pairs) is a row of the classifier table, e.g. mpnet or msem; "
+                   "repeatable")
+    p.add_argument("--reranker", action="append", default=[], metavar="DIR", help="a cross-encoder folder (faq "
+                   "train reranker) whose match probability is a row of the classifier table; repeatable")
     p.add_argument("--json", required=True, dest="json_out", help="write the report as JSON here")
     p.set_defaults(func=cmd_pairs)
     from cli import eval_reranker
@@ -214,7 +219,8 @@ def cmd_pairs(args: argparse.Namespace) -> int:
     from models.pairs import PairFileError
 
     try:
-        report = run_eval_pairs(args.pairs, args.model, args.dev_pairs, siamese=args.siamese)
+        report = run_eval_pairs(args.pairs, args.model, args.dev_pairs, siamese=args.siamese, cosines=args.cosine,
+                                rerankers=args.reranker)
     except (PairFileError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,8 +9,10 @@ ROC AUC (threshold-free) is reported too.
 
 With --dev-pairs the report also holds a classifier table in the form of the Siamese matcher paper's
 Table 2 (`classifiers`): log loss, accuracy / precision / recall / F1 at p >= 0.5 and ROC AUC of
-- the encoder's cosine through a sigmoid fitted on the dev pairs (Platt);
+- the encoder's cosine through a sigmoid fitted on the dev pairs (Platt), and so each other encoder given
+  (`cosines`: mpnet, the shipped MSEM, a fine-tuned MSEM folder);
 - `char_ngram`: TF-IDF character 3-grams (IDF from the dev pairs' texts), cosine, a sigmoid fitted on dev;
+- each cross-encoder folder given (`faq train reranker`): its match probability, as trained;
 - each Siamese model folder given (`faq train siamese`): its own calibrated probabilities.
 """
 from __future__ import annotations
@@ -104,16 +106,39 @@ class CharNgramBaseline:
 
 def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, cos: np.ndarray | None,
                      dev: tuple[Sequence[str], Sequence[str], np.ndarray, np.ndarray | None],
-                     siamese: Sequence[str | Path] = ()) -> dict[str, dict]:
+                     siamese: Sequence[str | Path] = (), cosines: Sequence[str] = (),
+                     rerankers: Sequence[str | Path] = (), batch_size: int = 256) -> dict[str, dict]:
     """Table-2 rows: {name: classifier_metrics + how its probabilities were made}. `dev` is
-    (q1, q2, labels, cosines or None) of the pairs the sigmoids are fitted on."""
+    (q1, q2, labels, cosines or None) of the pairs the sigmoids are fitted on; `cosines` are more encoder
+    specs, `rerankers` cross-encoder folders."""
     from models.scoring import fit_platt, sigmoid
 
     d1, d2, dlabels, dcos = dev
     rows: dict[str, dict] = {}
+
+    def cosine_row(test_cos: np.ndarray, dev_cos: np.ndarray) -> dict:
+        a, b = fit_platt(np.asarray(dev_cos, dtype=np.float64), dlabels.astype(np.float64))
+        return {**classifier_metrics(sigmoid(a * test_cos + b), labels), "sigmoid": [a, b]}
+
     if cos is not None and dcos is not None:
-        a, b = fit_platt(np.asarray(dcos, dtype=np.float64), dlabels.astype(np.float64))
-        rows["cosine"] = {**classifier_metrics(sigmoid(a * cos + b), labels), "sigmoid": [a, b]}
+        rows["cosine"] = cosine_row(cos, dcos)
+    for spec in cosines:
+        from app.pipeline import load_configured_encoder
+        from app.settings import get_settings
+
+        t0 = time.perf_counter()
+        encoder = load_configured_encoder(get_settings(), spec=spec)
+        rows[f"cosine:{spec}"] = {**cosine_row(pair_cosines(encoder, q1, q2, batch_size),
+                                               pair_cosines(encoder, d1, d2, batch_size)),
+                                  "encoder_id": encoder.id, "seconds": round(time.perf_counter() - t0, 1)}
+    for folder in rerankers:
+        from models.reranker import load_reranker
+
+        t0 = time.perf_counter()
+        reranker = load_reranker(str(folder))
+        p = reranker.score_pairs(list(zip(q1, q2)))
+        rows[f"cross-encoder:{Path(folder).name}"] = {**classifier_metrics(p, labels), "model": str(folder),
+                                                      "seconds": round(time.perf_counter() - t0, 1)}
     baseline = CharNgramBaseline().fit(d1, d2, dlabels)
     rows["char_ngram"] = {**classifier_metrics(baseline.score_pairs(q1, q2), labels),
                           "sigmoid": [baseline.a, baseline.b]}
@@ -134,12 +159,14 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
 
 
 def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_path: str | Path | None = None,
-                   batch_size: int = 256, siamese: Sequence[str | Path] = ()) -> dict:
+                   batch_size: int = 256, siamese: Sequence[str | Path] = (), cosines: Sequence[str] = (),
+                   rerankers: Sequence[str | Path] = ()) -> dict:
     from app.settings import get_settings
     from app.pipeline import encoder_spec, load_configured_encoder
 
-    if siamese and not dev_pairs_path:
-        raise ValueError("Siamese models are compared in the classifier table: give --dev-pairs too")
+    if (siamese or cosines or rerankers) and not dev_pairs_path:
+        raise ValueError("Siamese models, other cosines and cross-encoders are compared in the classifier table: "
+                         "give --dev-pairs too")
     settings = get_settings()
     spec = model or encoder_spec(settings)
     t0 = time.perf_counter()
@@ -164,7 +191,8 @@ def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_p
         report["accuracy"]["dev_tuned"] = {"threshold": thr, "dev_accuracy": dev_acc,
                                            "accuracy": accuracy_at(cos, labels, thr)}
     if dev_pairs_path:
-        report["classifiers"] = classifier_table(q1, q2, labels, cos, (d1, d2, dlabels, dcos), siamese)
+        report["classifiers"] = classifier_table(q1, q2, labels, cos, (d1, d2, dlabels, dcos), siamese, cosines,
+                                                 rerankers, batch_size)
     thr, oracle = best_threshold(cos, labels == 1)
     report["accuracy"]["oracle_on_test"] = {"threshold": thr, "accuracy": oracle,
                                             "note": "upper bound: threshold chosen on the test pairs themselves"}

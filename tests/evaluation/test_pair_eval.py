@@ -47,6 +47,18 @@ def test_eval_pairs_command(tmp_path, capsys):
     assert report["accuracy"]["dev_tuned"]["accuracy"] == 1.0
     assert "matching_layer" not in report["accuracy"]  # MiniLM has no matching layer
     assert "ROC AUC 1.0000" in capsys.readouterr().out
+    # every scorer in one Table-2: another encoder's cosine, a (tiny, real) cross-encoder, the char n-grams
+    from tests.reranker_helpers import make_tiny_reranker
+
+    tiny = make_tiny_reranker(tmp_path / "cross")
+    assert main(["eval", "pairs", "--pairs", str(pairs), "--dev-pairs", str(pairs), "--model", "minilm",
+                 "--cosine", "minilm", "--reranker", str(tiny), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["classifiers"]
+    assert set(rows) == {"cosine", "cosine:minilm", "char_ngram", "cross-encoder:cross"}
+    assert rows["cosine:minilm"]["log_loss"] == pytest.approx(rows["cosine"]["log_loss"], abs=1e-6)
+    assert 0.0 <= rows["cross-encoder:cross"]["roc_auc"] <= 1.0
+    assert main(["eval", "pairs", "--pairs", str(pairs), "--model", "minilm", "--cosine", "mpnet",
+                 "--json", str(out)]) == 2  # the classifier table needs dev pairs
     bad = tmp_path / "bad.tsv"
     bad.write_text("maybe\tq1\tq2\n", encoding="utf-8")
     assert main(["eval", "pairs", "--pairs", str(bad), "--model", "minilm", "--json", str(out)]) == 2
