@@ -421,6 +421,8 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--encoder", action="append", choices=("lstm", "conv", "conv_lstm", "conv_lstm_bilstm"),
                    help="sentence encoder (default conv); repeatable: the variants are trained one after another "
                    "into --out/<encoder>, word vectors computed once")
+    p.add_argument("--word-cache", metavar="FILE", help="keep every text's word vectors in FILE (fp16) and reuse "
+                   "them in later runs over the same texts and --words: MiniLM's states are most of a short run")
     p.add_argument("--words", choices=("glove", "minilm"), default="glove",
                    help="word vectors: glove (GloVe 6B-50d, default) or minilm (all-MiniLM-L6-v2's frozen token states)")
     p.add_argument("--config", help='other SiameseConfig fields as JSON, e.g. \'{"filters": 128, "dropout": 0.2}\'')
@@ -436,6 +438,32 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_siamese)
 
 
+def _read_word_cache(path: str | None, words: str, max_len: int) -> dict:
+    """`--word-cache`: text -> word vectors saved by an earlier run with the same word representation."""
+    from pathlib import Path
+
+    if not path or not Path(path).is_file():
+        return {}
+    import torch
+
+    saved = torch.load(path, weights_only=True)
+    if (saved.get("words"), saved.get("max_len")) != (words, max_len):
+        raise ValueError(f"--word-cache {path} holds {saved.get('words')} vectors of at most {saved.get('max_len')} "
+                         f"tokens, not {words} of {max_len}")
+    return {text: s.float() for text, s in saved["states"].items()}
+
+
+def _write_word_cache(path: str | None, words: str, max_len: int, states: dict) -> None:
+    import os
+
+    import torch
+
+    if path and states:
+        tmp = f"{path}.tmp"
+        torch.save({"words": words, "max_len": max_len, "states": {t: s.half() for t, s in states.items()}}, tmp)
+        os.replace(tmp, path)
+
+
 def cmd_siamese(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -445,13 +473,16 @@ def cmd_siamese(args: argparse.Namespace) -> int:
     from models.train_siamese import TrainConfig, TrainError, parse_overrides, train_siamese
 
     encoders = list(dict.fromkeys(args.encoder or ["conv"]))
-    states: dict = {}  # word vectors by text, shared by the variants
     words = negatives = None
     try:
         cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
                           seed=args.seed, max_minutes=args.max_minutes, threads=args.threads)
         configs = [SiameseConfig(**{"encoder": e, "word_repr": args.words, **parse_overrides(args.config)})
                    for e in encoders]
+        if len({c.max_len for c in configs}) > 1:
+            raise ValueError("the variants of one run share word vectors: give them one max_len")
+        states = _read_word_cache(args.word_cache, args.words, configs[0].max_len)  # text -> word vectors
+        cached = len(states)
         if args.kb:
             from models.load import load_encoder
 
@@ -467,6 +498,9 @@ def cmd_siamese(args: argparse.Namespace) -> int:
                                     negatives_encoder=negatives, states=states)
             print(f"{config.encoder}: {summary['stopped']}: best dev log loss {summary['best_dev_log_loss']:.4f} at "
                   f"epoch {summary['best_epoch']} of {len(summary['history'])}; model saved in {out}")
+            if len(states) > cached:
+                _write_word_cache(args.word_cache, args.words, config.max_len, states)
+                cached = len(states)
     except (TrainError, PairFileError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

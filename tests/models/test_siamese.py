@@ -230,3 +230,20 @@ def test_training_on_a_kb_with_dev_queries(tmp_path):
         train_siamese(tmp_path / "m2", kb=path, words=ToyWords(), negatives_encoder=ToyEncoder())
     with pytest.raises(TrainError, match="KB"):
         train_siamese(tmp_path / "m2", dev_queries=queries, words=ToyWords())
+
+
+def test_cli_trains_several_encoders_sharing_a_word_cache(tmp_path, capsys):
+    from cli.main import main
+
+    train, dev = _toy_files(tmp_path)
+    cache = tmp_path / "words.pt"
+    args = ["train", "siamese", "--pairs", str(train), "--dev", str(dev), "--out", str(tmp_path / "m"),
+            "--encoder", "conv", "--encoder", "lstm", "--epochs", "1", "--batch-size", "8",
+            "--config", '{"filters": 4, "hidden": 4, "mlp_hidden": 8}', "--word-cache", str(cache)]
+    assert main(args) == 0
+    assert (tmp_path / "m" / "conv" / "config.json").is_file() and (tmp_path / "m" / "lstm" / "config.json").is_file()
+    saved = torch.load(cache, weights_only=True)
+    assert saved["words"] == "glove" and saved["max_len"] == 60 and "how do i password" in saved["states"]
+    assert main(args[:-1] + [str(cache)]) == 0  # read back
+    assert main(args + ["--words", "minilm"]) == 2  # another word representation: refused, named
+    assert "glove" in capsys.readouterr().err
