@@ -6,9 +6,10 @@ answer every test query through the real pipeline (build_pipeline over the built
 the service does (faq_id = the answer, score = the best match's score), then run the miner over the
 store. Gold labels are the test file's faq_id (null = out of scope). Reports, per --min-score:
 how many phrasings are proposed and their precision (proposed FAQ == gold), and how the out-of-scope
-queries fall into unanswered clusters.
+queries fall into unanswered clusters. With --siamese, the same with the Siamese matcher as a second
+opinion beside the key (per --agree), and how precise its own proposals are.
 
-    python -m evaluation.kb_mine --data runs/data/clinc150 --out bench/results/kb_mine
+    python -m evaluation.kb_mine --data runs/data/clinc150 --out bench/results/kb_mine [--siamese DIR]
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def _cluster_stats(clusters: list[dict], by_query: dict[str, set]) -> dict[str, 
 
 
 def evaluate(store: Any, gold: list[tuple[str, str | None]], scores: tuple[float, ...],
-             embed: Any = None) -> dict[str, Any]:
+             embed: Any = None, siamese: Any = None, agrees: tuple[float, ...] = ()) -> dict[str, Any]:
     from app.mining import mine_report
     from kb.mining import bow_key, phrasing_form
 
@@ -94,14 +95,24 @@ def evaluate(store: Any, gold: list[tuple[str, str | None]], scores: tuple[float
     log = store.read_query_log()
     served = sum(r["faq_id"] is not None for r in log)
     served_right = sum(r["faq_id"] is not None and r["faq_id"] in by_query[phrasing_form(r["query"])] for r in log)
+    def correct(p: dict) -> bool:
+        return p["faq_id"] in by_query.get(phrasing_form(p["question"]), set())
+
     rows = []
-    for s in scores:
-        rep = mine_report(store, min_score=s)
+    runs = [(s, None) for s in scores] + [(s, a) for s in scores for a in (agrees if siamese is not None else ())]
+    for s, a in runs:
+        rep = mine_report(store, min_score=s) if a is None else mine_report(store, min_score=s, siamese=siamese,
+                                                                            min_agree=a)
         props = rep["phrasings"]
-        right = sum(p["faq_id"] in by_query.get(phrasing_form(p["question"]), set()) for p in props)
+        right = sum(correct(p) for p in props)
         oos_props = sum(None in by_query.get(phrasing_form(p["question"]), set()) for p in props)
-        rows.append({"min_score": s, "proposed": len(props), "correct": right,
+        by_siamese = [p for p in props if "siamese" in p["evidence"]]
+        rows.append({"min_score": s, "second_opinion": "key" if a is None else f"key or Siamese >= {a:g}",
+                     "min_agree": a, "proposed": len(props), "correct": right,
                      "precision": round(right / len(props), 4) if props else None,
+                     "siamese_only": len(by_siamese),
+                     "siamese_only_precision": round(sum(correct(p) for p in by_siamese) / len(by_siamese), 4)
+                     if by_siamese else None,
                      "from_oos_queries": oos_props, "faqs_touched": len({p["faq_id"] for p in props}),
                      "stats": rep["stats"]})
     clusters = {"key": _cluster_stats(mine_report(store)["clusters"], by_query)}
@@ -127,12 +138,15 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
              f"{res['queries']} test queries ({res['out_of_scope']} out of scope) replayed through MiniLM: "
              f"{res['answered']} answered ({res['answered_correct']} correctly), {res['unanswered']} unanswered "
              f"({res['unanswered_out_of_scope']} of them out of scope).", "",
-             "| --min-score | proposed | precision | from OOS queries | FAQs | already a phrasing |",
-             "|---|---|---|---|---|---|"]
+             "| --min-score | second opinion | proposed | precision | by the Siamese matcher alone (precision) | "
+             "from OOS queries | FAQs | already a phrasing |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in res["phrasings"]:
         prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
-        lines.append(f"| {r['min_score']:g} | {r['proposed']} | {prec} | {r['from_oos_queries']} | "
-                     f"{r['faqs_touched']} | {r['stats']['already_phrasing']} |")
+        alone = "-" if r.get("min_agree") is None else (
+            f"{r['siamese_only']} ({r['siamese_only_precision']:.3f})" if r["siamese_only"] else "0")
+        lines.append(f"| {r['min_score']:g} | {r.get('second_opinion', 'key')} | {r['proposed']} | {prec} | {alone} | "
+                     f"{r['from_oos_queries']} | {r['faqs_touched']} | {r['stats']['already_phrasing']} |")
     k = res["key_equals_a_kb_key"]
     lines += ["", f"Test queries whose key equals a KB phrasing's key: {k['queries']} ({k['share']:.1%}), "
                   f"{k['out_of_scope']} of them out of scope.", "",
@@ -150,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/kb_mine", help="writes OUT.json and OUT.md")
     ap.add_argument("--threshold", type=float, default=0.5, help="the service's answer threshold for the replay")
     ap.add_argument("--scores", default=",".join(map(str, DEFAULT_SCORES)), help="--min-score values to report")
+    ap.add_argument("--siamese", help="a Siamese matcher folder: also report it as the second opinion (faq kb mine "
+                    "--siamese), at each --agree")
+    ap.add_argument("--agree", default="0.9,0.95,0.99", help="--min-agree values to report with --siamese")
     args = ap.parse_args(argv)
     import torch
 
@@ -157,7 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kb-mine-") as tmp:
         store, gold, timings, encoder = replay(Path(args.data), Path(tmp), args.threshold)
         try:
-            res = evaluate(store, gold, tuple(float(s) for s in args.scores.split(",")), embed=encoder.encode)
+            siamese = None
+            if args.siamese:
+                from models.siamese import load_siamese
+
+                siamese = load_siamese(args.siamese)
+            res = evaluate(store, gold, tuple(float(s) for s in args.scores.split(",")), embed=encoder.encode,
+                           siamese=siamese, agrees=tuple(float(a) for a in args.agree.split(",")))
         finally:
             store.close()
     res["timings"] = timings

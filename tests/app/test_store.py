@@ -239,6 +239,26 @@ def test_query_log_and_feedback(any_store):
         any_store.log_queries([{"request_id": "r3", "query": "q", "bogus": 1}])
 
 
+def test_read_query_log_for_mining(any_store):
+    """What `faq kb mine` reads: oldest first, `since` inclusive (aware or naive UTC), feedback attached."""
+    from datetime import datetime, timezone
+
+    old, new = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 6, 1, 12, tzinfo=timezone.utc)
+    any_store.log_queries([
+        {"request_id": "a", "query": "how to pay", "faq_id": "pay", "score": 0.93, "created_at": old},
+        {"request_id": "b", "query": "pay by card?", "faq_id": "pay", "score": 0.71, "created_at": new},
+        {"request_id": "c", "query": "weather", "faq_id": None, "score": 0.12, "created_at": new},
+    ])
+    any_store.record_feedback("b", False, "card")
+    rows = any_store.read_query_log()
+    assert [(r["query"], r["faq_id"], r["feedback_correct"], r["feedback_faq_id"]) for r in rows] == [
+        ("how to pay", "pay", None, None), ("pay by card?", "pay", False, "card"), ("weather", None, None, None)]
+    assert rows[0]["score"] == pytest.approx(0.93)
+    assert [r["query"] for r in any_store.read_query_log(since=new)] == ["pay by card?", "weather"]
+    assert [r["query"] for r in any_store.read_query_log(since=new.replace(tzinfo=None))] == ["pay by card?", "weather"]
+    assert any_store.read_query_log(since=datetime(2027, 1, 1, tzinfo=timezone.utc)) == []
+
+
 # ---------------------------------------------------------------- engine / concurrency / speed
 
 def test_sqlite_pragmas_and_concurrent_reader(store, db_url):
