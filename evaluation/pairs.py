@@ -142,14 +142,17 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
     baseline = CharNgramBaseline().fit(d1, d2, dlabels)
     rows["char_ngram"] = {**classifier_metrics(baseline.score_pairs(q1, q2), labels),
                           "sigmoid": [baseline.a, baseline.b]}
-    words = None
+    # (word representation, max_len) -> (words, word vectors by text): computed once for all models alike
+    loaded: dict[tuple[str, int], tuple[Any, dict]] = {}
     for folder in siamese:
-        from models.siamese import load_siamese
+        from models.siamese import load_siamese, read_config
 
         t0 = time.perf_counter()
-        scorer = load_siamese(folder, words=words)
-        if words is None or scorer.config.word_repr != getattr(words, "kind", None):
-            words = scorer.words
+        config = read_config(Path(folder) / "config.json")
+        key = (config.word_repr, config.max_len)
+        words, states = loaded.get(key, next(((w, {}) for (k, _), (w, _) in loaded.items() if k == key[0]), (None, {})))
+        scorer = load_siamese(folder, words=words, states=states)
+        loaded[key] = (scorer.words, states)
         p = scorer.score_pairs(list(zip(q1, q2)))
         rows[f"siamese:{Path(folder).name}"] = {**classifier_metrics(p, labels), "model": str(folder),
                                                 "encoder": scorer.config.encoder,

@@ -448,10 +448,11 @@ def read_config(path: str | Path) -> SiameseConfig:
 
 
 def load_siamese(directory: str | Path, device: str | None = None, words: Any = None,
-                 runtime: str = "torch") -> SiameseScorer:
+                 runtime: str = "torch", states: dict[str, torch.Tensor] | None = None) -> SiameseScorer:
     """A model folder (`faq train siamese`) -> a `SiameseScorer` in eval mode; `words` reuses a loaded word
     representation of the same kind; `runtime` runs MiniLM's states ("torch", "onnx": fp32 ONNX Runtime,
-    the same numbers faster on a CPU)."""
+    the same numbers faster on a CPU); `states` shares word vectors by text with other scorers of the same
+    word representation (`SiameseScorer`)."""
     directory = Path(directory)
     config = read_config(directory / CONFIG_FILE)
     weights = directory / WEIGHTS_FILE
@@ -460,5 +461,6 @@ def load_siamese(directory: str | Path, device: str | None = None, words: Any = 
     model = SiameseMatcher(config)
     load_weights(model, weights)
     model.eval()
-    return SiameseScorer(model, words, read_calibration(directory), name=directory.resolve().name, device=device)
+    return SiameseScorer(model, words, read_calibration(directory), name=directory.resolve().name, device=device,
+                         states=states)
 
