@@ -137,7 +137,8 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
         t0 = time.perf_counter()
         reranker = load_reranker(str(folder))
         p = reranker.score_pairs(list(zip(q1, q2)))
-        rows[f"cross-encoder:{Path(folder).name}"] = {**classifier_metrics(p, labels), "model": str(folder),
+        name = f"cross-encoder:{Path(folder).name}"
+        rows[name if name not in rows else f"cross-encoder:{folder}"] = {**classifier_metrics(p, labels), "model": str(folder),
                                                       "seconds": round(time.perf_counter() - t0, 1)}
     baseline = CharNgramBaseline().fit(d1, d2, dlabels)
     rows["char_ngram"] = {**classifier_metrics(baseline.score_pairs(q1, q2), labels),
@@ -154,7 +155,8 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
         scorer = load_siamese(folder, words=words, states=states)
         loaded[key] = (scorer.words, states)
         p = scorer.score_pairs(list(zip(q1, q2)))
-        rows[f"siamese:{Path(folder).name}"] = {**classifier_metrics(p, labels), "model": str(folder),
+        name = f"siamese:{Path(folder).name}"
+        rows[name if name not in rows else f"siamese:{folder}"] = {**classifier_metrics(p, labels), "model": str(folder),
                                                 "encoder": scorer.config.encoder,
                                                 "word_repr": scorer.config.word_repr,
                                                 "seconds": round(time.perf_counter() - t0, 1)}

@@ -50,11 +50,14 @@ def test_eval_pairs_command(tmp_path, capsys):
     # every scorer in one Table-2: another encoder's cosine, a (tiny, real) cross-encoder, the char n-grams
     from tests.reranker_helpers import make_tiny_reranker
 
+    import shutil
+
     tiny = make_tiny_reranker(tmp_path / "cross")
+    same_name = shutil.copytree(tiny, tmp_path / "other" / "cross")  # two folders of one name: two rows
     assert main(["eval", "pairs", "--pairs", str(pairs), "--dev-pairs", str(pairs), "--model", "minilm",
-                 "--cosine", "minilm", "--reranker", str(tiny), "--json", str(out)]) == 0
+                 "--cosine", "minilm", "--reranker", str(tiny), "--reranker", str(same_name), "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["classifiers"]
-    assert set(rows) == {"cosine", "cosine:minilm", "char_ngram", "cross-encoder:cross"}
+    assert set(rows) == {"cosine", "cosine:minilm", "char_ngram", "cross-encoder:cross", f"cross-encoder:{same_name}"}
     assert rows["cosine:minilm"]["log_loss"] == pytest.approx(rows["cosine"]["log_loss"], abs=1e-6)
     assert 0.0 <= rows["cross-encoder:cross"]["roc_auc"] <= 1.0
     assert main(["eval", "pairs", "--pairs", str(pairs), "--model", "minilm", "--cosine", "mpnet",
