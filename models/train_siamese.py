@@ -91,6 +91,10 @@ def query_pairs(queries: Sequence[tuple[str, str | None]], groups: Mapping[str, 
     """Labelled queries (text, gold faq_id or None when no FAQ answers it) -> pairs as a re-ranking stage
     sees them: the query against the best-matching phrasing (encoder cosine) of its gold FAQ (label 1) and
     of each of the `negatives` best other FAQs (label 0)."""
+    unknown = sorted({g for _, g in queries if g is not None and g not in groups})
+    if unknown:
+        raise TrainError(f"dev queries name FAQs the KB lacks: {', '.join(unknown[:5])}"
+                         + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
     faq_ids = list(groups)
     texts = [q for f in faq_ids for q in groups[f]]
     owner = np.array([i for i, f in enumerate(faq_ids) for _ in groups[f]])
@@ -103,7 +107,7 @@ def query_pairs(queries: Sequence[tuple[str, str | None]], groups: Mapping[str, 
         best_row: dict[int, int] = {}  # FAQ -> its best phrasing's row, in order of that phrasing's cosine
         for row in np.argsort(-sims):
             best_row.setdefault(int(owner[row]), int(row))
-        g = row_of.get(gold) if gold is not None else None
+        g = row_of[gold] if gold is not None else None
         if g is not None:
             pairs.append((query, texts[best_row[g]]))
             labels.append(1)

@@ -215,6 +215,8 @@ def test_query_pairs_pair_each_query_with_its_faqs_and_the_nearest_others_best_p
     assert not set(negatives) & set(kb["reset"]) and len({next(f for f, qs in kb.items() if q in qs)
                                                           for q in negatives}) == 2  # one per other FAQ
     assert all(a == "the weather" for a, _ in pairs[3:])  # out of scope: negatives only
+    with pytest.raises(TrainError, match="lacks: shipping"):
+        query_pairs([("where is my parcel", "shipping")], groups, ToyEncoder().encode)
 
 
 def test_training_on_a_kb_with_dev_queries(tmp_path):
