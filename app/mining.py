@@ -42,6 +42,7 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     phrasing dicts also carry the FAQ's current answer and tags (import needs them). `siamese`: a
     SiameseScorer whose probability >= `min_agree` also confirms a confident match (`siamese_agreement`)."""
     min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
+    min_agree = DEFAULT_MIN_AGREE if min_agree is None else min_agree
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
     for r in store.export_records():
         faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
@@ -50,13 +51,12 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     stats = MiningStats()
     kb = {f: v[2] for f, v in faqs.items()}
     agree = siamese_agreement(siamese, kb) if siamese is not None else None
-    proposals = mine_phrasings(log, kb, min_score, stats, agree=agree,
-                               min_agree=DEFAULT_MIN_AGREE if min_agree is None else min_agree)
+    proposals = mine_phrasings(log, kb, min_score, stats, agree=agree, min_agree=min_agree)
     clusters = cluster_unanswered(log, low_score=low_score, min_size=min_cluster, embed=embed,
                                   cosine=0.0 if cosine is None else cosine)
     phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1]} for p in proposals]
-    return {"min_score": min_score, "min_agree": (DEFAULT_MIN_AGREE if min_agree is None else min_agree)
-            if siamese is not None else None, "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
+    return {"min_score": min_score, "min_agree": min_agree if siamese is not None else None,
+            "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
             "phrasings": phrasings,
             "clusters": [{"faq_id": f"new-{i}", **c.as_dict()} for i, c in enumerate(clusters, start=1)]}
 

@@ -69,8 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "mine", help="propose new phrasings and new FAQs from the query log (never writes the KB)",
         description="Read the query log of the configured store and propose (1) new phrasings for existing "
                     "FAQs: queries answered with score >= --min-score whose bag-of-words key (stop words and "
-                    "numbers dropped, negations kept) equals that of one of the FAQ's phrasings, or that "
-                    "feedback confirmed; (2) clusters of unanswered queries that may need a new FAQ. "
+                    "numbers dropped, negations kept) equals that of one of the FAQ's phrasings (or, with "
+                    "--siamese, that a Siamese matcher accepts), or that feedback confirmed; (2) clusters of unanswered queries that may need a new FAQ. "
                     "--out FILE gets the phrasings as a KB file `faq kb import FILE` accepts (each row carries "
                     "the FAQ's answer and tags as they are now, because import sets both: drop rows of FAQs "
                     "edited since). Clusters go to --clusters-out (default FILE with .clusters.jsonl), one "

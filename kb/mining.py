@@ -5,6 +5,8 @@ CIKM 2018): lowercase words, stop words and numbers dropped, negations kept, ord
 ignored. Two texts with the same key say the same thing in other words often enough (0.96 precision
 on CLINC150, see docs/results.md) that a confident match whose key also equals one of the FAQ's
 phrasings' keys is a safe phrasing to propose, while the key alone never matched an out-of-scope query.
+A learned pair scorer (the Siamese matcher, passed in as `agree`) can stand in for the key: it also
+accepts rewordings with other words, at the same precision on CLINC150 (docs/results.md).
 
 `mine_phrasings` proposes new phrasings for existing FAQs, `cluster_unanswered` groups queries the
 service could not answer; `faq kb mine` (cli/kb.py) feeds both from the store and writes files for an
