@@ -125,3 +125,31 @@ def test_stage_without_stored_vectors_still_scores(tmp_path, encoder, model_dir)
 def test_weight_out_of_range_is_refused(model_dir):
     with pytest.raises(ValueError, match="0..1"):
         SiameseStage(load_siamese(model_dir, words=GloveWords()), weight=1.5)
+
+
+def test_faq_index_build_stores_the_configured_siamese_vectors(faq_env, tmp_path, monkeypatch, model_dir, capsys):
+    """`faq index build` with FAQ_RERANKER naming a Siamese folder: the build carries its vectors; a Siamese
+    folder that does not load stops the build before anything is written."""
+    import shutil
+
+    from app.settings import get_settings
+    from cli.main import main
+
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": f"about {f}"}) + "\n"
+                          for f, q in [("pay", "how do i pay"), ("pay", "payment options"), ("ship", "where is my parcel")]))
+    assert main(["kb", "import", str(kb)]) == 0
+    monkeypatch.setenv("FAQ_RERANKER", str(model_dir))
+    get_settings.cache_clear()
+    assert main(["index", "build", "--encoder", "minilm", "--no-lexical"]) == 0
+    assert "stage vectors: siamese-conv-glove" in capsys.readouterr().out
+    manifest = json.loads((get_settings().index_dir / "current" / "manifest.json").read_text())
+    [(key, block)] = manifest["stage_vectors"].items()
+    assert block["rows"] == 3 and key.startswith("siamese-")
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    (broken / "model.safetensors").unlink()
+    monkeypatch.setenv("FAQ_RERANKER", str(broken))
+    get_settings.cache_clear()
+    assert main(["index", "build", "--encoder", "minilm", "--no-lexical"]) == 1
+    assert "FAQ_RERANKER" in capsys.readouterr().err
+    assert json.loads((get_settings().index_dir / "current" / "manifest.json").read_text())["version"] == manifest["version"]
