@@ -42,7 +42,7 @@ from index.candidates import (
 
 __all__ = [
     "AnalogyStage", "CrossEncoderStage", "FaqMatch", "MatchQuery", "MatchResult", "MmaicmStage", "NoIndexError",
-    "NoRerankerError", "Pipeline", "RerankStage", "SiameseStage", "build_pipeline", "default_encoder", "encoder_spec",
+    "NoRerankerError", "Pipeline", "PooledStage", "RerankStage", "SiameseStage", "build_pipeline", "default_encoder", "encoder_spec",
     "lexical_engine", "load_mmaicm_stage", "load_rerank_stages", "load_siamese_stage", "vector_stages",
 ]
 
@@ -171,33 +171,54 @@ class CrossEncoderStage:
                                               prior=[m.score for m in candidates], weight=self.weight))
 
 
-class MmaicmStage:
+class PooledStage:
+    """What the stages over this project's calibrated pair models share (MMAICM, analogy, Siamese): the
+    model's probability pooled with the candidate's score so far, sigmoid(w * logit(p) + (1 - w) *
+    logit(score)), w = `weight` (None: the folder's `fusion_weight`; 1 = the model alone)."""
+
+    #: names the model in errors
+    label = "stage"
+
+    def __init__(self, scorer: Any, weight: float | None = None):
+        if weight is not None and not 0.0 <= weight <= 1.0:
+            raise ValueError(f"{self.label} weight must be in 0..1, got {weight}")
+        self.scorer = scorer
+        self.weight = weight
+
+    @property
+    def served_weight(self) -> float:
+        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
+
+    def pooled(self, p: np.ndarray, candidates: Sequence[FaqMatch]) -> np.ndarray:
+        """The model's probabilities `p` for `candidates` -> the stage's, float64."""
+        from models.scoring import pool
+
+        w = self.served_weight
+        if w >= 1.0:
+            return p
+        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+
+
+class MmaicmStage(PooledStage):
     """models/mmaicm.py's MMAICM on each candidate's answer and best phrasing (one forward pass for both).
     Its raw scores become probabilities through the folder's logistic calibration, mixed as
     p = answer_share * p(answer) + (1 - answer_share) * p(phrasing), then pooled with the candidate's
     score so far: sigmoid(w * logit(p) + (1 - w) * logit(score)), w = `weight` (None: the folder's
     `fusion_weight`; 1 = MMAICM alone)."""
 
+    label = "MMAICM"
+
     def __init__(self, scorer: Any, weight: float | None = None, answer_share: float = 0.5):
-        if weight is not None and not 0.0 <= weight <= 1.0:
-            raise ValueError(f"MMAICM weight must be in 0..1, got {weight}")
+        super().__init__(scorer, weight)
         if not 0.0 <= answer_share <= 1.0:
             raise ValueError(f"answer_share must be in 0..1, got {answer_share}")
-        self.scorer = scorer
-        self.weight = weight
         self.answer_share = answer_share
 
     @property
     def id(self) -> str:
         return self.scorer.id
 
-    @property
-    def served_weight(self) -> float:
-        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
-
     def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
-        from models.scoring import pool
-
         n = len(candidates)
         if n == 0:
             return np.zeros(0, dtype=np.float64)
@@ -210,13 +231,10 @@ class MmaicmStage:
             p = probs[:n]
         else:
             p = share * probs[:n] + (1.0 - share) * probs[n:]
-        w = self.served_weight
-        if w >= 1.0:
-            return p
-        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+        return self.pooled(p, candidates)
 
 
-class AnalogyStage:
+class AnalogyStage(PooledStage):
     """models/analogy.py's analogy model on each candidate's answer: how well query -> answer lines up
     with the model's prototype question -> answer pairs (best of k). Calibrated to a probability by the
     folder's logistic fit and pooled with the candidate's score so far like MmaicmStage (w = `weight`,
@@ -226,11 +244,10 @@ class AnalogyStage:
     #: answers again and again, so after the first requests only the query is encoded
     CACHE_SIZE = 8192
 
+    label = "analogy"
+
     def __init__(self, scorer: Any, weight: float | None = None):
-        if weight is not None and not 0.0 <= weight <= 1.0:
-            raise ValueError(f"analogy weight must be in 0..1, got {weight}")
-        self.scorer = scorer
-        self.weight = weight
+        super().__init__(scorer, weight)
         self._vectors: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -253,13 +270,7 @@ class AnalogyStage:
     def id(self) -> str:
         return f"analogy:{self.scorer.name}"
 
-    @property
-    def served_weight(self) -> float:
-        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
-
     def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
-        from models.scoring import pool
-
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float64)
         import torch.nn.functional as F
@@ -277,13 +288,10 @@ class AnalogyStage:
             pv = self._embed_cached([p.question for p in protos] + [p.answer for p in protos])
             raw = best_of_prototypes(pv[: len(protos)], pv[len(protos):], q, answers)
         p = self.scorer.probability(raw.numpy()).astype(np.float64)
-        w = self.served_weight
-        if w >= 1.0:
-            return p
-        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+        return self.pooled(p, candidates)
 
 
-class SiameseStage:
+class SiameseStage(PooledStage):
     """models/siamese.py's Siamese matcher on the query and each candidate's best phrasing. The phrasings'
     sentence vectors are computed at index build time (`faq index build` with this folder in FAQ_RERANKER
     stores them in the build: index/build.py `write_stage_vectors`) and read from the serving build
@@ -297,11 +305,10 @@ class SiameseStage:
     #: builds whose stored vectors stay open: the serving one and the one it replaced (in-flight requests)
     BUILDS_KEPT = 2
 
+    label = "Siamese"
+
     def __init__(self, scorer: Any, weight: float | None = None):
-        if weight is not None and not 0.0 <= weight <= 1.0:
-            raise ValueError(f"Siamese weight must be in 0..1, got {weight}")
-        self.scorer = scorer
-        self.weight = weight
+        super().__init__(scorer, weight)
         # build folder -> (phrasing text -> row, the build's memory-mapped vectors), or None: none stored
         self._builds: OrderedDict[str, tuple[dict[str, int], np.ndarray] | None] = OrderedDict()
         self._extra: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -310,10 +317,6 @@ class SiameseStage:
     @property
     def id(self) -> str:
         return self.scorer.id
-
-    @property
-    def served_weight(self) -> float:
-        return self.scorer.calibration.fusion_weight if self.weight is None else self.weight
 
     # what an index build stores for this stage (index/build.py `write_stage_vectors`)
     @property
@@ -371,16 +374,11 @@ class SiameseStage:
         return np.asarray(np.stack(out), dtype=np.float32)
 
     def rescore(self, query: str, candidates: Sequence[FaqMatch]) -> np.ndarray:
-        from models.scoring import pool
-
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float64)
         u = self.scorer.sentence_vectors([query])[0]
         p = self.scorer.compare_vectors(u, self.vectors([m.question for m in candidates])).astype(np.float64)
-        w = self.served_weight
-        if w >= 1.0:
-            return p
-        return pool(p, np.array([m.score for m in candidates], dtype=np.float64), w).astype(np.float64)
+        return self.pooled(p, candidates)
 
 
 # ---------------------------------------------------------------------------------------------
