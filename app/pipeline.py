@@ -26,6 +26,8 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from app.arms import base_arm, uses_reranker
+from app.decision import Decider
+from index.decision import WINDOW, load_model
 from app.settings import Settings
 from index.answers import nearest_weight
 from index.calibration import calibration_for
@@ -56,7 +58,7 @@ class MatchQuery:
 
     query: str
     top_k: int = 5
-    threshold: float = 0.5
+    threshold: float | None = 0.5  # None: the decider's (FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD)
     arm: str = "ann"  # app.arms.ARMS
 
 
@@ -68,6 +70,10 @@ class MatchResult:
     index_version: str
     timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, total
     cached: bool = False  # answered from the query cache (the same query, options and index earlier)
+    decision: str = "abstain"  # app/decision.py DECISIONS
+    options: list[FaqMatch] = field(default_factory=list)  # clarify: the plausible FAQs
+    threshold: float = 0.5  # the threshold the decision used
+    expected_precision: float | None = None  # the build's expected precision at that threshold
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,8 +402,12 @@ class Pipeline:
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
                  stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
-                 answer_weight: float = 0.0, cache_size: int = 0):
+                 answer_weight: float = 0.0, cache_size: int = 0, decider: Decider | None = None,
+                 scoring: str = "model"):
         self.encoder = encoder
+        # scores (the cross-KB decision model) and answer / clarify / abstain; None: calibrated cosines only
+        self.decider = decider if decider is not None else Decider(None)
+        self.scoring = scoring  # "model" | "calibration" (app/settings.py)
         # finished results of repeated queries (0 = off); see QueryCache
         self.cache = QueryCache(cache_size)
         if pool_variants is not None and pool_variants < 1:
@@ -484,7 +494,8 @@ class Pipeline:
 
     def _options_key(self) -> tuple:
         """Everything of the pipeline's own that changes a ranking (evaluations retune these live)."""
-        return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k,
+        return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k, self.scoring,
+                id(self.decider.model), self.decider.oos_share, self.decider.target_precision,
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -528,10 +539,12 @@ class Pipeline:
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if pool > 1 else None
+        decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight) is not None
         attached = False
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_reranker(request.arm)
-            grouped = group_hits(hits, answers, calibration, max(request.top_k, self.rerank_k) if reranked else request.top_k,
+            depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
+            grouped = group_hits(hits, answers, calibration, depth,
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
             if reranked and not attached:
@@ -539,25 +552,37 @@ class Pipeline:
                 attached = True
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
-        total_ms = (time.perf_counter() - started) * 1000.0
+        t3 = time.perf_counter()
+        decider = self.decider
+        ref = decider.reference(retriever, pool, weight) if self.scoring == "model" else None
+        table = decider.table(retriever, pool, weight) if ref is not None else None
         results: list[MatchResult] = []
         for request, matches in zip(requests, ranked):
-            best = matches[0] if matches else None
-            answer = best if best is not None and best.score >= request.threshold else None
+            if ref is not None and not uses_reranker(request.arm):  # a stage's probability stays the score
+                matches = decider.rescore(request.query, matches, retriever, ref)[: request.top_k]
+            decision = decider.decide(matches, decider.threshold(request.threshold, table), table)
+            answer = matches[0] if decision.kind == "answer" else None
             results.append(
                 MatchResult(
                     query=request.query,
                     matches=matches,
                     answer=answer,
+                    decision=decision.kind,
+                    options=list(decision.options),
+                    threshold=decision.threshold,
+                    expected_precision=decision.expected_precision,
                     index_version=str(retriever.version),
                     timings_ms={
                         "encode": round(encode_ms, 3),
                         "retrieve": round(retrieve_ms, 3),
                         "rerank": round(rerank_ms, 3),
-                        "total": round(total_ms, 3),
                     },
                 )
             )
+        decide_ms = (time.perf_counter() - t3) * 1000.0
+        total_ms = (time.perf_counter() - started) * 1000.0
+        for result in results:
+            result.timings_ms.update(decide=round(decide_ms, 3), total=round(total_ms, 3))
         return results
 
     def served_pool(self, retriever: RetrieverLike) -> int:
@@ -575,6 +600,23 @@ class Pipeline:
         if self.answer_weight <= 0 or getattr(retriever, "answer_vectors", None) is None:
             return 0.0
         return nearest_weight(self.answer_weight)
+
+    def decision_summary(self, retriever: RetrieverLike) -> dict:
+        """How `retriever`'s build is scored and decided: the scoring in force, the default threshold and
+        its expected precision, and the build's threshold -> expected precision / answer rate table."""
+        pool, weight = self.served_pool(retriever), self.served_answer_weight(retriever)
+        decider = self.decider
+        ref = decider.reference(retriever, pool, weight) if self.scoring == "model" else None
+        table = decider.table(retriever, pool, weight) if ref is not None else None
+        threshold = decider.threshold(None, table)
+        return {
+            "scoring": "model" if ref is not None else "calibration",
+            "threshold": threshold,
+            "expected_precision": decider.decide([], threshold, table).expected_precision,
+            "target_precision": decider.target_precision,
+            "oos_share": decider.oos_share,
+            "table": table,
+        }
 
     def attach_stages(self, retriever: RetrieverLike) -> None:
         """Stages that keep something per build (`attach(retriever)`: the Siamese matcher's stored phrasing
@@ -773,4 +815,7 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
         pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
         answer_weight=settings.answer_weight if answer_weight is None else answer_weight,
         cache_size=settings.query_cache_size if cache_size is None else cache_size,
+        decider=Decider(load_model() if settings.scoring == "model" else None, oos_share=settings.oos_share,
+                        target_precision=settings.target_precision, default_threshold=settings.default_threshold),
+        scoring=settings.scoring,
     )

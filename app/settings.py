@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Literal
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -78,7 +79,16 @@ class Settings(BaseSettings):
     # every index swap and KB change; 0 = off
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     default_top_k: int = 5
-    default_threshold: float = 0.5
+    default_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    # How a FAQ's score is made. "model": the decision model trained across KBs (index/decision.py), put on
+    # each build's own scale by its background and held-out phrasings; builds without them fall back to
+    # "calibration": the build's logistic curve of the first-stage cosine.
+    scoring: Literal["model", "calibration"] = "model"
+    # Answer when the score reaches the threshold whose expected precision in the build's table is at
+    # least this; unset: default_threshold. A request's own `threshold` wins over both.
+    target_precision: float | None = Field(default=None, gt=0.0, lt=1.0)
+    # The share of out-of-scope questions the expected-precision table assumes of the traffic.
+    oos_share: float = Field(default=0.2, ge=0.0, lt=1.0)
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
     # Builds calibrate N = 1..5 (index/calibration.py), hence the cap. Unset: 1 for builds whose answers
     # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).

@@ -157,7 +157,35 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{'*' if m['current'] else ' '} {m['version']:<24} {m['n_faqs']:>7} {m['n_variants']:>9} "
               f"{m['n_trees']:>5} {m['search_k']:>8} {'' if recall is None else f'{recall:.4f}':>9}  "
               f"{m['encoder_id']:<24} {m['created_at']}")
+    current = next((m for m in manifests if m["current"]), None)
+    if current is not None:
+        print()
+        print(expected_precision_text(current, get_settings()))
     return 0
+
+
+def expected_precision_text(manifest: dict, settings) -> str:
+    """The build's threshold -> expected precision / answer rate table as served with `settings`."""
+    from index.answers import nearest_weight
+    from index.decision import served_table, threshold_for_precision
+
+    used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
+    weight = nearest_weight(settings.answer_weight) if used else 0.0
+    pool = settings.pool_variants or (1 if used else 2)
+    table = served_table(manifest, pool, weight, settings.oos_share)
+    if table is None or settings.scoring != "model":
+        return f"{manifest['version']}: no expected-precision table (scoring by the build's cosine curve)"
+    chosen = settings.default_threshold
+    if settings.target_precision is not None:
+        chosen = threshold_for_precision(table, settings.target_precision) or 1.0
+    lines = [f"{manifest['version']}: expected precision and answer rate by threshold "
+             f"({settings.oos_share:.0%} of questions assumed out of scope; * = the threshold served)",
+             f"  {'THRESHOLD':>9} {'PRECISION':>9} {'ANSWERED':>8}"]
+    for row in table:
+        ep = "-" if row["expected_precision"] is None else f"{row['expected_precision']:.3f}"
+        mark = "*" if abs(row["threshold"] - chosen) < 1e-9 else " "
+        lines.append(f"{mark} {row['threshold']:>9.2f} {ep:>9} {row['answer_rate']:>8.3f}")
+    return "\n".join(lines)
 
 
 def cmd_activate(args: argparse.Namespace) -> int:

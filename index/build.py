@@ -282,6 +282,19 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     finally:
         ann.unload()
     timings["calibrate_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    from index import decision
+
+    background = decision.read_background()
+    view = decision.KbView.build(vectors.astype(np.float16).astype(np.float32), [v.faq_id for v in variants], texts,
+                                 stored_answers, {f: a for f, (a, _) in snapshot.faqs.items()})
+    bg_vectors = decision.background_vectors(encoder, background,
+                                             lambda t: encode_in_batches(encoder, t, batch_size, False))
+    manifest["decision"] = decision.build_block(view, background, bg_vectors, decision.load_model())
+    timings["decision_s"] = time.perf_counter() - t
+    say(f"decision: references and expected-precision replay over {len(background)} background questions "
+        f"in {timings['decision_s']:.1f}s")
     cal = manifest["calibration"]
     say(f"calibration ({cal['source']}): p = sigmoid({cal['a']:.3f} * cos + {cal['b']:.3f}) "
         f"from {cal['n_positive']}/{cal['n_examples']} positive examples")

@@ -57,6 +57,7 @@ class FaqMatch:
     # (`pool_variants`), mixed with the answer's cosine when answers are evidence; kept when a re-ranker sets `score`
     cosine: float
     answer_cosine: float | None = None  # the query's cosine with the FAQ's answer, when the build encoded it
+    phrasing_cosine: float | None = None  # the (pooled) phrasing cosine `cosine` mixes with the answer's
 
 
 def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hits: list, k: int) -> list:
@@ -117,9 +118,12 @@ def group_hits(
         return pooled_cosine([h.cosine for h in faq_hits], n, pool, floor)
 
     answer_cos = answer_cos or {}
-    scored = [(combine(pooled(faq_hits), answer_cos.get(faq_hits[0].faq_id), answer_weight),
-               max(faq_hits, key=lambda h: h.cosine)) for faq_hits in per_faq.values()]
-    scored.sort(key=lambda sh: (-sh[0], sh[1].faq_id))
+    scored = []
+    for faq_hits in per_faq.values():
+        phrasing = pooled(faq_hits)
+        scored.append((combine(phrasing, answer_cos.get(faq_hits[0].faq_id), answer_weight), phrasing,
+                       max(faq_hits, key=lambda h: h.cosine)))
+    scored.sort(key=lambda sh: (-sh[0], sh[2].faq_id))
     return [
         FaqMatch(
             faq_id=h.faq_id,
@@ -128,8 +132,9 @@ def group_hits(
             score=calibration.probability(cos),
             cosine=cos,
             answer_cosine=answer_cos.get(h.faq_id),
+            phrasing_cosine=phrasing,
         )
-        for cos, h in scored[:top_k]
+        for cos, phrasing, h in scored[:top_k]
     ]
 
 

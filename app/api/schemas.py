@@ -12,7 +12,7 @@ is done.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -72,7 +72,9 @@ class MatchRequest(_Strict):
     query: Text = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the user's question")
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K, description="FAQs to return (default 5)")
     threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="minimum calibrated score for an answer (default 0.5)"
+        default=None, ge=0.0, le=1.0,
+        description="minimum score for an answer; unset: the threshold of FAQ_TARGET_PRECISION in the build's "
+                    "expected-precision table, else FAQ_DEFAULT_THRESHOLD"
     )
     rerank: bool = Field(default=False, description="re-rank the top FAQ_RERANK_K FAQs with the cross-encoder (FAQ_RERANKER); 409 when none is installed")
     arm: OptionalText = Field(
@@ -99,20 +101,21 @@ class BatchMatchRequest(_Strict):
 class AnswerOut(BaseModel):
     faq_id: str
     answer: str
-    score: float = Field(description="calibrated probability 0..1")
+    score: float = Field(description="probability 0..1 that this FAQ is the right answer")
 
 
 class MatchOut(BaseModel):
     faq_id: str
     question: str = Field(description="the FAQ's question variant that matched best")
     answer: str
-    score: float = Field(description="calibrated probability 0..1")
+    score: float = Field(description="probability 0..1 that this FAQ is the right answer")
 
 
 class Timings(BaseModel):
     encode: float
     retrieve: float
     rerank: float
+    decide: float = 0.0
     total: float
 
 
@@ -123,6 +126,14 @@ class MatchResponse(BaseModel):
     index_version: str
     answer: AnswerOut | None
     matches: list[MatchOut]
+    decision: Literal["answer", "clarify", "abstain"] = Field(
+        description="answer: `answer` is the FAQ; clarify: no FAQ is sure enough but the `options` together are "
+                    "(ask the user which one they mean, and send the pick to /feedback as faq_id); abstain: none fits")
+    options: list[MatchOut] = Field(default_factory=list, description="clarify: the plausible FAQs, best first")
+    threshold: float = Field(description="the score the answer needed")
+    expected_precision: float | None = Field(
+        default=None, description="the share of answers given at this threshold expected to be right (the build's "
+                                  "table, for FAQ_OOS_SHARE of out-of-scope traffic); null when the build has no table")
     timings_ms: Timings
     cached: bool = Field(default=False, description="answered from the query cache (same query, options and index)")
 
@@ -157,6 +168,23 @@ class FeedbackResponse(BaseModel):
     recorded: bool
 
 
+# -- decisions ----------------------------------------------------------------------------------
+class PrecisionRow(BaseModel):
+    threshold: float
+    expected_precision: float | None
+    answer_rate: float
+
+
+class DecisionInfo(BaseModel):
+    scoring: Literal["model", "calibration"] = Field(
+        description="model: the cross-KB decision model on this build's scale; calibration: the build's cosine curve")
+    threshold: float = Field(description="the threshold a request without one is answered at")
+    expected_precision: float | None = Field(description="the table's expected precision at that threshold")
+    target_precision: float | None = Field(description="FAQ_TARGET_PRECISION, when set")
+    oos_share: float = Field(description="the out-of-scope share of traffic the table assumes (FAQ_OOS_SHARE)")
+    table: list[PrecisionRow] | None = Field(description="threshold -> expected precision and answer rate")
+
+
 # -- health -------------------------------------------------------------------------------------
 class Health(BaseModel):
     status: str
@@ -170,6 +198,7 @@ class Readiness(BaseModel):
     reason: str | None = None
     # parts that cannot answer while /match still can, e.g. {"lexical": "Elasticsearch at ... is unreachable"}
     degraded: dict[str, str] | None = None
+    decision: DecisionInfo | None = None
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -265,6 +294,7 @@ class IndexInfo(BaseModel):
     kb_revision: int | None
     loaded_at: datetime | None
     reason: str | None = None
+    decision: DecisionInfo | None = None
 
 
 class ReloadResult(BaseModel):

@@ -68,8 +68,7 @@ class ServiceState:
         self._lexical: dict[str, Any] = {}
         self._lexical_lock = threading.Lock()
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
-        # the cross-encoder of the `+rerank` arms (FAQ_RERANKER); None = none installed -> those arms answer 409
-        self.reranker: Any = None
+        # the `+rerank` arms run the pipeline's stages (FAQ_RERANKER: see `stages`); none -> those arms answer 409
         self.reranker_problem: str | None = None  # why FAQ_RERANKER did not load
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -104,7 +103,6 @@ class ServiceState:
         except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
             log.exception("could not load the re-ranker %s", self.settings.reranker)
             self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
-        self.reranker = stages[0].reranker if stages else None
         self.matcher = build_pipeline(self.settings, self.encoder, lambda: self.retriever, lexical=self.lexical_for,
                                       stages=stages)
         try:
@@ -146,6 +144,13 @@ class ServiceState:
             self.store.close()
 
     # -- readiness ---------------------------------------------------------------------------
+    @property
+    def stages(self) -> list[Any]:
+        """The re-ranking stages the `+rerank` arms run (FAQ_RERANKER: cross-encoder, MMAICM, analogy or
+        Siamese folders, in order), as the pipeline holds them; [] = none installed (or none loaded yet)."""
+        matcher = self.matcher
+        return list(matcher.stages) if matcher is not None else []
+
     @property
     def ready(self) -> bool:
         return self.retriever is not None
@@ -354,4 +359,12 @@ class ServiceState:
             "kb_revision": self.kb_revision,
             "loaded_at": self.loaded_at,
             "reason": None if retriever is not None else (self.not_ready_reason or NO_INDEX_REASON),
+            "decision": self.decision_summary(),
         }
+
+    def decision_summary(self) -> dict | None:
+        """The served build's scoring, default threshold and expected-precision table (None: no build)."""
+        retriever = self.retriever
+        if retriever is None or self.matcher is None:
+            return None
+        return self.matcher.decision_summary(retriever)

@@ -85,8 +85,9 @@ def build(store: FaqStore, encoder, settings: Settings) -> dict:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, encoder):
-    """One served app over the built KB, shared by the read-only tests of this module."""
-    settings = make_settings(tmp_path_factory.mktemp("contract"))
+    """One served app over the built KB, shared by the read-only tests of this module. It scores by the
+    build's cosine curve, which these tests recompute; the decision model is tested in test_api_decision.py."""
+    settings = make_settings(tmp_path_factory.mktemp("contract"), scoring="calibration")
     store = make_store(settings)
     manifest = build(store, encoder, settings)
     app = create_app(settings, store=store, encoder=encoder)
@@ -103,10 +104,11 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     r = client.post("/match", json={"query": "I forgot my password, how can I reset it?", "top_k": 8})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms", "cached"}
+    assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms", "cached",
+                         "decision", "options", "threshold", "expected_precision"}
     assert body["query"] == "I forgot my password, how can I reset it?"
     assert body["arm"] == "ann" and body["index_version"] == manifest["version"]
-    assert set(body["timings_ms"]) == {"encode", "retrieve", "rerank", "total"}
+    assert set(body["timings_ms"]) == {"encode", "retrieve", "rerank", "decide", "total"}
     assert body["timings_ms"]["total"] >= body["timings_ms"]["encode"] > 0
 
     matches = body["matches"]

@@ -76,7 +76,7 @@ def test_rerank_k_is_validated():
 
 def test_rerank_runtime_setting_picks_fp32_onnx(tmp_path, encoder, reranker_dir):
     with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=6, rerank_runtime="onnx") as client:
-        assert client.app.state.service.reranker.runtime.name == "onnx"
+        assert client.app.state.service.stages[0].reranker.runtime.name == "onnx"
         query = "I can't remember my password"
         matches = client.post("/match", json={"query": query, "top_k": 3, "rerank": True}).json()["matches"]
         expected = load_reranker(reranker_dir, runtime="onnx").score(query, [m["question"] for m in matches])
@@ -84,8 +84,10 @@ def test_rerank_runtime_setting_picks_fp32_onnx(tmp_path, encoder, reranker_dir)
 
 
 def test_rerank_weight_zero_serves_the_first_stage_probability(tmp_path, encoder, reranker_dir):
-    """FAQ_RERANK_WEIGHT=0: the pool is the calibrated cosine alone, so the scores are the ann arm's."""
-    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=8, rerank_weight=0.0) as client:
+    """FAQ_RERANK_WEIGHT=0: the pool is the calibrated cosine alone, so the scores are the ann arm's when it
+    scores by the same curve (FAQ_SCORING=calibration; stages pool with the first stage's curve)."""
+    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=8, rerank_weight=0.0,
+                 scoring="calibration") as client:
         query = "when do you open"
         plain = client.post("/match", json={"query": query, "top_k": 8}).json()
         pooled = client.post("/match", json={"query": query, "top_k": 8, "rerank": True}).json()

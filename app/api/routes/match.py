@@ -31,8 +31,9 @@ from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMisma
 
 router = APIRouter(tags=["match"])
 
-NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` to use "
-               "`rerank: true`; send `rerank: false` or leave it out")
+NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
+               "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "
+               "leave it out")
 
 _ERRORS = {
     **BAD_INPUT_RESPONSES,
@@ -67,7 +68,7 @@ def arm_of(state: ServiceState, item: MatchRequest) -> str:
 async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchResponse]:
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
-        if uses_reranker(arm) and getattr(state, "reranker", None) is None:
+        if uses_reranker(arm) and not state.stages:
             problem = getattr(state, "reranker_problem", None)
             raise HTTPException(status_code=status.HTTP_409_CONFLICT,
                                 detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
@@ -77,7 +78,7 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
         MatchQuery(
             query=item.query,
             top_k=item.top_k if item.top_k is not None else settings.default_top_k,
-            threshold=item.threshold if item.threshold is not None else settings.default_threshold,
+            threshold=item.threshold,
             arm=arm,
         )
         for item, arm in zip(items, arms)
@@ -93,6 +94,10 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
     return responses
 
 
+def _match_out(m) -> dict:
+    return {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score}
+
+
 def _response(arm: str, result: MatchResult) -> MatchResponse:
     answer = result.answer
     return MatchResponse.model_validate(
@@ -102,9 +107,11 @@ def _response(arm: str, result: MatchResult) -> MatchResponse:
             "arm": arm,
             "index_version": result.index_version,
             "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer, "score": answer.score},
-            "matches": [
-                {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score} for m in result.matches
-            ],
+            "matches": [_match_out(m) for m in result.matches],
+            "decision": result.decision,
+            "options": [_match_out(m) for m in result.options],
+            "threshold": result.threshold,
+            "expected_precision": result.expected_precision,
             "timings_ms": result.timings_ms,
             "cached": result.cached,
         }

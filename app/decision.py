@@ -1,0 +1,145 @@
+"""The decision: each candidate FAQ's probability of being the right answer, then answer, clarify or abstain.
+
+    first-stage candidates -> index/decision.py model, on the build's own scale -> score = P(right answer)
+      -> answer   when the best score reaches the threshold
+      -> clarify  when it does not, but two or three distinct FAQs are plausible and together reach it:
+                  they are returned as options (the chatbot's "did you mean")
+      -> abstain  otherwise
+
+The threshold is the request's, else the one whose expected precision in the build's table reaches
+FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD. `expected_precision` is the table's value at the
+threshold used: the share of answers given at that threshold that are expected to be right, for the
+assumed share of out-of-scope traffic (FAQ_OOS_SHARE).
+
+Builds without the decision block (made before it existed) and FAQ_SCORING=calibration keep the build's
+logistic curve of the cosine as the score; decisions are then made on it the same way, with no
+expected precision.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from index.answers import is_placeholder
+from index.candidates import FaqMatch
+from index.decision import (
+    Candidate, DecisionModel, Reference, decide, expected_precision_at, precision_table, reference_for,
+    reference_key, replayed, threshold_for_precision, words_of,
+)
+
+DECISIONS = ("answer", "clarify", "abstain")
+#: most options a clarify offers
+CLARIFY_OPTIONS = 3
+#: the least probability an option needs (a model's `meta.clarify_min` overrides it)
+CLARIFY_MIN = 0.15
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str  # DECISIONS
+    options: tuple[FaqMatch, ...]  # clarify: the plausible FAQs, best first; else empty
+    threshold: float
+    expected_precision: float | None
+
+
+class _BuildState:
+    """What the decider keeps per served build: references, tables, FAQ word sets."""
+
+    def __init__(self, retriever: Any):
+        self.retriever = retriever
+        self.words: dict[str, frozenset[str]] = {}
+        self.tables: dict[tuple[str, float], list[dict] | None] = {}
+
+
+class Decider:
+    """Scores candidates with the cross-KB model and decides. Thread-safe; one per pipeline."""
+
+    def __init__(self, model: DecisionModel | None, *, oos_share: float = 0.2, target_precision: float | None = None,
+                 default_threshold: float = 0.5):
+        self.model = model
+        self.oos_share = oos_share
+        self.target_precision = target_precision
+        self.default_threshold = default_threshold
+        self.clarify_min = float((model.meta if model else {}).get("clarify_min", CLARIFY_MIN))
+        self._state: _BuildState | None = None
+        self._lock = threading.Lock()
+
+    def _for(self, retriever: Any) -> _BuildState:
+        with self._lock:
+            if self._state is None or self._state.retriever is not retriever:
+                self._state = _BuildState(retriever)
+            return self._state
+
+    # -- scores ----------------------------------------------------------------------------------
+    def reference(self, retriever: Any, pool: int, weight: float) -> Reference | None:
+        if self.model is None:
+            return None
+        return reference_for(getattr(retriever, "manifest", None), pool, weight)
+
+    def _words(self, state: _BuildState, faq_id: str) -> frozenset[str]:
+        found = state.words.get(faq_id)
+        if found is None:
+            r = state.retriever
+            texts = [q for _, q in r.faq_variants(faq_id)] if hasattr(r, "faq_variants") else []
+            answer = (getattr(r, "answers", {}).get(faq_id) or ("",))[0]
+            if getattr(r, "answer_vectors", None) is not None and not is_placeholder(answer):
+                texts.append(answer)
+            found = frozenset().union(*(words_of(t) for t in texts)) if texts else frozenset()
+            state.words[faq_id] = found
+        return found
+
+    def candidates(self, retriever: Any, matches: Sequence[FaqMatch]) -> list[Candidate]:
+        """The model's view of `matches` (first-stage order)."""
+        state = self._for(retriever)
+        counts = getattr(retriever, "variant_counts", None) or {}
+        return [Candidate(m.faq_id, m.cosine, m.cosine if m.phrasing_cosine is None else m.phrasing_cosine,
+                          m.answer_cosine, int(counts.get(m.faq_id, 1)), self._words(state, m.faq_id))
+                for m in matches]
+
+    def rescore(self, query: str, matches: list[FaqMatch], retriever: Any, ref: Reference) -> list[FaqMatch]:
+        """`matches` with `score` = the model's probability (the first WINDOW; the rest are capped below
+        them), re-ordered by it when the model re-ranks."""
+        assert self.model is not None
+        if not matches:
+            return matches
+        p = decide(self.model, query, self.candidates(retriever, matches), ref)
+        head = [replace(m, score=float(x)) for m, x in zip(matches, p.tolist())]
+        if self.model.rerank:
+            head.sort(key=lambda m: -m.score)  # stable: ties keep the first-stage order
+        floor = min(m.score for m in head)
+        tail = [replace(m, score=min(m.score, floor)) for m in matches[len(head):]]
+        return head + tail
+
+    # -- decisions -------------------------------------------------------------------------------
+    def table(self, retriever: Any, pool: int, weight: float) -> list[dict] | None:
+        """The build's threshold -> expected precision / answer rate table for the served (pool, weight)."""
+        if self.model is None:
+            return None
+        state = self._for(retriever)
+        key = (reference_key(pool, weight), self.oos_share)
+        if key not in state.tables:
+            found = replayed(getattr(retriever, "manifest", None), pool, weight)
+            state.tables[key] = None if found is None else precision_table(
+                np.asarray(found["p_heldout"], dtype=np.float64), np.asarray(found["p_background"], dtype=np.float64),
+                self.oos_share)
+        return state.tables[key]
+
+    def threshold(self, requested: float | None, table: list[dict] | None) -> float:
+        if requested is not None:
+            return float(requested)
+        if self.target_precision is not None and table:
+            t = threshold_for_precision(table, self.target_precision)
+            return t if t is not None else 1.0  # no threshold reaches it: abstain rather than miss the target
+        return self.default_threshold
+
+    def decide(self, matches: Sequence[FaqMatch], threshold: float, table: list[dict] | None) -> Decision:
+        ep = expected_precision_at(table, threshold) if table else None
+        if matches and matches[0].score >= threshold:
+            return Decision("answer", (), threshold, ep)
+        options = tuple(m for m in matches[:CLARIFY_OPTIONS] if m.score >= self.clarify_min)
+        if len(options) >= 2 and sum(m.score for m in options) >= threshold:
+            return Decision("clarify", options, threshold, ep)
+        return Decision("abstain", (), threshold, ep)

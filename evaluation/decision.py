@@ -1,0 +1,410 @@
+"""The decision model (index/decision.py): gather its data, train it, measure it leave-one-KB-out.
+
+    python -m evaluation.decision collect --data DIR [--kbs energy,council,...] [--model mpnet] --out var/decision
+    python -m evaluation.decision loko --cache var/decision --out bench/results/decision
+    python -m evaluation.decision train --cache var/decision --out index/decision_model.json
+
+`collect` puts each KB through the product's own path (a scratch store, `build_index`, the pipeline of
+`build_pipeline` with the decision model off) and keeps, per labelled query, the first stage's
+candidates as the model sees them, the build's reference and the replayed held-out phrasings and
+background questions (pickled per KB and encoder). `loko` trains on every KB but one and scores the one
+left out, for each KB: ECE, answer F1 at the default decision against the best threshold's, the stored
+expected precision against the measured one, clarify, top-1; JSON, Markdown and a reliability diagram
+per KB. `train` fits on all KBs and writes the model that ships.
+
+KBs: the realistic sets of evaluation/data (dev and test queries), the demo (its queries), CLINC150
+(test, its `oos` queries out of scope) and BANKING77 (test), the last two prepared by `faq data prepare`
+into DATA/clinc150 and DATA/banking77.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from index.decision import (
+    FEATURES, WINDOW, Candidate, DecisionModel, Reference, features, fit, precision_table, threshold_for_precision,
+)
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[1]
+REALISTIC = ("energy", "council", "grocery", "campus_it")
+ALL_KBS = REALISTIC + ("demo", "clinc150", "banking77")
+#: the default decision the targets are measured at (FAQ_DEFAULT_THRESHOLD's default)
+DEFAULT_THRESHOLD = 0.5
+L2 = 1.0
+
+
+@dataclass
+class KbData:
+    name: str
+    encoder: str
+    pool: int
+    weight: float
+    reference: Reference
+    queries: list[tuple[str, list[Candidate], str | None, str, float]]  # text, candidates, gold, split, platt top score
+    replay: list[tuple[str, list[Candidate], str | None]]  # held-out phrasings (own FAQ) and background (None)
+
+
+def kb_files(name: str, data: Path) -> tuple[Path, list[tuple[str, Path]]]:
+    """(KB file, [(split, queries file)]) of a KB."""
+    if name in REALISTIC:
+        d = ROOT / "evaluation" / "data" / name
+        return d / "faq.jsonl", [("dev", d / "dev.jsonl"), ("test", d / "test.jsonl")]
+    if name == "demo":
+        d = ROOT / "app" / "demo"
+        return d / "faq.jsonl", [("test", d / "queries.jsonl")]
+    d = data / name
+    return d / "kb.jsonl", [("dev", d / "dev.jsonl"), ("test", d / "test.jsonl")]
+
+
+def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_queries: int = 3000,
+               seed: int = 0) -> KbData:
+    """One KB through the product path -> its `KbData` (queries sampled down to `max_queries` per split)."""
+    from app.decision import Decider
+    from app.pipeline import MatchQuery, build_pipeline, load_configured_encoder
+    from app.settings import get_settings
+    from index.artifacts import BuildRegistry
+    from index.build import build_index
+    from index.decision import KbView, read_background, replay, reference_key
+    from index.retriever import Retriever
+    from kb.records import read_kb, read_queries
+    from migrations import runner
+
+    kb_path, splits = kb_files(name, data)
+    base = get_settings()
+    work = Path(tempfile.mkdtemp(prefix="faq-decision-"))
+    try:
+        settings = base.model_copy(update={"data_dir": work, "database_url": f"sqlite:///{(work / 'e.db').as_posix()}"})
+        store = runner.migrated_store(settings)
+        store.import_records(read_kb(kb_path))
+        encoder = load_configured_encoder(base, spec=model)
+        registry = BuildRegistry(work / "indexes")
+        build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
+                    batch_size=batch_size, progress=True)
+        retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
+        pipeline = build_pipeline(base, encoder, retriever, cache_size=0)
+        pipeline.decider = Decider(None)  # the first stage's candidates and its calibrated score, as before
+        pool, weight = pipeline.served_pool(retriever), pipeline.served_answer_weight(retriever)
+        key = reference_key(pool, weight)
+        ref = Reference.from_json(retriever.manifest["decision"]["references"][key])
+        rng = np.random.default_rng(seed)
+        queries: list = []
+        for split, path in splits:
+            rows = read_queries(path)
+            if len(rows) > max_queries:
+                rows = [rows[i] for i in sorted(rng.choice(len(rows), max_queries, replace=False).tolist())]
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start:start + batch_size]
+                results = pipeline.match_many([MatchQuery(q.query, WINDOW, 0.5) for q in batch], retriever=retriever)
+                for q, r in zip(batch, results):
+                    cands = pipeline.decider.candidates(retriever, r.matches)
+                    queries.append((q.query, cands, q.faq_id, split, r.matches[0].score if r.matches else 0.0))
+            print(f"{name}: {split} {len(rows)} queries", file=sys.stderr)
+        # the replayed held-out phrasings and background questions of the served (pool, weight)
+        snap = store.snapshot()
+        n = retriever.n_build_variants
+        vectors = np.asarray(retriever._ann.item_vectors(list(range(n))), dtype=np.float32)
+        view = KbView.build(vectors, retriever._faq_ids, retriever._questions, retriever.answer_vectors,
+                            {f: a for f, (a, _) in snap.faqs.items()})
+        background = read_background()
+        played = replay(view, background, encoder.encode(background, batch_size=batch_size), pools=(pool,),
+                        weights=(weight,))
+        return KbData(name, model, pool, weight, ref, queries, played.queries[key])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cache_path(cache: Path, name: str, model: str) -> Path:
+    return cache / f"{name}.{model}.pkl"
+
+
+class _Unpickler(pickle.Unpickler):
+    """Caches written by `python -m evaluation.decision` name this module `__main__`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return globals()[name] if module == "__main__" and name == "KbData" else super().find_class(module, name)
+
+
+def load_kbs(cache: Path, names: Sequence[str], model: str) -> list[KbData]:
+    out = []
+    for name in names:
+        p = cache_path(cache, name, model)
+        if p.is_file():
+            out.append(_Unpickler(p.open("rb")).load())
+        else:
+            print(f"skipped {name}: {p} not collected", file=sys.stderr)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# training data and the model's decisions on a KB
+# ---------------------------------------------------------------------------------------------
+def design(kbs: Sequence[KbData], splits: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate rows of every query: X, y (the candidate is the query's FAQ), weight (each KB counts the same)."""
+    Xs, ys, ws = [], [], []
+    for kb in kbs:
+        rows = [q for q in kb.queries if splits is None or q[3] in splits]
+        for text, cands, gold, _, _ in rows:
+            head = cands[:WINDOW]
+            if not head:
+                continue
+            Xs.append(features(text, head, kb.reference))
+            ys.append(np.array([c.faq_id == gold for c in head], dtype=np.float64))
+            ws.append(np.full(len(head), 1.0 / max(len(rows), 1)))
+    return np.vstack(Xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def top_of(model: DecisionModel | None, text: str, cands: list[Candidate], ref: Reference) -> tuple[list[str], np.ndarray]:
+    """(faq_ids best first, their probabilities) after the model (None: first-stage order, no probabilities)."""
+    head = cands[:WINDOW]
+    if model is None or not head:
+        return [c.faq_id for c in head], np.zeros(len(head))
+    p = model.prob(features(text, head, ref))
+    order = np.argsort(-p, kind="stable") if model.rerank else np.arange(len(head))
+    return [head[i].faq_id for i in order], p[order]
+
+
+def ece(p: np.ndarray, right: np.ndarray, bins: int = 10) -> tuple[float, list[dict]]:
+    edges = np.linspace(0, 1, bins + 1)
+    total, rows = 0.0, []
+    for i in range(bins):
+        m = (p >= edges[i]) & ((p < edges[i + 1]) if i < bins - 1 else (p <= 1))
+        if m.any():
+            total += m.sum() / len(p) * abs(p[m].mean() - right[m].mean())
+            rows.append({"bin": f"{edges[i]:.1f}-{edges[i+1]:.1f}", "n": int(m.sum()), "mean_p": float(p[m].mean()),
+                         "accuracy": float(right[m].mean())})
+    return float(total), rows
+
+
+def answer_scores(p: np.ndarray, right: np.ndarray, in_scope: np.ndarray, t: float) -> dict:
+    answered = p >= t
+    correct = int((answered & right).sum())
+    precision = correct / answered.sum() if answered.any() else 0.0
+    recall = correct / max(int(in_scope.sum()), 1)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"threshold": float(t), "precision": float(precision), "recall": float(recall), "f1": float(f1),
+            "answered": int(answered.sum())}
+
+
+def best_threshold(p: np.ndarray, right: np.ndarray, in_scope: np.ndarray) -> dict:
+    grid = sorted(set(np.round(p, 4).tolist()) | {0.0})
+    return max((answer_scores(p, right, in_scope, t) for t in grid), key=lambda r: (r["f1"], -r["threshold"]))
+
+
+def evaluate_kb(model: DecisionModel | None, kb: KbData, split: str | None, threshold: float | None,
+                target_precision: float | None, oos_share: float, clarify_min: float) -> dict:
+    """The model's decisions on a KB's labelled queries (`split`, None: all)."""
+    rows = [q for q in kb.queries if split is None or q[3] == split]
+    golds = [g for _, _, g, _, _ in rows]
+    in_scope = np.array([g is not None for g in golds])
+    first = np.array([bool(c) and c[0].faq_id == g for _, c, g, _, _ in rows])
+    platt = np.array([s for *_, s in rows])
+    tops, ps, options = [], [], []
+    for text, cands, gold, _, _ in rows:
+        ids, p = top_of(model, text, cands, kb.reference)
+        tops.append(ids[0] if ids else None)
+        ps.append(float(p[0]) if len(p) else 0.0)
+        options.append([(i, float(x)) for i, x in zip(ids[:3], p[:3]) if x >= clarify_min])
+    p = np.array(ps)
+    right = np.array([t is not None and t == g for t, g in zip(tops, golds)])
+    # the build's stored table with this model, from its replayed held-out phrasings and background
+    rp = np.array([top_of(model, t, c, kb.reference)[1][:1].max(initial=0.0) for t, c, _ in kb.replay])
+    held = np.array([own is not None for _, _, own in kb.replay])
+    table = precision_table(rp[held], rp[~held], oos_share)
+    if threshold is None:
+        threshold = threshold_for_precision(table, target_precision) if target_precision else DEFAULT_THRESHOLD
+        threshold = 1.0 if threshold is None else threshold
+    at = answer_scores(p, right, in_scope, threshold)
+    stored = next((r["expected_precision"] for r in reversed(table) if r["threshold"] <= threshold + 1e-9), None)
+    clar = [(o, g) for (o, g, x) in zip(options, golds, p) if x < threshold and len(o) >= 2
+            and sum(v for _, v in o) >= threshold]
+    n_in = int(in_scope.sum())
+    clar_in = sum(g is not None for _, g in clar)
+    ece_v, bins = ece(p, right.astype(float))
+    ece_platt, _ = ece(platt, first.astype(float))
+    return {
+        "kb": kb.name, "split": split or "all", "n": len(rows), "n_in_scope": n_in, "n_out_of_scope": len(rows) - n_in,
+        "top1_first_stage": float(first[in_scope].mean()) if n_in else None,
+        "top1": float(right[in_scope].mean()) if n_in else None,
+        "ece": ece_v, "ece_first_stage_calibration": ece_platt, "reliability": bins,
+        "at_default": at, "best": best_threshold(p, right, in_scope),
+        "first_stage_at_0.5": answer_scores(platt, first, in_scope, 0.5),
+        "first_stage_best": best_threshold(platt, first, in_scope),
+        "stored_expected_precision": stored,
+        "clarify": {"n": len(clar), "share_of_in_scope": clar_in / max(n_in, 1),
+                    "right_among_options": (sum(any(i == g for i, _ in o) for o, g in clar if g is not None)
+                                            / max(clar_in, 1)) if clar else None,
+                    "out_of_scope": len(clar) - clar_in},
+        "table": table, "_p": p.tolist(), "_right": right.tolist(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------------------------
+def cmd_collect(args: argparse.Namespace) -> int:
+    cache = Path(args.out)
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in args.kbs.split(","):
+        out = cache_path(cache, name, args.model)
+        if out.is_file() and not args.force:
+            print(f"{name}: already collected ({out})", file=sys.stderr)
+            continue
+        t = time.perf_counter()
+        kb = collect_kb(name, Path(args.data), args.model, max_queries=args.max_queries)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(kb))
+        tmp.replace(out)  # an interrupted run leaves no half file: re-running resumes
+        print(f"{name}: {len(kb.queries)} queries, {len(kb.replay)} replayed in {time.perf_counter() - t:.0f}s -> {out}",
+              file=sys.stderr)
+    return 0
+
+
+def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, recalibrate: bool = True) -> DecisionModel:
+    """Fit on `kbs`; with `recalibrate`, then fit the top answer's logit on predictions cross-fitted leave
+    one KB out within `kbs` (each KB counts the same), so the shipped confidence is the unseen-KB one."""
+    X, y, w = design(kbs)
+    model = fit(X, y, l2=L2, sample_weight=w, rerank=rerank, meta=meta)
+    if recalibrate and len(kbs) >= 3:
+        from scipy.optimize import minimize
+
+        zs, rights, weights = [], [], []
+        for kb in kbs:
+            Xi, yi, wi = design([k for k in kbs if k.name != kb.name])
+            inner = fit(Xi, yi, l2=L2, sample_weight=wi, rerank=rerank)
+            for text, cands, gold, _, _ in kb.queries:
+                ids, p = top_of(inner, text, cands, kb.reference)
+                if len(p):
+                    q = min(max(float(p[0]), 1e-9), 1 - 1e-9)
+                    zs.append(np.log(q / (1 - q)))
+                    rights.append(float(ids[0] == gold))
+                    weights.append(1.0 / len(kb.queries))
+        z, r, wt = np.array(zs), np.array(rights), np.array(weights)
+
+        def loss(v: np.ndarray) -> float:
+            t = v[0] * z + v[1]
+            return float(np.sum(wt * (r * np.logaddexp(0, -t) + (1 - r) * np.logaddexp(0, t))))
+
+        a, b = minimize(loss, np.array([1.0, 0.0]), method="Nelder-Mead").x
+        model.recalibration = (float(a), float(b))
+        model.meta["recalibration"] = "logit of the top answer, fitted on leave-one-KB-out predictions"
+    return model
+
+
+def loko(kbs: Sequence[KbData], args: argparse.Namespace) -> list[dict]:
+    out = []
+    for kb in kbs:
+        rest = [k for k in kbs if k.name != kb.name]
+        split = "test" if any(q[3] == "test" for q in kb.queries) else None
+        reports = {}
+        for rerank in (False, True):
+            model = train_model(rest, rerank)
+            reports[rerank] = evaluate_kb(model, kb, split, args.threshold, args.target_precision, args.oos_share,
+                                          args.clarify_min)
+        r = reports[args.rerank]
+        r["top1_without_rerank"], r["top1_with_rerank"] = reports[False]["top1"], reports[True]["top1"]
+        out.append(r)
+    return out
+
+
+def write_reports(rows: list[dict], out: Path, title: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    (out / "decision_loko.json").write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
+    lines = [f"# {title}", "", "| KB | n (oos) | ECE (first-stage curve) | F1 default / best | precision default | "
+             "stored exp. precision | answered | clarify share / right | top-1 first stage / model (rerank) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["clarify"]
+        lines.append(
+            f"| {r['kb']} | {r['n']} ({r['n_out_of_scope']}) | {r['ece']:.3f} ({r['ece_first_stage_calibration']:.3f}) | "
+            f"{r['at_default']['f1']:.3f} / {r['best']['f1']:.3f} | {r['at_default']['precision']:.3f} | "
+            f"{r['stored_expected_precision'] if r['stored_expected_precision'] is not None else '-'} | "
+            f"{r['at_default']['answered']} | {c['share_of_in_scope']:.3f} / "
+            f"{'-' if c['right_among_options'] is None else format(c['right_among_options'], '.2f')} | "
+            f"{r['top1_first_stage']:.3f} / {r['top1_without_rerank']:.3f} ({r['top1_with_rerank']:.3f}) |")
+    (out / "decision_loko.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for r in rows:
+        fig, ax = plt.subplots(figsize=(4, 4))
+        xs = [b["mean_p"] for b in r["reliability"]]
+        ys = [b["accuracy"] for b in r["reliability"]]
+        ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
+        ax.plot(xs, ys, marker="o")
+        for x, y_, b in zip(xs, ys, r["reliability"]):
+            ax.annotate(str(b["n"]), (x, y_), fontsize=7, xytext=(3, -8), textcoords="offset points")
+        ax.set_xlabel("score of the top answer")
+        ax.set_ylabel("share right")
+        ax.set_title(f"{r['kb']} ({r['split']}): ECE {r['ece']:.3f}")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        fig.tight_layout()
+        fig.savefig(out / f"reliability_{r['kb']}.png", dpi=90)
+        plt.close(fig)
+
+
+def cmd_loko(args: argparse.Namespace) -> int:
+    kbs = load_kbs(Path(args.cache), args.kbs.split(","), args.model)
+    rows = loko(kbs, args)
+    write_reports(rows, Path(args.out), f"Decision model, leave-one-KB-out ({args.model})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    kbs = load_kbs(Path(args.cache), args.kbs.split(","), args.model)
+    model = train_model(kbs, args.rerank, meta={"trained_on": [k.name for k in kbs], "encoder": args.model,
+                                               "clarify_min": args.clarify_min, "l2": L2,
+                                               "command": "python -m evaluation.decision " + " ".join(sys.argv[1:])})
+    model.save(args.out)
+    print(json.dumps(dict(zip(FEATURES, model.coef.round(3).tolist())), indent=1))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evaluation.decision", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="KBs through the product path -> cached candidates")
+    c.add_argument("--data", default="var/data", help="folder with clinc150/ and banking77/ from `faq data prepare`")
+    c.add_argument("--kbs", default=",".join(ALL_KBS))
+    c.add_argument("--model", default="mpnet")
+    c.add_argument("--out", default="var/decision")
+    c.add_argument("--max-queries", type=int, default=3000, help="per split, sampled (seeded)")
+    c.add_argument("--force", action="store_true", help="collect KBs already in the cache again")
+    c.set_defaults(func=cmd_collect)
+    for name, func in (("loko", cmd_loko), ("train", cmd_train)):
+        p = sub.add_parser(name)
+        p.add_argument("--cache", default="var/decision")
+        p.add_argument("--kbs", default=",".join(ALL_KBS))
+        p.add_argument("--model", default="mpnet")
+        p.add_argument("--rerank", action="store_true", help="order candidates by the model")
+        p.add_argument("--clarify-min", type=float, default=0.15)
+        p.set_defaults(func=func)
+    lk = sub.choices["loko"]
+    lk.add_argument("--out", default="bench/results/decision")
+    lk.add_argument("--threshold", type=float, default=None, help="default: --target-precision, else 0.5")
+    lk.add_argument("--target-precision", type=float, default=None)
+    lk.add_argument("--oos-share", type=float, default=0.2)
+    sub.choices["train"].add_argument("--out", default=str(ROOT / "index" / "decision_model.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

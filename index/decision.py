@@ -1,0 +1,500 @@
+"""The decision model: P(this FAQ is the right answer), learned across KBs, and what a build stores for it.
+
+A cosine means different things on different KBs and encoders: 0.6 is a sure match on a thin realistic
+FAQ and an out-of-scope question on a paraphrase-rich intent KB. A Platt curve fitted on the KB's own
+phrasings cannot see that, because phrasings are not how users write. This module scores each candidate
+FAQ from signals the first stage already has, put on the KB's own scale:
+
+- `score`, `phrasing`, `answer`: the mixed first-stage score and its two parts;
+- `gap`: the lead over the best other candidate (negative for the others);
+- `bg_norm`, `bg_tail`: where the score falls between what unrelated questions (the background set,
+  `index/background/`) and held-out phrasings of the KB itself reach against this build;
+- `lexical`: the share of the query's content words found in the FAQ's phrasings and answer;
+- `log_phrasings`, `log_query_len`, `is_top`.
+
+A logistic regression over these (a few hundred bytes, `model.json`) is trained on the labelled queries
+of several KBs (`python -m evaluation.decision train`), so a new KB needs no labels. Per build,
+`simulate` replays held-out phrasings and the background set through the same features; the model's
+probabilities over them give the threshold -> expected precision / answer rate table (`precision_table`)
+for any assumed share of out-of-scope traffic.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from index.answers import WEIGHT_GRID
+from kb.mining import content_words
+
+HERE = Path(__file__).resolve().parent
+MODEL_FILE = HERE / "decision_model.json"
+BACKGROUND_FILE = HERE / "background" / "questions.txt"
+
+FEATURES: tuple[str, ...] = ("score", "phrasing", "answer", "gap", "bg_norm", "bg_tail", "lexical",
+                             "log_phrasings", "log_query_len", "is_top")
+#: candidates per query the model scores (the rest keep their order below them)
+WINDOW = 5
+#: quantiles of the background's and the held-out phrasings' top scores stored per build
+N_QUANTILES = 101
+#: held-out phrasings replayed per build (a sample on large KBs)
+HELDOUT_SAMPLE = 1000
+#: pool sizes a build stores references for (1 = best phrasing, served with answers; 2 = served without)
+POOLS = (1, 2)
+#: answer weights whose expected-precision table a build replays (references are stored for every weight of
+#: the grid; a served weight uses the nearest replayed table)
+REPLAY_WEIGHTS = (0.0, 0.3, 0.6, 0.9)
+#: thresholds of the expected-precision table
+THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20)) + (0.97, 0.99)
+#: the out-of-scope share of traffic the table assumes unless told otherwise
+DEFAULT_OOS_SHARE = 0.2
+
+
+# ---------------------------------------------------------------------------------------------
+# what a build knows of its own score scale
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reference:
+    """Quantiles (0..100 %) of the top score of background questions and of held-out phrasings whose
+    top FAQ is their own, for one (pool, answer weight)."""
+
+    background: np.ndarray  # (N_QUANTILES,)
+    heldout: np.ndarray  # (N_QUANTILES,)
+    n_background: int
+    n_heldout: int
+
+    @property
+    def span(self) -> float:
+        return max(float(self.heldout[50] - self.background[50]), 0.02)
+
+    def norm(self, s: np.ndarray) -> np.ndarray:
+        """0 at the background's median top score, 1 at the held-out phrasings'."""
+        return (s - self.background[50]) / self.span
+
+    def tail(self, s: np.ndarray) -> np.ndarray:
+        """-log10 of the share of background questions whose top score reaches `s` (smoothed)."""
+        q = np.linspace(0.0, 1.0, N_QUANTILES)
+        below = np.interp(s, self.background, q, left=0.0, right=1.0)
+        share = np.clip(1.0 - below, 0.5 / (self.n_background + 1), 1.0)
+        return -np.log10(share)
+
+    def to_json(self) -> dict:
+        return {"background": [round(float(x), 5) for x in self.background],
+                "heldout": [round(float(x), 5) for x in self.heldout],
+                "n_background": self.n_background, "n_heldout": self.n_heldout}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Reference":
+        return cls(np.asarray(d["background"], dtype=np.float64), np.asarray(d["heldout"], dtype=np.float64),
+                   int(d["n_background"]), int(d["n_heldout"]))
+
+
+def reference_key(pool: int, weight: float) -> str:
+    return f"{int(pool)}/{weight:.2f}"
+
+
+def reference_for(manifest: Mapping[str, Any] | None, pool: int, weight: float) -> Reference | None:
+    """The build's reference for a served (pool, answer weight), None for builds without one."""
+    block = ((manifest or {}).get("decision") or {}).get("references") or {}
+    found = block.get(reference_key(pool, weight))
+    return Reference.from_json(found) if isinstance(found, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# features
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """What the first stage knows of one candidate FAQ."""
+
+    faq_id: str
+    score: float  # mixed first-stage score
+    phrasing: float  # pooled phrasing cosine
+    answer: float | None  # answer cosine, None when the build has no answer for it
+    n_phrasings: int
+    words: frozenset[str]  # content words of its phrasings and answer
+
+
+@lru_cache(maxsize=65536)
+def words_of(text: str) -> frozenset[str]:
+    """Content words with a light stem (plural -s, -ing, -ed), the unit the lexical overlap counts."""
+    return frozenset(_stem(w) for w in content_words(text))
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def features(query: str, candidates: Sequence[Candidate], ref: Reference) -> np.ndarray:
+    """(len(candidates), len(FEATURES)) float64, candidates in first-stage order."""
+    n = len(candidates)
+    X = np.zeros((n, len(FEATURES)), dtype=np.float64)
+    if n == 0:
+        return X
+    qwords = words_of(query)
+    s = np.array([c.score for c in candidates], dtype=np.float64)
+    top2 = np.sort(s)[::-1][:2]
+    other = np.where(s == top2[0], top2[1] if n > 1 else ref.background[50], top2[0])
+    if n > 1 and np.sum(s == top2[0]) > 1:  # a tie at the top: no lead for either
+        other = np.where(s == top2[0], top2[0], other)
+    X[:, 0] = s
+    X[:, 1] = [c.phrasing for c in candidates]
+    X[:, 2] = [c.phrasing if c.answer is None else c.answer for c in candidates]
+    X[:, 3] = s - other
+    X[:, 4] = ref.norm(s)
+    X[:, 5] = ref.tail(s)
+    X[:, 6] = [len(qwords & c.words) / len(qwords) if qwords else 0.0 for c in candidates]
+    X[:, 7] = [math.log1p(c.n_phrasings) for c in candidates]
+    X[:, 8] = math.log1p(len(query.split()))
+    X[:, 9] = (np.arange(n) == int(np.argmax(s))).astype(np.float64)
+    return X
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DecisionModel:
+    """Standardised logistic regression over `features`; `rerank`: order candidates by it (measured)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    names: tuple[str, ...] = FEATURES
+    rerank: bool = False
+    meta: dict = field(default_factory=dict)
+    #: (a, b): logit p -> a * logit p + b, fitted on the model's predictions for KBs it was not trained
+    #: on, so that its confidence on a new KB is what it was on unseen KBs, not on its training KBs
+    recalibration: tuple[float, float] = (1.0, 0.0)
+
+    def prob(self, X: np.ndarray) -> np.ndarray:
+        z = ((X - self.mean) / self.scale) @ self.coef + self.intercept
+        a, b = self.recalibration
+        return 1.0 / (1.0 + np.exp(-np.clip(a * z + b, -30.0, 30.0)))
+
+    def to_json(self) -> dict:
+        return {"features": list(self.names), "mean": self.mean.round(6).tolist(),
+                "scale": self.scale.round(6).tolist(), "coef": self.coef.round(6).tolist(),
+                "intercept": round(float(self.intercept), 6), "rerank": self.rerank,
+                "recalibration": [round(float(x), 6) for x in self.recalibration], "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DecisionModel":
+        names = tuple(d["features"])
+        if names != FEATURES:
+            raise ValueError(f"decision model features {names} are not this version's {FEATURES}")
+        return cls(np.asarray(d["mean"], dtype=np.float64), np.asarray(d["scale"], dtype=np.float64),
+                   np.asarray(d["coef"], dtype=np.float64), float(d["intercept"]), names,
+                   bool(d.get("rerank", False)), dict(d.get("meta") or {}),
+                   tuple(float(x) for x in d.get("recalibration", (1.0, 0.0))))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+
+
+def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray | None = None,
+        rerank: bool = False, meta: dict | None = None) -> DecisionModel:
+    """L2-regularised logistic regression (standardised features, intercept free), by L-BFGS."""
+    from scipy.optimize import minimize
+
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    w = w * (len(y) / w.sum())
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    Z = (X - mean) / scale
+
+    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
+        z = Z @ v[:-1] + v[-1]
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+        ll = -np.sum(w * (y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) + 0.5 * l2 * v[:-1] @ v[:-1]
+        g = w * (p - y)
+        return ll, np.append(Z.T @ g + l2 * v[:-1], g.sum())
+
+    v = minimize(loss, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B").x
+    return DecisionModel(mean, scale, v[:-1], float(v[-1]), FEATURES, rerank, dict(meta or {}))
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> DecisionModel:
+    return DecisionModel.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def load_model(path: str | Path | None = None) -> DecisionModel | None:
+    """The shipped cross-KB model (or the one at `path`); None when the file is absent."""
+    p = Path(path) if path else MODEL_FILE
+    return _load(str(p)) if p.is_file() else None
+
+
+def decide(model: DecisionModel, query: str, candidates: Sequence[Candidate], ref: Reference) -> np.ndarray:
+    """P(right answer) for each of the first `WINDOW` candidates (float64)."""
+    head = list(candidates[:WINDOW])
+    return model.prob(features(query, head, ref)) if head else np.zeros(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# per build: references, replayed queries and the expected-precision table
+# ---------------------------------------------------------------------------------------------
+_BACKGROUND_VECTORS: dict[tuple[str, int], np.ndarray] = {}
+
+
+def background_vectors(encoder: Any, texts: Sequence[str], encode: Any) -> np.ndarray:
+    """The background questions' vectors, encoded once per encoder and process (`encode(texts)`)."""
+    key = (str(getattr(encoder, "id", id(encoder))), len(texts))
+    if key not in _BACKGROUND_VECTORS:
+        _BACKGROUND_VECTORS[key] = np.asarray(encode(list(texts)), dtype=np.float32)
+    return _BACKGROUND_VECTORS[key]
+
+
+def read_background(path: str | Path | None = None) -> list[str]:
+    p = Path(path) if path else BACKGROUND_FILE
+    return [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class KbView:
+    """A build's KB as exact matrices: phrasing vectors grouped by FAQ, answer vectors, word sets."""
+
+    vectors: np.ndarray  # (n_phrasings, dim) unit
+    faq_of: np.ndarray  # (n_phrasings,) int FAQ index
+    faq_ids: list[str]
+    answers: np.ndarray | None  # (n_faqs, dim) unit, rows with no answer are zero
+    has_answer: np.ndarray  # (n_faqs,) bool
+    questions: list[str]
+    answer_texts: list[str | None]
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, variant_faq_ids: Sequence[str], questions: Sequence[str],
+              answer_vectors: Any = None, answers: Mapping[str, str] | None = None) -> "KbView":
+        faq_ids = list(dict.fromkeys(variant_faq_ids))
+        row = {f: i for i, f in enumerate(faq_ids)}
+        faq_of = np.array([row[f] for f in variant_faq_ids], dtype=np.int64)
+        ans = None
+        has = np.zeros(len(faq_ids), dtype=bool)
+        if answer_vectors is not None and len(answer_vectors):
+            ans = np.zeros((len(faq_ids), vectors.shape[1]), dtype=np.float32)
+            for f, i in answer_vectors.row_of.items():
+                if f in row:
+                    ans[row[f]] = answer_vectors.vectors[i]
+                    has[row[f]] = True
+        texts = [(answers or {}).get(f) if has[i] else None for i, f in enumerate(faq_ids)]
+        return cls(np.asarray(vectors, dtype=np.float32), faq_of, faq_ids, ans, has, list(questions), texts)
+
+
+def _first_stage(view: KbView, qvecs: np.ndarray, exclude: np.ndarray | None, pool: int,
+                 weights: Sequence[float]) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Exact first stage for query vectors: per weight, (mixed, phrasing, answer) scores (q, n_faqs);
+    -inf where a FAQ has no phrasing left (`exclude[i]` = the phrasing row query i is, or -1)."""
+    cos = qvecs @ view.vectors.T  # (q, n_phrasings)
+    if exclude is not None:
+        rows = np.nonzero(exclude >= 0)[0]
+        cos[rows, exclude[rows]] = -np.inf
+    n_faqs = len(view.faq_ids)
+    order = np.argsort(view.faq_of, kind="stable")
+    bounds = np.searchsorted(view.faq_of[order], np.arange(n_faqs + 1))
+    phr = np.full((len(qvecs), n_faqs), -np.inf, dtype=np.float64)
+    for f in range(n_faqs):
+        block = cos[:, order[bounds[f]:bounds[f + 1]]]
+        if block.shape[1] == 0:
+            continue
+        if pool <= 1 or block.shape[1] == 1:
+            phr[:, f] = block.max(axis=1)
+        else:
+            m = min(pool, block.shape[1])
+            top = -np.sort(-block, axis=1)[:, :m]
+            finite = np.isfinite(top)
+            top = np.where(finite, top, 0.0)
+            phr[:, f] = np.where(finite.any(axis=1), top.sum(axis=1) / np.maximum(finite.sum(axis=1), 1), -np.inf)
+    ans = (qvecs @ view.answers.T).astype(np.float64) if view.answers is not None else None
+    out = {}
+    for w in weights:
+        if ans is None or w <= 0:
+            out[w] = (phr, phr, ans)
+        else:
+            mixed = np.where(view.has_answer[None, :], (1 - w) * phr + w * ans, phr)
+            out[w] = (mixed, phr, ans)
+    return out
+
+
+def _quantiles(x: np.ndarray) -> np.ndarray:
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return np.zeros(N_QUANTILES)
+    return np.quantile(x, np.linspace(0.0, 1.0, N_QUANTILES))
+
+
+@dataclass
+class Replay:
+    """Per (pool, weight): the reference and the candidate lists of replayed held-out phrasings and
+    background questions (query text, candidates, own FAQ or None)."""
+
+    references: dict[str, Reference]
+    queries: dict[str, list[tuple[str, list[Candidate], str | None]]]
+
+
+def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Sequence[int] = POOLS,
+           weights: Sequence[float] | None = None, sample: int = HELDOUT_SAMPLE, seed: int = 0,
+           queries_for: Sequence[float] | None = None) -> Replay:
+    """Held-out phrasings (each against the KB without itself) and background questions through an
+    exact first stage: references for every (pool, weight) a build may be served with, and the replayed
+    queries' candidates for the weights of `queries_for` (None: all)."""
+    if weights is None:
+        weights = WEIGHT_GRID if view.answers is not None else (0.0,)
+    n = len(view.faq_of)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
+    counts = np.bincount(view.faq_of, minlength=len(view.faq_ids))
+    faq_words: list[frozenset[str]] = []
+    per_faq_q: list[list[str]] = [[] for _ in view.faq_ids]
+    for q, f in zip(view.questions, view.faq_of.tolist()):
+        per_faq_q[f].append(q)
+    for f in range(len(view.faq_ids)):
+        ws = [words_of(q) for q in per_faq_q[f]] + ([words_of(view.answer_texts[f])] if view.answer_texts[f] else [])
+        faq_words.append(frozenset().union(*ws) if ws else frozenset())
+    refs: dict[str, Reference] = {}
+    queries: dict[str, list] = {}
+    for pool in pools:
+        held = _first_stage(view, view.vectors[rows], rows, pool, weights)
+        bg = _first_stage(view, np.asarray(bg_vecs, dtype=np.float32), None, pool, weights)
+        for w in weights:
+            key = reference_key(pool, w)
+            mixed_h, phr_h, ans_h = held[w]
+            mixed_b, phr_b, ans_b = bg[w]
+            own = view.faq_of[rows]
+            top_h = mixed_h.argmax(axis=1) if len(rows) else np.zeros(0, dtype=np.int64)
+            right = top_h == own
+            best_h = mixed_h.max(axis=1) if len(rows) else np.zeros(0)
+            best_b = mixed_b.max(axis=1) if len(bg_vecs) else np.zeros(0)
+            refs[key] = Reference(_quantiles(best_b), _quantiles(best_h[right] if right.any() else best_h),
+                                  int(len(best_b)), int(right.sum()))
+            if queries_for is not None and not any(abs(w - x) < 1e-9 for x in queries_for):
+                continue
+            out = []
+            for texts, mixed, phr, ans, owners, excl in (
+                    ([view.questions[r] for r in rows], mixed_h, phr_h, ans_h, own, rows),
+                    (list(bg_texts), mixed_b, phr_b, ans_b, None, None)):
+                for i, text in enumerate(texts):
+                    k = min(WINDOW, int(np.isfinite(mixed[i]).sum()))
+                    top = np.argpartition(-mixed[i], k - 1)[:k] if k else np.zeros(0, dtype=np.int64)
+                    top = top[np.argsort(-mixed[i][top], kind="stable")]
+                    cands = []
+                    for f in top.tolist():
+                        mine = owners is not None and f == int(owners[i])
+                        words = faq_words[f]
+                        if mine:  # its own text is not part of the KB it is matched against
+                            rest = [words_of(q) for j, q in zip(np.nonzero(view.faq_of == f)[0].tolist(),
+                                    per_faq_q[f]) if j != int(excl[i])]
+                            if view.answer_texts[f]:
+                                rest.append(words_of(view.answer_texts[f]))
+                            words = frozenset().union(*rest) if rest else frozenset()
+                        a = float(ans[i, f]) if ans is not None and view.has_answer[f] else None
+                        cands.append(Candidate(view.faq_ids[f], float(mixed[i, f]), float(phr[i, f]), a,
+                                               int(counts[f] - mine), words))
+                    out.append((text, cands, view.faq_ids[int(owners[i])] if owners is not None else None))
+            queries[key] = out
+    return Replay(refs, queries)
+
+
+def top_probabilities(model: DecisionModel, replayed: Sequence[tuple[str, list[Candidate], str | None]],
+                      ref: Reference) -> np.ndarray:
+    """The model's probability of the top candidate for each replayed query (after its re-ranking)."""
+    out = np.zeros(len(replayed))
+    for i, (text, cands, _) in enumerate(replayed):
+        p = decide(model, text, cands, ref)
+        out[i] = float(p.max()) if len(p) else 0.0
+    return out
+
+
+def precision_table(p_in: np.ndarray, p_out: np.ndarray, oos_share: float = DEFAULT_OOS_SHARE,
+                    thresholds: Sequence[float] = THRESHOLDS) -> list[dict]:
+    """Threshold -> expected precision and answer rate, traffic assumed to be `oos_share` out of scope:
+    the model's probabilities are its own estimate of being right, so the expected precision of the
+    answers above t is their mean probability, weighted by the traffic mix."""
+    if not 0.0 <= oos_share < 1.0:
+        raise ValueError(f"oos_share must be in [0, 1), got {oos_share}")
+    rows = []
+    for t in thresholds:
+        a_in = p_in >= t
+        a_out = p_out >= t
+        w_in = (1 - oos_share) / max(len(p_in), 1)
+        w_out = oos_share / max(len(p_out), 1)
+        rate = w_in * a_in.sum() + w_out * a_out.sum()
+        right = w_in * p_in[a_in].sum() + w_out * p_out[a_out].sum()
+        rows.append({"threshold": float(t), "expected_precision": round(float(right / rate), 4) if rate > 0 else None,
+                     "answer_rate": round(float(rate), 4)})
+    return rows
+
+
+def threshold_for_precision(table: Sequence[Mapping[str, Any]], target: float) -> float | None:
+    """The lowest threshold whose expected precision reaches `target` (None: none does)."""
+    for row in table:
+        ep = row.get("expected_precision")
+        if ep is not None and ep >= target:
+            return float(row["threshold"])
+    return None
+
+
+def expected_precision_at(table: Sequence[Mapping[str, Any]], threshold: float) -> float | None:
+    """The table's expected precision at the highest tabulated threshold not above `threshold`."""
+    best = None
+    for row in table:
+        if row["threshold"] <= threshold + 1e-9 and row.get("expected_precision") is not None:
+            best = row["expected_precision"]
+    return best
+
+
+def build_block(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, model: DecisionModel | None,
+                pools: Sequence[int] = POOLS) -> dict:
+    """The `decision` block of a build's manifest: the references of every (pool, answer weight) it may be
+    served with and, with a model, the quantiles of its top probabilities over the replayed held-out
+    phrasings and background questions (the expected-precision table is made from them for any assumed
+    out-of-scope share)."""
+    played = replay(view, bg_texts, bg_vecs, pools=pools, queries_for=REPLAY_WEIGHTS)
+    block: dict[str, Any] = {
+        "background": {"n": len(bg_texts)},
+        "references": {k: r.to_json() for k, r in played.references.items()},
+    }
+    if model is not None:
+        block["model"] = dict(model.meta)
+        block["replay"] = {}
+        for key, queries in played.queries.items():
+            ref = played.references[key]
+            p = top_probabilities(model, queries, ref)
+            held = np.array([own is not None for _, _, own in queries], dtype=bool)
+            block["replay"][key] = {"p_heldout": [round(float(x), 4) for x in _quantiles(p[held])],
+                                    "p_background": [round(float(x), 4) for x in _quantiles(p[~held])],
+                                    "n_heldout": int(held.sum()), "n_background": int((~held).sum())}
+    return block
+
+
+def replayed(manifest: Mapping[str, Any] | None, pool: int, weight: float) -> dict | None:
+    """A build's replayed top probabilities for a served (pool, weight): its own, else the nearest
+    replayed weight's of the same pool; None when the build has none."""
+    block = ((manifest or {}).get("decision") or {}).get("replay") or {}
+    found = block.get(reference_key(pool, weight))
+    if isinstance(found, dict):
+        return found
+    near = [k for k in block if k.split("/")[0] == str(int(pool))]
+    if not near:
+        return None
+    return block[min(near, key=lambda k: abs(float(k.split("/")[1]) - weight))]
+
+
+def served_table(manifest: Mapping[str, Any] | None, pool: int, weight: float,
+                 oos_share: float = DEFAULT_OOS_SHARE) -> list[dict] | None:
+    """The expected-precision table of a build for a served (pool, weight), None when it has none."""
+    found = replayed(manifest, pool, weight)
+    if found is None:
+        return None
+    return precision_table(np.asarray(found["p_heldout"], dtype=np.float64),
+                           np.asarray(found["p_background"], dtype=np.float64), oos_share)

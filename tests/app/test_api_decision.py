@@ -1,0 +1,121 @@
+"""Decisions through the served app: the cross-KB model's score, answer / clarify / abstain, the expected
+precision of the build's table, FAQ_TARGET_PRECISION and FAQ_SCORING, on a real MiniLM build."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from app.api.main import create_app
+from app.decision import Decider
+from app.settings import Settings
+from index.candidates import FaqMatch
+from index.decision import load_model
+from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, encoder):  # noqa: F811
+    settings = make_settings(tmp_path_factory.mktemp("decision"))
+    store = make_store(settings)
+    manifest = build(store, encoder, settings)
+    return settings, store, manifest
+
+
+def _client(built, encoder, **overrides):  # noqa: F811
+    settings, store, _ = built
+    return TestClient(create_app(settings.model_copy(update=overrides), store=store, encoder=encoder))
+
+
+def test_the_build_stores_references_and_the_replay(built):
+    _, _, manifest = built
+    block = manifest["decision"]
+    assert block["background"]["n"] >= 500
+    ref = block["references"]["1/0.60"]  # answers are evidence: pool 1, the default answer weight
+    assert ref["n_background"] == block["background"]["n"] and len(ref["heldout"]) == 101
+    assert ref["heldout"][50] > ref["background"][50]
+    assert block["replay"]["1/0.60"]["n_heldout"] > 0 and block["model"]["trained_on"]
+
+
+def test_match_answers_with_the_models_probability_and_decision(built, encoder):  # noqa: F811
+    with _client(built, encoder) as client:
+        body = client.post("/match", json={"query": "I forgot my password, how can I reset it?"}).json()
+        assert body["decision"] == "answer" and body["answer"]["faq_id"] == "reset_password"
+        assert body["threshold"] == 0.5 and 0.5 <= body["expected_precision"] <= 1.0
+        scores = [m["score"] for m in body["matches"]]
+        assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+        assert body["answer"]["score"] == scores[0] >= 0.5 and body["options"] == []
+        assert "decide" in body["timings_ms"]
+
+        off = client.post("/match", json={"query": "who won the football world cup in 1966"}).json()
+        assert off["decision"] in ("abstain", "clarify") and off["answer"] is None
+        assert off["matches"][0]["score"] < 0.5
+        # an old client's view: `answer` null and the matches still there
+        assert off["matches"] and set(off["matches"][0]) == {"faq_id", "question", "answer", "score"}
+
+
+def test_a_request_threshold_still_wins(built, encoder):  # noqa: F811
+    with _client(built, encoder) as client:
+        body = client.post("/match", json={"query": "can I pay by PayPal", "threshold": 1.0}).json()
+        assert body["threshold"] == 1.0 and body["answer"] is None and body["decision"] in ("abstain", "clarify")
+
+
+def test_target_precision_picks_the_threshold_from_the_builds_table(built, encoder):  # noqa: F811
+    with _client(built, encoder, target_precision=0.9, admin_token="t") as client:
+        ready = client.get("/readyz").json()
+        decision = ready["decision"]
+        assert decision["scoring"] == "model" and decision["target_precision"] == 0.9
+        table = decision["table"]
+        reaching = [r["threshold"] for r in table if (r["expected_precision"] or 0) >= 0.9]
+        assert decision["threshold"] == (reaching[0] if reaching else 1.0)
+        body = client.post("/match", json={"query": "how long does shipping take"}).json()
+        assert body["threshold"] == decision["threshold"]
+        assert body["expected_precision"] == decision["expected_precision"]
+        info = client.get("/admin/index", headers={"Authorization": "Bearer t"}).json()
+        assert info["decision"]["table"] == table
+
+
+def test_the_assumed_out_of_scope_share_moves_the_table(built, encoder):  # noqa: F811
+    with _client(built, encoder, oos_share=0.0) as client:
+        none = client.get("/readyz").json()["decision"]["table"]
+    with _client(built, encoder, oos_share=0.6) as client:
+        many = client.get("/readyz").json()["decision"]["table"]
+    assert [r["threshold"] for r in none] == [r["threshold"] for r in many]
+    assert any(a["answer_rate"] != b["answer_rate"] for a, b in zip(none, many))
+
+
+def test_scoring_calibration_keeps_the_builds_cosine_curve(built, encoder):  # noqa: F811
+    with _client(built, encoder, scoring="calibration") as client:
+        body = client.post("/match", json={"query": "I forgot my password, how can I reset it?"}).json()
+        assert body["expected_precision"] is None and body["decision"] == "answer"
+        assert client.get("/readyz").json()["decision"]["scoring"] == "calibration"
+
+
+@pytest.mark.parametrize("field,value", [("target_precision", 0.0), ("target_precision", 1.0),
+                                         ("target_precision", 1.5), ("oos_share", 1.0), ("oos_share", -0.1),
+                                         ("scoring", "magic"), ("default_threshold", 2.0)])
+def test_bad_decision_settings_are_refused_naming_the_setting(tmp_path, field, value):
+    with pytest.raises(ValidationError, match=field):
+        Settings(data_dir=tmp_path, **{field: value})
+
+
+def _m(faq_id: str, score: float) -> FaqMatch:
+    return FaqMatch(faq_id, faq_id, "a", score, score)
+
+
+def test_clarify_when_two_or_three_plausible_faqs_together_reach_the_threshold():
+    d = Decider(load_model())
+    assert d.decide([_m("a", 0.7), _m("b", 0.2)], 0.5, None).kind == "answer"
+    clarify = d.decide([_m("a", 0.35), _m("b", 0.3), _m("c", 0.05)], 0.5, None)
+    assert clarify.kind == "clarify" and [m.faq_id for m in clarify.options] == ["a", "b"]
+    assert d.decide([_m("a", 0.3), _m("b", 0.1)], 0.5, None).kind == "abstain"  # b is not plausible
+    assert d.decide([_m("a", 0.2), _m("b", 0.2)], 0.5, None).kind == "abstain"  # together not enough
+    assert d.decide([], 0.5, None).kind == "abstain"
+
+
+def test_a_clarify_pick_is_recorded_as_feedback(built, encoder):  # noqa: F811
+    with _client(built, encoder) as client:
+        body = client.post("/match", json={"query": "money", "threshold": 1.0}).json()
+        pick = body["matches"][1]["faq_id"]
+        r = client.post("/feedback", json={"request_id": body["request_id"], "faq_id": pick})
+        assert r.status_code == 200 and r.json()["recorded"]

@@ -1,0 +1,121 @@
+"""`faq serve` with FAQ_RERANKER naming each kind of re-ranking folder: a `faq train reranker` cross-encoder,
+a `faq train mmaicm` matcher, a `faq train analogy` model and a `faq train siamese` matcher. The service
+must start (ServiceState asks the pipeline for its stages: only the cross-encoder stage has a `.reranker`),
+serve `rerank: true` with the folder's stage, and answer 409 when the folder does not load.
+
+Real parts: a temporary SQLite store, MiniLM, one Annoy build (carrying the Siamese matcher's phrasing
+vectors, as `faq index build` with that folder in FAQ_RERANKER does), and tiny seeded folders written by
+each model's own save code (the tiniest configs the model tests use; scores are meaningless, the folder
+formats, loading, calibration and pooling are the real ones)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.api.main import create_app
+from app.pipeline import AnalogyStage, CrossEncoderStage, MmaicmStage, SiameseStage, vector_stages
+from index.artifacts import BuildRegistry
+from index.build import build_index
+from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.reranker_helpers import make_tiny_reranker
+
+QUERIES = ["I can't remember my password", "when will my parcel arrive"]
+
+
+def _mmaicm(path):
+    from models.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+
+    torch.manual_seed(0)
+    config = MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)
+    return MmaicmScorer(MMAICM(config), GloveWords(), Calibration(a=2.0, b=0.5, fusion_weight=0.5)).save(path)
+
+
+def _analogy(path):
+    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, Prototype
+    from models.mmaicm import Calibration, GloveWords
+
+    torch.manual_seed(0)
+    protos = [Prototype("who", "who built the lamp ?", "erin built the lamp long ago"),
+              Prototype("when", "when was the bridge built ?", "the bridge was built in 1901")]
+    scorer = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8, dropout=0.0)), GloveWords(), protos, device="cpu")
+    scorer.calibration = Calibration(a=3.0, b=-0.5, fusion_weight=0.5)
+    return scorer.save(path)
+
+
+def _siamese(path):
+    from models.mmaicm import Calibration, GloveWords
+    from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
+
+    torch.manual_seed(0)
+    config = SiameseConfig(encoder="conv", filters=8, mlp_hidden=16, mean_pool=True)
+    return SiameseScorer(SiameseMatcher(config), GloveWords(), Calibration(a=1.5, b=-0.2, fusion_weight=0.5)).save(path)
+
+
+KINDS = {  # kind -> (how its folder is made, the stage FAQ_RERANKER must load it as)
+    "cross-encoder": (lambda path: make_tiny_reranker(path, onnx=False), CrossEncoderStage),
+    "mmaicm": (_mmaicm, MmaicmStage),
+    "analogy": (_analogy, AnalogyStage),
+    "siamese": (_siamese, SiameseStage),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stage-kinds")
+    return {kind: make(root / kind) for kind, (make, _) in KINDS.items()}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, encoder, folders):  # noqa: F811
+    """One store and one build for every kind: the build carries the Siamese folder's phrasing vectors
+    (the other kinds ignore them)."""
+    settings = make_settings(tmp_path_factory.mktemp("stage-kinds-data"), rerank_k=6)
+    store = make_store(settings)
+    stages = vector_stages(settings.model_copy(update={"reranker": str(folders["siamese"])}))
+    build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, stage_vectors=stages)
+    return settings, store
+
+
+def _client(served, encoder, reranker: str) -> TestClient:  # noqa: F811
+    settings, store = served
+    return TestClient(create_app(settings.model_copy(update={"reranker": reranker}), store=store, encoder=encoder))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_rerank_true_runs_the_configured_stage(kind, served, encoder, folders):  # noqa: F811
+    with _client(served, encoder, str(folders[kind])) as client:
+        service = client.app.state.service
+        assert service.reranker_problem is None
+        assert [type(s) for s in service.stages] == [KINDS[kind][1]]
+        changed = False
+        for query in QUERIES:
+            r = client.post("/match", json={"query": query, "top_k": 5, "rerank": True})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            plain = client.post("/match", json={"query": query, "top_k": 5}).json()
+            assert body["arm"] == "ann+rerank" and plain["arm"] == "ann"
+            assert body["timings_ms"]["rerank"] > 0 and plain["timings_ms"]["rerank"] == 0
+            scores = [m["score"] for m in body["matches"]]
+            assert len(scores) == 5 and all(0.0 <= s <= 1.0 for s in scores)
+            assert scores == sorted(scores, reverse=True)
+            first = {m["faq_id"]: m["score"] for m in plain["matches"]}
+            changed |= any(abs(m["score"] - first[m["faq_id"]]) > 1e-4
+                           for m in body["matches"] if m["faq_id"] in first)
+        assert changed, "the stage's probabilities must move at least one candidate's score"
+        batch = client.post("/match/batch", json={"queries": [{"query": q, "rerank": True} for q in QUERIES]})
+        assert batch.status_code == 200, batch.text
+        assert all(res["arm"] == "ann+rerank" for res in batch.json()["results"])
+
+
+@pytest.mark.parametrize("kind", ["mmaicm", "siamese"])
+def test_a_broken_folder_of_any_kind_is_a_409_not_a_crash(kind, served, encoder, folders, tmp_path):  # noqa: F811
+    broken = shutil.copytree(folders[kind], tmp_path / "broken")
+    (broken / "model.safetensors").unlink()
+    with _client(served, encoder, str(broken)) as client:
+        assert client.app.state.service.stages == []
+        assert client.post("/match", json={"query": "refund"}).status_code == 200
+        r = client.post("/match", json={"query": "refund", "rerank": True})
+        assert r.status_code == 409 and "could not be loaded" in r.json()["error"]
