@@ -233,11 +233,14 @@ def evaluate_kb(model: DecisionModel | None, kb: KbData, split: str | None, thre
     clar_in = sum(g is not None for _, g in clar)
     ece_v, bins = ece(p, right.astype(float))
     ece_platt, _ = ece(platt, first.astype(float))
+    # what a perfectly calibrated model would show on this many queries: labels drawn from its own p
+    rng = np.random.default_rng(0)
+    floor = float(np.mean([ece(p, (rng.random(len(p)) < p).astype(float))[0] for _ in range(200)]))
     return {
         "kb": kb.name, "split": split or "all", "n": len(rows), "n_in_scope": n_in, "n_out_of_scope": len(rows) - n_in,
         "top1_first_stage": float(first[in_scope].mean()) if n_in else None,
         "top1": float(right[in_scope].mean()) if n_in else None,
-        "ece": ece_v, "ece_first_stage_calibration": ece_platt, "reliability": bins,
+        "ece": ece_v, "ece_first_stage_calibration": ece_platt, "ece_noise_floor": floor, "reliability": bins,
         "at_default": at, "best": best_threshold(p, right, in_scope),
         "first_stage_at_0.5": answer_scores(platt, first, in_scope, 0.5),
         "first_stage_best": best_threshold(platt, first, in_scope),
@@ -271,7 +274,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, recalibrate: bool = True) -> DecisionModel:
+def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, recalibrate: bool = False) -> DecisionModel:
     """Fit on `kbs`; with `recalibrate`, then fit the top answer's logit on predictions cross-fitted leave
     one KB out within `kbs` (each KB counts the same), so the shipped confidence is the unseen-KB one."""
     X, y, w = design(kbs)
@@ -302,14 +305,16 @@ def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, r
     return model
 
 
-def loko(kbs: Sequence[KbData], args: argparse.Namespace) -> list[dict]:
+def loko(kbs: Sequence[KbData], args: argparse.Namespace, train_kbs: Sequence[KbData] | None = None) -> list[dict]:
+    """Each KB of `kbs` scored by a model trained on the others (`train_kbs`, default `kbs`: the same
+    names of other encoders' caches are left out too)."""
     out = []
     for kb in kbs:
-        rest = [k for k in kbs if k.name != kb.name]
-        split = "test" if any(q[3] == "test" for q in kb.queries) else None
+        rest = [k for k in (train_kbs or kbs) if k.name != kb.name]
+        split = None if args.all_queries or not any(q[3] == "test" for q in kb.queries) else "test"
         reports = {}
         for rerank in (False, True):
-            model = train_model(rest, rerank)
+            model = train_model(rest, rerank, recalibrate=args.recalibrate)
             reports[rerank] = evaluate_kb(model, kb, split, args.threshold, args.target_precision, args.oos_share,
                                           args.clarify_min)
         r = reports[args.rerank]
@@ -322,13 +327,14 @@ def write_reports(rows: list[dict], out: Path, title: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     (out / "decision_loko.json").write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
-    lines = [f"# {title}", "", "| KB | n (oos) | ECE (first-stage curve) | F1 default / best | precision default | "
+    lines = [f"# {title}", "", "| KB | n (oos) | ECE (first-stage curve; noise floor) | F1 default / best | precision default | "
              "stored exp. precision | answered | clarify share / right | top-1 first stage / model (rerank) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["clarify"]
         lines.append(
-            f"| {r['kb']} | {r['n']} ({r['n_out_of_scope']}) | {r['ece']:.3f} ({r['ece_first_stage_calibration']:.3f}) | "
+            f"| {r['kb']} | {r['n']} ({r['n_out_of_scope']}) | {r['ece']:.3f} ({r['ece_first_stage_calibration']:.3f}; "
+            f"{r['ece_noise_floor']:.3f}) | "
             f"{r['at_default']['f1']:.3f} / {r['best']['f1']:.3f} | {r['at_default']['precision']:.3f} | "
             f"{r['stored_expected_precision'] if r['stored_expected_precision'] is not None else '-'} | "
             f"{r['at_default']['answered']} | {c['share_of_in_scope']:.3f} / "
@@ -361,14 +367,19 @@ def write_reports(rows: list[dict], out: Path, title: str) -> None:
 
 def cmd_loko(args: argparse.Namespace) -> int:
     kbs = load_kbs(Path(args.cache), args.kbs.split(","), args.model)
-    rows = loko(kbs, args)
-    write_reports(rows, Path(args.out), f"Decision model, leave-one-KB-out ({args.model})")
+    train = [k for m in args.train_models.split(",") for k in load_kbs(Path(args.cache), args.kbs.split(","), m)] \
+        if args.train_models else None
+    rows = loko(kbs, args, train)
+    write_reports(rows, Path(args.out), f"Decision model, leave-one-KB-out ({args.model}; trained on "
+                                        f"{args.train_models or args.model})")
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    kbs = load_kbs(Path(args.cache), args.kbs.split(","), args.model)
-    model = train_model(kbs, args.rerank, meta={"trained_on": [k.name for k in kbs], "encoder": args.model,
+    models = (args.train_models or args.model).split(",")
+    kbs = [k for m in models for k in load_kbs(Path(args.cache), args.kbs.split(","), m)]
+    model = train_model(kbs, args.rerank, recalibrate=args.recalibrate,
+                        meta={"trained_on": sorted({k.name for k in kbs}), "encoders": models,
                                                "clarify_min": args.clarify_min, "l2": L2,
                                                "command": "python -m evaluation.decision " + " ".join(sys.argv[1:])})
     model.save(args.out)
@@ -393,13 +404,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--kbs", default=",".join(ALL_KBS))
         p.add_argument("--model", default="mpnet")
         p.add_argument("--rerank", action="store_true", help="order candidates by the model")
-        p.add_argument("--clarify-min", type=float, default=0.15)
+        p.add_argument("--clarify-min", type=float, default=0.25)
+        p.add_argument("--train-models", default=None, help="encoders whose caches train the model (default --model)")
+        p.add_argument("--recalibrate", action="store_true",
+                       help="refit the top answer's logit on predictions made leave one KB out")
         p.set_defaults(func=func)
     lk = sub.choices["loko"]
     lk.add_argument("--out", default="bench/results/decision")
     lk.add_argument("--threshold", type=float, default=None, help="default: --target-precision, else 0.5")
     lk.add_argument("--target-precision", type=float, default=None)
     lk.add_argument("--oos-share", type=float, default=0.2)
+    lk.add_argument("--all-queries", action="store_true", help="score the left-out KB's dev and test queries")
     sub.choices["train"].add_argument("--out", default=str(ROOT / "index" / "decision_model.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

@@ -37,9 +37,13 @@ _PLACEHOLDER = re.compile(r"^\s*\[[^\]]*\]\s*$")
 
 
 def is_placeholder(answer: str | None) -> bool:
-    """An answer that says nothing about the FAQ: empty, or only a bracketed tag such as
-    "[intent: balance]" (what `faq data prepare` writes for datasets without answers)."""
-    return answer is None or not answer.strip() or bool(_PLACEHOLDER.match(answer))
+    """An answer that says nothing about the FAQ: empty, only a bracketed tag such as "[intent: balance]"
+    (what `faq data prepare` writes for datasets without answers), or a single word: intent KBs exported
+    with their label as the answer ("alarm_query", "card-arrival") would otherwise pull every query toward
+    the labels' wording."""
+    if answer is None or not answer.strip() or _PLACEHOLDER.match(answer):
+        return True
+    return len(answer.split()) == 1
 
 
 @dataclass(frozen=True)

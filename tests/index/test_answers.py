@@ -21,6 +21,9 @@ from kb.records import KbRecord
 def test_placeholders_and_the_kb_level_policy():
     assert is_placeholder("[intent: balance]") and is_placeholder("  ") and is_placeholder(None)
     assert not is_placeholder("Refunds take 14 days [see terms].")
+    # intent KBs exported with the label as the answer: one word says nothing the phrasings do not
+    assert is_placeholder("alarm_query") and is_placeholder("card-arrival") and is_placeholder(" billing.refund ")
+    assert not is_placeholder("Yes, within 14 days.")
     real = {"a": ("Use the reset link.", []), "b": ("Call us.", []), "c": ("[intent: c]", [])}
     policy = answer_policy(real)
     assert policy.used and policy.faq_ids == ["a", "b"] and policy.n_placeholder == 1
