@@ -615,6 +615,7 @@ class Pipeline:
             "expected_precision": decider.decide([], threshold, table).expected_precision,
             "target_precision": decider.target_precision,
             "oos_share": decider.oos_share,
+            "model_labels": (decider.model.meta.get("kb_labels") if decider.model is not None else None),
             "table": table,
         }
 
@@ -801,6 +802,16 @@ def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: floa
     return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime), weight=weight, answer_share=answer_share)
 
 
+def served_model_path(settings: Settings) -> Any:
+    """The decision model file served: FAQ_DECISION_MODEL, else this KB's own (`faq index calibrate`), else
+    None (the shipped cross-KB model)."""
+    if settings.decision_model is not None:
+        if not settings.decision_model.is_file():
+            raise ValueError(f"FAQ_DECISION_MODEL={settings.decision_model}: no such file")
+        return settings.decision_model
+    return settings.kb_decision_model if settings.kb_decision_model.is_file() else None
+
+
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                    lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
                    pool_variants: int | None = None, rerank_k: int | None = None,
@@ -815,7 +826,8 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
         pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
         answer_weight=settings.answer_weight if answer_weight is None else answer_weight,
         cache_size=settings.query_cache_size if cache_size is None else cache_size,
-        decider=Decider(load_model() if settings.scoring == "model" else None, oos_share=settings.oos_share,
+        decider=Decider(load_model(served_model_path(settings)) if settings.scoring == "model" else None,
+                        oos_share=settings.oos_share,
                         target_precision=settings.target_precision, default_threshold=settings.default_threshold),
         scoring=settings.scoring,
     )

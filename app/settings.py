@@ -89,6 +89,13 @@ class Settings(BaseSettings):
     target_precision: float | None = Field(default=None, gt=0.0, lt=1.0)
     # The share of out-of-scope questions the expected-precision table assumes of the traffic.
     oos_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    # The decision model file; unset: the one `faq index calibrate` fitted on this KB's own labels
+    # (<data_dir>/decision_model.json) when there is one, else the cross-KB model shipped in index/.
+    decision_model: Path | None = None
+
+    @property
+    def kb_decision_model(self) -> Path:
+        return self.data_dir / "decision_model.json"
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
     # Builds calibrate N = 1..5 (index/calibration.py), hence the cap. Unset: 1 for builds whose answers
     # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).

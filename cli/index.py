@@ -37,7 +37,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-lexical", action="store_true",
                    help="skip the BM25 indexes of the lexical arms (tantivy, and Elasticsearch at FAQ_ES_URL)")
+    p.add_argument("--dev", default=None, help="labelled user queries (JSONL/CSV: query, faq_id or null) that gate "
+                   "the build, with the /feedback labels of the query log")
+    p.add_argument("--max-drop", type=float, default=0.02,
+                   help="refuse to make the build current when its top-1 on the labels is more than this below "
+                        "the current build's (default 0.02)")
+    p.add_argument("--min-labels", type=int, default=20, help="labels needed before they gate a build (default 20)")
+    p.add_argument("--force", action="store_true", help="make the build current even when the labels say it is worse")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser(
+        "calibrate", help="refit the decision model on this KB's own labels (--dev FILE and /feedback)",
+        description="Scores the labelled queries against the current build, refits the cross-KB decision "
+        "model on them (pulled toward it with the weight of --strength labelled queries, so a few labels move "
+        "it little) and writes <FAQ_DATA_DIR>/decision_model.json, which the service uses from its next start. "
+        "Prints a 5-fold comparison of the two models on the labels. --reset removes it.",
+    )
+    p.add_argument("--dev", default=None, help="labelled queries (JSONL/CSV: query, faq_id or null)")
+    p.add_argument("--since", default=None, help="only feedback logged from this date (YYYY-MM-DD)")
+    p.add_argument("--no-feedback", action="store_true", help="ignore the query log's /feedback labels")
+    p.add_argument("--strength", type=float, default=None,
+                   help="the cross-KB model's weight in labelled queries (default index/decision.py PRIOR_STRENGTH)")
+    p.add_argument("--dry-run", action="store_true", help="measure, write nothing")
+    p.add_argument("--reset", action="store_true", help="remove this KB's model: serve the cross-KB one again")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("list", help="list index versions (current marked)")
     p.set_defaults(func=cmd_list)
@@ -126,7 +149,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         manifest = build_index(
             store, encoder, registry, n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
-            recall_floor=args.recall_floor, activate=not args.no_activate, report=print, encoder_spec=spec,
+            recall_floor=args.recall_floor, activate=False, report=print, encoder_spec=spec,
             lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
             stage_vectors=stages,
         )
@@ -135,12 +158,177 @@ def cmd_build(args: argparse.Namespace) -> int:
     except BuildInterrupted as exc:
         return _error(f"build {exc}: marked failed, staging folder removed, current index unchanged", exc.exit_code)
     t = manifest["timings"]
+    gate = None if args.no_activate else _gate(args, settings, store, registry, encoder, manifest["version"])
+    if gate is not None:
+        return gate
+    if not args.no_activate:
+        registry.activate(manifest["version"], verify=False)  # verified by the build
     print(f"built {manifest['version']}: {manifest['n_variants']} variants of {manifest['n_faqs']} FAQs, "
           f"{manifest['annoy_bytes'] / 1e6:.1f} MB; encode {t['encode_s']:.1f}s "
           f"({t['encode_sentences_per_s']:.0f} sentences/s), annoy {t['annoy_build_s']:.2f}s, "
           f"verify {t['verify_s']:.2f}s, total {t['total_s']:.1f}s"
           + ("" if args.no_activate else "; now current"))
+    print(expected_precision_text(manifest, settings))
+    png = registry.path(manifest["version"]) / "expected_precision.png"
+    if plot_expected_precision(manifest, settings, png):
+        print(f"expected-precision curve: {png}")
     return 0
+
+
+def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedback: bool = True,
+            since=None) -> list[tuple[str, str | None]] | str:
+    """Labelled queries from --dev and the query log's feedback, or the error to print."""
+    from app.decision import feedback_labels
+    from kb.records import KbFormatError, read_queries
+
+    labels: list[tuple[str, str | None]] = []
+    if args.dev:
+        try:
+            rows = read_queries(args.dev)
+        except (OSError, KbFormatError) as exc:
+            return f"--dev {args.dev}: {exc}"
+        unknown = sorted({q.faq_id for q in rows if q.faq_id is not None and q.faq_id not in faq_ids})
+        if unknown:
+            return f"--dev {args.dev}: {len(unknown)} faq_id(s) not in the KB, e.g. {', '.join(unknown[:5])}"
+        labels += [(q.query, q.faq_id) for q in rows]
+    if feedback:
+        labels += [(q, f) for q, f in feedback_labels(store.read_query_log(since)) if f is None or f in faq_ids]
+    return labels
+
+
+def _top1_on(settings, encoder, registry, version: str, labels) -> float:
+    from app.decision import label_scores, labelled_rows
+    from app.pipeline import build_pipeline, served_model_path
+    from index.decision import load_model
+    from index.retriever import Retriever
+
+    # each build as it was built (no delta segment): the KB edits since the current one are what is judged
+    retriever = Retriever.load(registry.path(version))
+    av = retriever.answer_vectors
+    texts = dict(zip(av.faq_ids, av.texts)) if av is not None and av.texts is not None else {}
+    retriever.answers = {f: (texts.get(f, ""), []) for f in set(retriever._faq_ids)}
+    first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
+    rows, ref = labelled_rows(first, retriever, labels)
+    model = load_model(served_model_path(settings))
+    return label_scores(model, rows, ref)["top1"]
+
+
+def _gate(args: argparse.Namespace, settings, store, registry, encoder, version: str) -> int | None:
+    """Refuse to make `version` current when the KB's labels say it matches worse than the current build
+    (by more than --max-drop top-1); None = go ahead."""
+    current = registry.current()
+    if current is None:
+        return None
+    labels = _labels(args, settings, store, set(store.snapshot().faqs))
+    if isinstance(labels, str):
+        return _error(f"{labels} (build {version} kept, not made current)")
+    if sum(f is not None for _, f in labels) < args.min_labels:
+        return None
+    try:
+        before = _top1_on(settings, encoder, registry, current, labels)
+        after = _top1_on(settings, encoder, registry, version, labels)
+    except Exception as exc:  # noqa: BLE001 - e.g. a current build of another encoder: cannot compare
+        print(f"labels could not gate this build ({exc}); making it current")
+        return None
+    print(f"labels ({len(labels)}): top-1 {before:.4f} on the current build {current}, {after:.4f} on {version}")
+    if after < before - args.max_drop and not args.force:
+        return _error(f"build {version} matches the labelled queries worse than {current} ({after:.4f} < "
+                      f"{before:.4f} - {args.max_drop}): not made current. `faq index activate {version}` or "
+                      f"--force makes it current anyway")
+    return None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from app.decision import fit_on_labels, labelled_rows
+    from app.pipeline import build_pipeline, load_configured_encoder
+    from app.settings import get_settings
+    from index.decision import PRIOR_STRENGTH, load_model
+    from index.retriever import Retriever
+    from migrations.runner import migrated_store
+
+    settings = get_settings()
+    target = settings.kb_decision_model
+    if args.reset:
+        target.unlink(missing_ok=True)
+        print(f"removed {target}: the service scores with the cross-KB model from its next start")
+        return 0
+    strength = PRIOR_STRENGTH if args.strength is None else args.strength
+    if not strength > 0:
+        return _error(f"--strength must be > 0, got {strength}")
+    try:
+        since = datetime.fromisoformat(args.since) if args.since else None
+    except ValueError:
+        return _error(f"--since {args.since!r}: not a date (YYYY-MM-DD)")
+    registry = _registry(settings)
+    version = registry.current()
+    if version is None:
+        return _error("no index built: run `faq index build` first")
+    store = migrated_store(settings)
+    labels = _labels(args, settings, store, set(store.snapshot().faqs), feedback=not args.no_feedback, since=since)
+    if isinstance(labels, str):
+        return _error(labels)
+    if not labels:
+        return _error("no labels: give --dev FILE, or collect /feedback (a clarify option picked, an answer "
+                      "marked correct) first")
+    manifest = registry.read_manifest(version)
+    encoder = load_configured_encoder(settings, manifest)
+    retriever = Retriever.load(registry.path(version)).with_kb(store.snapshot(), encoder)
+    first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
+    try:
+        rows, ref = labelled_rows(first, retriever, labels)
+        model, report = fit_on_labels(load_model(), rows, ref, strength)
+    except ValueError as exc:
+        return _error(str(exc))
+    print(f"{report['labels']} labels ({sum(f is None for _, f in labels)} out of scope), prior strength {strength:g}")
+    if report["folds"]:
+        for name in ("cross_kb", "refitted"):
+            r = report[name]
+            print(f"  {name:9s} {report['folds']}-fold on the labels: top-1 {r['top1']:.4f}, answer F1 at 0.5 "
+                  f"{r['f1']:.4f}, log loss {r['log_loss']:.4f}")
+    else:
+        print("  too few labels for a 5-fold comparison")
+    if args.dry_run:
+        print("dry run: nothing written")
+        return 0
+    model.meta.update(fitted_at=datetime.now().isoformat(timespec="seconds"), build=version,
+                      cross_validated=report)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model.save(target)
+    print(f"wrote {target}: the service scores with it from its next start (--reset to undo)")
+    return 0
+
+
+def plot_expected_precision(manifest: dict, settings, out: Path) -> bool:
+    """The build's threshold -> expected precision / answer rate curve as a PNG; False when it has no table."""
+    from index.answers import nearest_weight
+    from index.decision import served_table
+
+    used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
+    weight = nearest_weight(settings.answer_weight) if used else 0.0
+    table = served_table(manifest, settings.pool_variants or (1 if used else 2), weight, settings.oos_share)
+    if not table:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["threshold"] for r in table]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(t, [r["expected_precision"] for r in table], marker="o", label="expected precision")
+    ax.plot(t, [r["answer_rate"] for r in table], marker="s", label="answer rate")
+    ax.axvline(settings.default_threshold, color="grey", lw=1, ls="--")
+    ax.set_xlabel("threshold")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{manifest['version']} ({settings.oos_share:.0%} out of scope assumed)", fontsize=9)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def cmd_list(args: argparse.Namespace) -> int:

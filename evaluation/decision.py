@@ -387,6 +387,79 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+LABEL_COUNTS = (0, 25, 50, 100, 200)
+
+
+def labels_curve(kbs: Sequence[KbData], train_kbs: Sequence[KbData], strength: float, seeds: int = 5,
+                 clarify_min: float = 0.25) -> list[dict]:
+    """For each KB: the cross-KB model trained without it, refitted (`index.decision.refit`) on n of its dev
+    queries as feedback labels would be, scored on its test queries; n in LABEL_COUNTS, mean over seeds."""
+    from index.decision import refit
+
+    out = []
+    for kb in kbs:
+        dev = [q for q in kb.queries if q[3] == "dev"]
+        if not dev or not any(q[3] == "test" for q in kb.queries):
+            continue
+        prior = train_model([k for k in train_kbs if k.name != kb.name], rerank=True)
+        for n in LABEL_COUNTS:
+            if n > len(dev):
+                break
+            runs = []
+            for seed in range(seeds if n else 1):
+                rng = np.random.default_rng(seed)
+                picked = [dev[i] for i in rng.choice(len(dev), n, replace=False)] if n else []
+                model = prior
+                if picked:
+                    part = KbData(kb.name, kb.encoder, kb.pool, kb.weight, kb.reference, picked, [])
+                    X, y, _ = design([part])
+                    model = refit(prior, X, y, strength)
+                r = evaluate_kb(model, kb, "test", DEFAULT_THRESHOLD, None, 0.2, clarify_min)
+                runs.append((r["at_default"]["f1"], r["ece"], r["top1"]))
+            f1, e, t1 = np.mean(runs, axis=0)
+            out.append({"kb": kb.name, "labels": n, "f1": float(f1), "ece": float(e), "top1": float(t1),
+                        "seeds": len(runs), "strength": strength})
+            print(f"{kb.name}: {n} labels -> F1 {f1:.3f} ECE {e:.3f} top-1 {t1:.3f}", file=sys.stderr)
+    return out
+
+
+def cmd_labels(args: argparse.Namespace) -> int:
+    kbs = load_kbs(Path(args.cache), args.kbs.split(","), args.model)
+    train = [k for m in (args.train_models or args.model).split(",") for k in load_kbs(Path(args.cache), args.kbs.split(","), m)]
+    rows = labels_curve(kbs, train, args.strength, args.seeds, args.clarify_min)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "labels_curve.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    names = list(dict.fromkeys(r["kb"] for r in rows))
+    lines = [f"# F1 and ECE against the number of a KB's own labels (prior strength {args.strength:g})", "",
+             "| KB | " + " | ".join(f"{n} labels: F1 / ECE" for n in LABEL_COUNTS) + " |",
+             "|---|" + "---|" * len(LABEL_COUNTS)]
+    for name in names:
+        cells = {r["labels"]: f"{r['f1']:.3f} / {r['ece']:.3f}" for r in rows if r["kb"] == name}
+        lines.append(f"| {name} | " + " | ".join(cells.get(n, "-") for n in LABEL_COUNTS) + " |")
+    (out / "labels_curve.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for name in names:
+        pts = [r for r in rows if r["kb"] == name]
+        a1.plot([r["labels"] for r in pts], [r["f1"] for r in pts], marker="o", label=name)
+        a2.plot([r["labels"] for r in pts], [r["ece"] for r in pts], marker="o", label=name)
+    a1.set_xlabel("labels")
+    a1.set_ylabel("answer F1 at 0.5 (test)")
+    a2.set_xlabel("labels")
+    a2.set_ylabel("ECE (test)")
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "labels_curve.png", dpi=90)
+    plt.close(fig)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation.decision", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -398,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--max-queries", type=int, default=3000, help="per split, sampled (seeded)")
     c.add_argument("--force", action="store_true", help="collect KBs already in the cache again")
     c.set_defaults(func=cmd_collect)
-    for name, func in (("loko", cmd_loko), ("train", cmd_train)):
+    for name, func in (("loko", cmd_loko), ("train", cmd_train), ("labels", cmd_labels)):
         p = sub.add_parser(name)
         p.add_argument("--cache", default="var/decision")
         p.add_argument("--kbs", default=",".join(ALL_KBS))
@@ -416,6 +489,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lk.add_argument("--oos-share", type=float, default=0.2)
     lk.add_argument("--all-queries", action="store_true", help="score the left-out KB's dev and test queries")
     sub.choices["train"].add_argument("--out", default=str(ROOT / "index" / "decision_model.json"))
+    lb = sub.choices["labels"]
+    lb.add_argument("--out", default="bench/results/decision_labels")
+    lb.add_argument("--strength", type=float, default=100.0, help="the prior's weight in labelled queries")
+    lb.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     return args.func(args)

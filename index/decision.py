@@ -225,15 +225,15 @@ def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray
     return DecisionModel(mean, scale, v[:-1], float(v[-1]), FEATURES, rerank, dict(meta or {}))
 
 
-@lru_cache(maxsize=4)
-def _load(path: str) -> DecisionModel:
+@lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int) -> DecisionModel:
     return DecisionModel.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def load_model(path: str | Path | None = None) -> DecisionModel | None:
-    """The shipped cross-KB model (or the one at `path`); None when the file is absent."""
+    """The shipped cross-KB model (or the one at `path`, re-read when the file changes); None when absent."""
     p = Path(path) if path else MODEL_FILE
-    return _load(str(p)) if p.is_file() else None
+    return _load(str(p), p.stat().st_mtime_ns) if p.is_file() else None
 
 
 def decide(model: DecisionModel, query: str, candidates: Sequence[Candidate], ref: Reference) -> np.ndarray:
@@ -498,3 +498,39 @@ def served_table(manifest: Mapping[str, Any] | None, pool: int, weight: float,
         return None
     return precision_table(np.asarray(found["p_heldout"], dtype=np.float64),
                            np.asarray(found["p_background"], dtype=np.float64), oos_share)
+
+
+# ---------------------------------------------------------------------------------------------
+# a KB's own labels
+# ---------------------------------------------------------------------------------------------
+#: how many labelled queries the cross-KB model weighs as when a KB's own labels refit it: with fewer
+#: labels than this it mostly stays, with many more the labels decide (see docs/results.md for the curve)
+PRIOR_STRENGTH = 100.0
+
+
+def refit(prior: DecisionModel, X: np.ndarray, y: np.ndarray, strength: float = PRIOR_STRENGTH,
+          meta: dict | None = None) -> DecisionModel:
+    """The model refitted on a KB's own labelled candidates (X, y: `features` rows and whether each is the
+    query's FAQ), pulled toward `prior` with the weight of `strength` queries: the penalty
+    strength * WINDOW / 2 * ||v - v_prior||^2 on the prior's standardised coefficients and intercept."""
+    from scipy.optimize import minimize
+
+    if len(y) == 0:
+        raise ValueError("no labelled candidates to refit on")
+    Z = (np.asarray(X, dtype=np.float64) - prior.mean) / prior.scale
+    y = np.asarray(y, dtype=np.float64)
+    a, b = prior.recalibration
+    v0 = np.append(prior.coef * a, prior.intercept * a + b)  # fold the recalibration in
+    lam = float(strength) * WINDOW
+
+    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
+        z = Z @ v[:-1] + v[-1]
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+        d = v - v0
+        ll = -np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)) + 0.5 * lam * d @ d
+        g = p - y
+        return ll, np.append(Z.T @ g, g.sum()) + lam * d
+
+    v = minimize(loss, v0, jac=True, method="L-BFGS-B").x
+    return DecisionModel(prior.mean, prior.scale, v[:-1], float(v[-1]), prior.names, prior.rerank,
+                         {**prior.meta, **(meta or {})}, (1.0, 0.0))

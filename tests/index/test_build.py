@@ -163,10 +163,17 @@ def test_cli_build_list_verify_activate(faq_env, index_kb_records, capsys, monke
     registry = BuildRegistry(settings.index_dir)
     v1, v2 = registry.versions()
     assert registry.read_manifest(v2)["search_k"] == 200
+    # the build's expected-precision table, printed and drawn
+    assert "expected precision and answer rate by threshold" in out
+    assert (registry.path(v2) / "expected_precision.png").stat().st_size > 1000
 
     assert main(["index", "list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
     assert lines[1].startswith("  " + v1) and lines[2].startswith("* " + v2)
+    table = out.split("* = the threshold served)")[1].splitlines()
+    assert table[1].split() == ["THRESHOLD", "PRECISION", "ANSWERED"]
+    assert any(row.startswith("*") and row.split()[1] == "0.50" for row in table[2:])  # FAQ_DEFAULT_THRESHOLD
     assert main(["index", "activate", v1]) == 0 and registry.current() == v1
     assert main(["index", "verify"]) == 0
     assert f"{v1}: OK" in capsys.readouterr().out

@@ -1,0 +1,118 @@
+"""A KB's own labels through the CLI: `faq index calibrate` refits the decision model on them (and the
+service serves it), and `faq index build` refuses to make a build current that matches them worse."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.decision import feedback_labels
+from tests.conftest import INDEX_TEST_FAQS
+
+
+def _write_kb(path, faqs, swap: tuple[str, str] | None = None):
+    """INDEX_TEST_FAQS as a KB file; `swap`: the two FAQs' phrasings trade places (a bad edit)."""
+    rows = []
+    for faq_id, answer, questions in faqs:
+        owner = faq_id
+        if swap and faq_id in swap:
+            owner = swap[1] if faq_id == swap[0] else swap[0]
+        rows += [{"faq_id": owner, "question": q, "answer": answer, "tags": ["t"]} for q in questions]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _labels(path, faqs, n=None):
+    """Each FAQ's first phrasing, lower-cased and reworded a little, as a labelled user query."""
+    rows = [{"query": f"hi, {qs[0].lower().rstrip('?')} please", "faq_id": f} for f, _, qs in faqs[:n]]
+    rows.append({"query": "what's the weather in lisbon tomorrow", "faq_id": None})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def built(tmp_path, faq_env, monkeypatch):
+    from cli.main import main
+
+    monkeypatch.setenv("FAQ_ENCODER", "minilm")
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    kb = _write_kb(tmp_path / "kb.jsonl", INDEX_TEST_FAQS)
+    assert main(["kb", "import", str(kb)]) == 0
+    assert main(["index", "build", "--no-progress", "--no-lexical", "--n-trees", "5"]) == 0
+    return get_settings(), tmp_path
+
+
+def test_calibrate_refits_on_dev_labels_and_the_service_serves_it(built, capsys):
+    from app.api.main import create_app
+    from cli.main import main
+
+    settings, tmp = built
+    dev = _labels(tmp / "dev.jsonl", INDEX_TEST_FAQS)
+    capsys.readouterr()
+    assert main(["index", "calibrate", "--dev", str(dev), "--dry-run"]) == 0
+    assert "5-fold on the labels" in capsys.readouterr().out and not settings.kb_decision_model.exists()
+    assert main(["index", "calibrate", "--dev", str(dev), "--strength", "10"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(INDEX_TEST_FAQS) + 1} labels (1 out of scope)" in out and "refitted" in out
+    written = json.loads(settings.kb_decision_model.read_text())
+    assert written["meta"]["kb_labels"] == len(INDEX_TEST_FAQS) + 1 and written["meta"]["prior_strength"] == 10
+    with TestClient(create_app(settings)) as client:
+        decision = client.get("/readyz").json()["decision"]
+        assert decision["model_labels"] == len(INDEX_TEST_FAQS) + 1
+        body = client.post("/match", json={"query": "i forgot my password"}).json()
+        assert body["matches"][0]["faq_id"] == "reset-password"
+    assert main(["index", "calibrate", "--reset"]) == 0 and not settings.kb_decision_model.exists()
+
+
+def test_calibrate_refuses_bad_labels_and_writes_nothing(built, capsys):
+    from cli.main import main
+
+    settings, tmp = built
+    assert main(["index", "calibrate"]) == 1
+    assert "no labels" in capsys.readouterr().err
+    bad = tmp / "bad.jsonl"
+    bad.write_text(json.dumps({"query": "hello there", "faq_id": "no-such-faq"}) + "\n")
+    assert main(["index", "calibrate", "--dev", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-faq" in err and str(bad) in err
+    assert main(["index", "calibrate", "--dev", str(tmp / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+    assert main(["index", "calibrate", "--dev", str(_labels(tmp / "d.jsonl", INDEX_TEST_FAQS)), "--strength", "0"]) == 1
+    assert "--strength" in capsys.readouterr().err
+    assert not settings.kb_decision_model.exists()
+
+
+def test_a_build_that_matches_the_labels_worse_is_not_made_current(built, capsys):
+    from cli.main import main
+    from index.artifacts import BuildRegistry
+
+    settings, tmp = built
+    registry = BuildRegistry(settings.index_dir)
+    good = registry.current()
+    labels = _labels(tmp / "labels.jsonl", INDEX_TEST_FAQS)
+    swapped = _write_kb(tmp / "swapped.jsonl", INDEX_TEST_FAQS, swap=("reset-password", "change-email"))
+    assert main(["kb", "import", str(swapped), "--sync"]) == 0
+    capsys.readouterr()
+    assert main(["index", "build", "--no-progress", "--no-lexical", "--n-trees", "5", "--dev", str(labels)]) == 1
+    captured = capsys.readouterr()
+    assert "not made current" in captured.err and registry.current() == good
+    worse = registry.versions()[-1]
+    assert worse != good
+    assert main(["index", "build", "--no-progress", "--no-lexical", "--n-trees", "5", "--dev", str(labels),
+                 "--force"]) == 0
+    assert registry.current() not in (good, worse)
+
+
+def test_feedback_rows_become_labels():
+    rows = [
+        {"query": "a", "faq_id": "x", "feedback_correct": True, "feedback_faq_id": None},  # served and right
+        {"query": "b", "faq_id": "x", "feedback_correct": False, "feedback_faq_id": "y"},  # the pick: y
+        {"query": "c", "faq_id": None, "feedback_correct": None, "feedback_faq_id": "z"},  # a clarify option picked
+        {"query": "d", "faq_id": None, "feedback_correct": True, "feedback_faq_id": None},  # rightly abstained
+        {"query": "e", "faq_id": "x", "feedback_correct": False, "feedback_faq_id": None},  # wrong, right one unknown
+        {"query": "f", "faq_id": "x", "feedback_correct": None, "feedback_faq_id": None},  # no feedback
+    ]
+    assert feedback_labels(rows) == [("a", "x"), ("b", "y"), ("c", "z"), ("d", None)]
