@@ -104,7 +104,7 @@ def _warn_if_not_selected(spec: str) -> None:
 
     selection = read_selection(spec) if Path(spec).is_dir() else None
     if selection and selection.get("kept") == "base":
-        print(f"warning: {spec} measured no better than the zero-shot {selection['baseline']} when it was trained "
+        print(f"warning: the selection kept the zero-shot {selection['baseline']}, not {spec}, when it was trained "
               f"({selection['reason']}); building with it as asked (--encoder {selection['baseline']} for the base)",
               file=sys.stderr)
 

@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "repeat to train on several (each file's faq_ids get its folder name as prefix)")
     p.add_argument("--pairs", action="append", help="labelled pairs TSV `label<TAB>q1<TAB>q2` (e.g. pairs_dev.tsv "
                    "from faq data prepare); repeatable")
-    p.add_argument("--dev", help="dev queries JSONL {query, faq_id|null}: model selection by top-1 retrieval accuracy")
+    p.add_argument("--dev", help="dev queries JSONL {query, faq_id|null}: labelled user queries; they pick the epoch "
+                   "and are the only queries that decide whether the fine-tune beats --baseline")
     p.add_argument("--dev-kb", help="KB the --dev queries are matched against (default: the training KB); FAQs "
                    "left out of training make the dev metric measure generalisation to new FAQs")
     p.add_argument("--out", required=True, help="output folder (model, checkpoint.pt, training.json, README.md)")
@@ -58,14 +59,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--hard-refresh", type=int, default=1, help="re-mine hard negatives with the model every N epochs")
     p.add_argument("--device", help="cuda | cpu (default: cuda when available)")
-    p.add_argument("--baseline", help="encoder the trained model must beat on --dev (else on held-out KB phrasings) "
-                   "to be kept (default: the default encoder, e.g. mpnet; 'none' keeps whatever was trained); a KB "
+    p.add_argument("--baseline", help="encoder the trained model must beat on --dev to be kept (default: the default "
+                   "encoder, e.g. mpnet; 'none' keeps whatever was trained). Without --dev the base is kept (held-out "
+                   "KB phrasings are written like the KB, not like users: measured for information only); a KB "
                    "with fewer than 10 multi-phrasing FAQs is then not trained on at all")
     p.add_argument("--fusion-grid", default="none",
-                   help="fusion weights w to try after training on the same held-out queries, e.g. "
+                   help="fusion weights w to try after training on the --dev queries, e.g. "
                    "0.3,0.5,0.7,0.9 (models with minilm_fusion > 0; the best replaces the trained w in "
-                   "config.json). Default 'none': on a few hundred held-out queries the choice follows noise "
-                   "(docs/results.md)")
+                   "config.json; without --dev they are measured on held-out KB phrasings and the trained w "
+                   "stays). Default 'none': on a few hundred queries the choice follows noise (docs/results.md)")
     p.set_defaults(func=cmd_msem)
     _register_reranker(tr_sub)
     _register_mmaicm(tr_sub)
@@ -153,14 +155,17 @@ def cmd_msem(args: argparse.Namespace) -> int:
     if summary.get("fusion"):
         f = summary["fusion"]
         print(f"fusion weight {f['chosen_w']:g} (trained with {f['trained_w']:g}; top-1 on {f['queries']} by w: "
-              f"{', '.join(f'{w} {v:.4f}' for w, v in f['top1_by_w'].items())})")
+              f"{', '.join(f'{w} {v:.4f}' for w, v in f['top1_by_w'].items())})"
+              + (f"; {f['reason']}" if f.get("reason") else ""))
     selection = summary.get("selection")
     if selection:
         if selection["kept"] == "fine-tuned":
             print(f"kept the fine-tuned model ({selection['reason']}): FAQ_ENCODER={args.out}")
         else:
             print(f"kept the zero-shot base, not the fine-tuned model ({selection['reason']}): "
-                  f"FAQ_ENCODER={selection['encoder']}")
+                  f"FAQ_ENCODER={selection['encoder']}"
+                  + (f"; to serve the fine-tuned model anyway: FAQ_ENCODER={args.out} or `faq index build "
+                     f"--encoder {args.out}`" if summary.get("trained", True) else ""))
     return 0
 
 

@@ -23,8 +23,10 @@ when it has not improved for `patience` epochs. Dev metric:
 - else (pairs only) pair accuracy (ŷ >= 0.5 <=> y = 1) on a held-out slice of `--pairs`.
 
 With a baseline encoder (`faq train msem` defaults to the product's default encoder), the best model
-is then compared with that encoder used zero-shot on the same queries and `selection.json` says which
-one to serve: fine-tuning is kept only when it measured better (see `select_model`).
+is then compared with that encoder used zero-shot and `selection.json` says which one to serve:
+fine-tuning is kept only when it measured better on labelled user queries (`--dev`). Held-out KB
+phrasings are written like the KB, not like users, so they never decide: without --dev the base is kept
+and their numbers are recorded for information only (see `select_model`).
 
 Output folder: the best model as an MsemEncoder folder (config.json, model.safetensors, vocab),
 `training.json` (command, data, configs, per-epoch metrics), `README.md`, and `checkpoint.pt` +
@@ -135,7 +137,7 @@ class TrainData:
     #: the model never trained on, so the dev metric measures how it generalises to a new FAQ
     dev_kb: list[tuple[str, str]] | None = None
     describe: dict = field(default_factory=dict)
-    #: KB questions held out of training (no --dev): (question, faq_id), the selection's fallback queries
+    #: KB questions held out of training (no --dev): (question, faq_id), measured for information, never deciding
     held_out: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -833,7 +835,7 @@ def retrieval_top1(encode: Any, queries: Sequence[tuple[str, str]], kb: Sequence
 
 
 # ---------------------------------------------------------------------------------------------
-# selection: a fine-tuned model is kept only when it beats the zero-shot base on held-out data
+# selection: a fine-tuned model is kept only when it beats the zero-shot base on labelled user queries
 
 SELECTION_FILE = "selection.json"
 #: below these, a KB is too thin to fine-tune on, or a comparison too small to trust
@@ -841,15 +843,17 @@ MIN_MULTI_PHRASING_FAQS = 10
 MIN_SELECTION_QUERIES = 10
 
 
-#: fusion weights tried on held-out data after training (token-state models with fusion only)
+#: fusion weights tried on the --dev queries after training (token-state models with fusion only)
 FUSION_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def tune_fusion(data: TrainData, out_dir: str | Path, grid: Sequence[float] = FUSION_GRID,
                 device: str | None = None) -> dict | None:
     """Choose the model's `minilm_fusion` w (how much of the base's own sentence vector the output
-    keeps) on the selection's held-out queries and rewrite config.json with it; returns what was tried,
-    or None when the model has no fusion or too few queries. No weight changes: the fused vector is
+    keeps) on the --dev queries and rewrite config.json with it; returns what was tried, or None when
+    the model has no fusion or too few queries. Without --dev the held-out KB phrasings are measured
+    for information only and the trained w is kept (they are written like the KB, not like users, and
+    w moves the model towards or away from the base). No weight changes: the fused vector is
     [sqrt(1-w)·û ; sqrt(w)·m̂], so one encode at the trained w gives every w's cosines."""
     out = Path(out_dir)
     encoder = MsemEncoder.load(out, device=device)
@@ -866,16 +870,22 @@ def tune_fusion(data: TrainData, out_dir: str | Path, grid: Sequence[float] = FU
     gold = np.array([f for _, f in queries])
     scores = {float(w): float(np.mean(faq_of[np.argmax((1 - w) * cos_u + w * cos_m, axis=1)] == gold))
               for w in sorted({*grid, w0})}
-    best = max(scores, key=lambda w: (scores[w], -abs(w - w0)))  # ties: the weight it was trained with
+    applied = data.dev_queries is not None
+    best = max(scores, key=lambda w: (scores[w], -abs(w - w0))) if applied else w0  # ties: the trained weight
     if best != w0:
         config_path = out / "config.json"
         meta = json.loads(config_path.read_text(encoding="utf-8"))
         meta["minilm_fusion"] = best
         config_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    log.info("fusion weight on %d %s: %s -> w = %s (trained with %s)", len(queries), what,
-             ", ".join(f"{w:g}: {v:.4f}" for w, v in scores.items()), best, w0)
-    return {"queries": what, "top1_by_w": {f"{w:g}": round(v, 4) for w, v in scores.items()},
-            "trained_w": w0, "chosen_w": best}
+    log.info("fusion weight on %d %s: %s -> w = %s (trained with %s%s)", len(queries), what,
+             ", ".join(f"{w:g}: {v:.4f}" for w, v in scores.items()), best, w0,
+             "" if applied else "; kept: no --dev, held-out KB phrasings do not decide")
+    record = {"queries": what, "top1_by_w": {f"{w:g}": round(v, 4) for w, v in scores.items()},
+              "trained_w": w0, "chosen_w": best}
+    if not applied:
+        record["reason"] = (f"trained w kept: {what} are written like the KB, not like users, so without "
+                            f"labelled user queries (--dev) they do not choose the weight")
+    return record
 
 
 def thin_kb_reason(groups: Mapping[str, Sequence[str]]) -> str | None:
@@ -889,39 +899,51 @@ def thin_kb_reason(groups: Mapping[str, Sequence[str]]) -> str | None:
 
 def selection_queries(data: TrainData) -> tuple[str, list[tuple[str, str]], list[tuple[str, str]]]:
     """(what they are, queries, KB they are matched against): the in-scope --dev queries, else the KB
-    questions held out of training, against the questions the model trained on."""
+    questions held out of training (measured for information only), against the questions the model
+    trained on."""
     kb = data.dev_kb if data.dev_kb is not None else [(q, f) for f, qs in data.groups.items() for q in qs]
     if data.dev_queries is not None:
         return "dev queries", [(q, f) for q, f in data.dev_queries if f is not None], kb
     return "held-out KB phrasings", list(data.held_out), kb
 
 
+def no_dev_reason(baseline: str) -> str:
+    """Why a fine-tune is not kept without --dev (the held-out numbers never decide)."""
+    return (f"held-out KB phrasings are written like the KB, not like users, so without labelled user queries "
+            f"(--dev) the zero-shot {baseline} is kept")
+
+
 def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: str | None = None,
                  thin_reason: str | None = None, tuned_top1: float | None = None) -> dict:
-    """Compare the trained model in `out_dir` with the zero-shot `baseline` encoder on the same held-out
-    queries; write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec to serve, ...}.
-    `tuned_top1`: the model's top-1 on those queries when training already measured it (it is then not
-    encoded again)."""
+    """Compare the trained model in `out_dir` with the zero-shot `baseline` encoder on the same labelled
+    user queries (--dev); write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec
+    to serve, ...}. Only --dev queries decide: without them the base is kept, and both models' top-1 on the
+    held-out KB phrasings is recorded for information (phrasings written like the KB flattered a fine-tune
+    that was worse on real user queries). `tuned_top1`: the model's top-1 on those queries when training
+    already measured it (it is then not encoded again)."""
     from models.load import load_encoder
 
     out = Path(out_dir)
     what, queries, kb = selection_queries(data)
+    decides = data.dev_queries is not None
     record: dict[str, Any] = {"baseline": baseline, "queries": what, "n_queries": len(queries)}
     if thin_reason is not None:
         record |= {"kept": "base", "reason": f"the KB is too thin to fine-tune on: {thin_reason}"}
     elif len(queries) < MIN_SELECTION_QUERIES:
-        record |= {"kept": "base", "reason": f"only {len(queries)} {what} to compare on (at least "
-                   f"{MIN_SELECTION_QUERIES} needed): without a measurement the base is kept; pass --dev"}
+        record |= {"kept": "base", "reason": no_dev_reason(baseline) if not decides else (
+            f"only {len(queries)} in-scope {what} to compare on (at least {MIN_SELECTION_QUERIES} needed): "
+            f"without a measurement the base is kept; label more user queries for --dev")}
     else:
         base_top1 = retrieval_top1(load_encoder(baseline, device=device).encode, queries, kb)
         if tuned_top1 is None:
             tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device).encode, queries, kb)
         better = tuned_top1 > base_top1
+        measured = (f"top-1 on {len(queries)} {what}: fine-tuned {tuned_top1:.4f} "
+                    f"{'>' if better else '<='} zero-shot {baseline} {base_top1:.4f}")
         record |= {
             "metric": "top1", "fine_tuned": round(tuned_top1, 4), "base": round(base_top1, 4),
-            "kept": "fine-tuned" if better else "base",
-            "reason": (f"top-1 on {len(queries)} {what}: fine-tuned {tuned_top1:.4f} "
-                       f"{'>' if better else '<='} zero-shot {baseline} {base_top1:.4f}"),
+            "kept": "fine-tuned" if better and decides else "base",
+            "reason": measured if decides else f"{no_dev_reason(baseline)} ({measured}, for information only)",
         }
     record["encoder"] = str(out) if record["kept"] == "fine-tuned" else baseline
     out.mkdir(parents=True, exist_ok=True)
@@ -953,15 +975,16 @@ def train_msem(
     """Read the files, build the data, train; returns the training summary.
 
     With `baseline` (an encoder spec such as "mpnet"), the trained model is then compared with that
-    encoder used zero-shot on the dev queries (else held-out KB phrasings) and `summary["selection"]`
-    (also `selection.json` in `out_dir`) says which one to serve; a KB too thin to learn from is not
-    trained on at all and selects the baseline. With `fusion_grid`, a token-state model's fusion weight
-    is first chosen on those same queries (`tune_fusion`).
+    encoder used zero-shot on the dev queries and `summary["selection"]` (also `selection.json` in
+    `out_dir`) says which one to serve; without dev queries that is the baseline (the held-out KB
+    phrasings are measured for information only), and a KB too thin to learn from is not trained on at
+    all. With `fusion_grid`, a token-state model's fusion weight is first chosen on the dev queries
+    (`tune_fusion`; without them the trained weight stays).
 
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
     files never merge. Several pair files are concatenated."""
-    from kb.records import read_kb, read_queries
+    from kb.records import read_kb
     from models.pairs import read_pair_file
 
     cfg = train_config or TrainConfig()
@@ -969,16 +992,11 @@ def train_msem(
     pair_paths = _as_list(pairs_path)
     records = _read_kbs(kb_paths, read_kb)
     pairs = [p for path in pair_paths for p in read_pair_file(path)]
-    dev = read_queries(dev_path) if dev_path else None
     dev_kb = read_kb(dev_kb_path) if dev_kb_path else None
-    if dev_kb is not None and dev is None:
+    if dev_kb is not None and not dev_path:
         raise TrainError("--dev-kb needs --dev (the queries matched against it)")
-    if dev is not None:
-        faq_ids = {r.faq_id for r in (dev_kb if dev_kb is not None else records)}
-        unknown = sorted({q.faq_id for q in dev if q.faq_id is not None and q.faq_id not in faq_ids})
-        if unknown:
-            where = "--dev-kb" if dev_kb is not None else "the KB"
-            raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in {where}, e.g. {unknown[:5]}")
+    dev = read_dev_queries(dev_path, dev_kb if dev_kb is not None else records,
+                           "--dev-kb" if dev_kb is not None else "the KB") if dev_path else None
     overrides = parse_config_overrides(config_overrides)
     data = prepare_data(records, pairs, dev, cfg, dev_kb=dev_kb)
     sources = {"kb": [str(p) for p in kb_paths] or None, "pairs": [str(p) for p in pair_paths] or None,
@@ -1000,6 +1018,28 @@ def train_msem(
         summary["selection"] = select_model(data, out_dir, baseline, device, tuned_top1=measured)
         log.info("selection: kept the %s model (%s)", summary["selection"]["kept"], summary["selection"]["reason"])
     return summary
+
+
+def read_dev_queries(dev_path: str | Path, records: Sequence[Any], where: str = "the KB") -> list[Any]:
+    """Read the --dev queries and check them against the KB `records` they are matched against: a
+    missing file, an unreadable one or a faq_id the KB lacks raises TrainError naming the file (before any
+    training; `faq quickstart --dev` checks with this too)."""
+    from kb.records import KbValidationError, read_queries
+
+    if not Path(dev_path).is_file():
+        raise TrainError(f"--dev {dev_path}: no such file (labelled user queries, JSONL {{query, faq_id}})")
+    try:
+        dev = read_queries(dev_path)
+    except KbValidationError as exc:
+        raise TrainError(f"--dev {dev_path}: {exc.errors[0]}"
+                         + (f" (and {len(exc.errors) - 1} more)" if len(exc.errors) > 1 else "")) from exc
+    if not any(q.faq_id is not None for q in dev):
+        raise TrainError(f"--dev {dev_path}: no in-scope queries (every faq_id is null): nothing to measure")
+    faq_ids = {r.faq_id for r in records}
+    unknown = sorted({q.faq_id for q in dev if q.faq_id is not None and q.faq_id not in faq_ids})
+    if unknown:
+        raise TrainError(f"--dev {dev_path}: {len(unknown)} faq_id(s) not in {where}, e.g. {unknown[:5]}")
+    return dev
 
 
 def _as_list(value: str | Path | Sequence[str | Path] | None) -> list[str | Path]:

@@ -303,11 +303,13 @@ def test_init_adds_trainable_layers_and_training_moves_them(tmp_path):
                    train_config=cfg, device="cpu")
 
 
-def test_fusion_weight_is_chosen_on_held_out_phrasings(tmp_path):
-    """After training, w is re-chosen on the held-out phrasings from one encode; config.json gets the
-    best (ties keep the trained w), the weights stay as they are."""
-    from models.train_msem import FUSION_GRID
-    from tests.models.test_train_msem import WIDE
+def test_fusion_weight_is_chosen_on_dev_queries_only(tmp_path):
+    """After training, w is re-chosen on the --dev queries from one encode; config.json gets the best (ties
+    keep the trained w), the weights stay as they are. Without --dev the held-out KB phrasings are
+    measured for information and the trained w stays (they are written like the KB, not like users)."""
+    from kb.records import read_kb, read_queries
+    from models.train_msem import FUSION_GRID, prepare_data, tune_fusion
+    from tests.models.test_train_msem import WIDE, WIDE_USER_QUERIES, write_queries
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.1)
@@ -315,8 +317,14 @@ def test_fusion_weight_is_chosen_on_held_out_phrasings(tmp_path):
     summary = train_msem(kb, out, config_overrides={**TINY, "minilm_fusion": 0.5}, train_config=cfg, device="cpu",
                          fusion_grid=FUSION_GRID)
     fusion = summary["fusion"]
+    assert fusion["queries"] == "held-out KB phrasings" and fusion["trained_w"] == fusion["chosen_w"] == 0.5
+    assert set(float(w) for w in fusion["top1_by_w"]) == set(FUSION_GRID) and "not like users" in fusion["reason"]
+    assert json.loads((out / "config.json").read_text())["minilm_fusion"] == 0.5
+    # with labelled user queries the best w is chosen and saved
+    dev = read_queries(write_queries(tmp_path / "dev.jsonl", WIDE_USER_QUERIES))
+    fusion = tune_fusion(prepare_data(read_kb(kb), [], dev, cfg), out, FUSION_GRID, device="cpu")
     scores = {float(w): v for w, v in fusion["top1_by_w"].items()}
-    assert fusion["queries"] == "held-out KB phrasings" and fusion["trained_w"] == 0.5
+    assert fusion["queries"] == "dev queries" and fusion["trained_w"] == 0.5 and "reason" not in fusion
     assert set(scores) == set(FUSION_GRID) and scores[fusion["chosen_w"]] == max(scores.values())
     saved = json.loads((out / "config.json").read_text())
     assert saved["minilm_fusion"] == fusion["chosen_w"]
