@@ -558,9 +558,11 @@ class Pipeline:
         table = decider.table(retriever, pool, weight) if ref is not None else None
         results: list[MatchResult] = []
         for request, matches in zip(requests, ranked):
-            if ref is not None and not uses_reranker(request.arm):  # a stage's probability stays the score
+            staged = uses_reranker(request.arm)  # a stage's probability stays the score: the table is not its
+            if ref is not None and not staged:
                 matches = decider.rescore(request.query, matches, retriever, ref)[: request.top_k]
-            decision = decider.decide(matches, decider.threshold(request.threshold, table), table)
+            decision = decider.decide(matches, decider.threshold(request.threshold, table),
+                                      None if staged else table)
             answer = matches[0] if decision.kind == "answer" else None
             results.append(
                 MatchResult(

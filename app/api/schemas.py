@@ -133,7 +133,8 @@ class MatchResponse(BaseModel):
     threshold: float = Field(description="the score the answer needed")
     expected_precision: float | None = Field(
         default=None, description="the share of answers given at this threshold expected to be right (the build's "
-                                  "table, for FAQ_OOS_SHARE of out-of-scope traffic); null when the build has no table")
+                                  "table, for FAQ_OOS_SHARE of out-of-scope traffic); null when the build has no table or a "
+                                  "re-ranking stage made the score")
     timings_ms: Timings
     cached: bool = Field(default=False, description="answered from the query cache (same query, options and index)")
 

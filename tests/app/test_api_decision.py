@@ -119,3 +119,20 @@ def test_a_clarify_pick_is_recorded_as_feedback(built, encoder):  # noqa: F811
         pick = body["matches"][1]["faq_id"]
         r = client.post("/feedback", json={"request_id": body["request_id"], "faq_id": pick})
         assert r.status_code == 200 and r.json()["recorded"]
+
+
+def test_a_decision_model_file_is_served_and_a_missing_one_stops_start_up(built, encoder, tmp_path):  # noqa: F811
+    import json
+
+    from index.decision import MODEL_FILE
+
+    model = json.loads(MODEL_FILE.read_text())
+    model["meta"]["kb_labels"] = 42
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(model))
+    with _client(built, encoder, decision_model=path) as client:
+        assert client.get("/readyz").json()["decision"]["model_labels"] == 42
+        assert client.post("/match", json={"query": "how long does shipping take"}).json()["decision"] == "answer"
+    with pytest.raises(ValueError, match="FAQ_DECISION_MODEL"):
+        with _client(built, encoder, decision_model=tmp_path / "missing.json"):
+            pass

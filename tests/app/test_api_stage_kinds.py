@@ -98,6 +98,9 @@ def test_rerank_true_runs_the_configured_stage(kind, served, encoder, folders): 
             plain = client.post("/match", json={"query": query, "top_k": 5}).json()
             assert body["arm"] == "ann+rerank" and plain["arm"] == "ann"
             assert body["timings_ms"]["rerank"] > 0 and plain["timings_ms"]["rerank"] == 0
+            # the stage's probability decides; the build's table describes the decision model, not the stage
+            assert body["decision"] in ("answer", "clarify", "abstain") and body["expected_precision"] is None
+            assert (body["answer"] is not None) == (body["decision"] == "answer")
             scores = [m["score"] for m in body["matches"]]
             assert len(scores) == 5 and all(0.0 <= s <= 1.0 for s in scores)
             assert scores == sorted(scores, reverse=True)
