@@ -716,13 +716,16 @@ class FaqStore:
                         len(failed), len(params), "; ".join(failed[:5]))
         return len(failed)
 
-    def read_query_log(self, since: datetime | None = None) -> list[dict[str, Any]]:
-        """Logged queries (oldest first, optionally from `since` on) with what they were answered and
-        the feedback: keys query, faq_id, score, feedback_correct, feedback_faq_id, created_at."""
+    def read_query_log(self, since: datetime | None = None, with_feedback: bool = False) -> list[dict[str, Any]]:
+        """Logged queries (oldest first, optionally from `since` on; only those with feedback when
+        `with_feedback`) with what they were answered and the feedback: keys query, faq_id, score,
+        feedback_correct, feedback_faq_id, created_at."""
         stmt = select(qlog_t.c.query, qlog_t.c.faq_id, qlog_t.c.score, qlog_t.c.feedback_correct,
                       qlog_t.c.feedback_faq_id, qlog_t.c.created_at)
         if since is not None:
             stmt = stmt.where(qlog_t.c.created_at >= _utc(since))
+        if with_feedback:
+            stmt = stmt.where(or_(qlog_t.c.feedback_correct.is_not(None), qlog_t.c.feedback_faq_id.is_not(None)))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt.order_by(qlog_t.c.id))]
 

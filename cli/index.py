@@ -192,7 +192,8 @@ def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedba
             return f"--dev {args.dev}: {len(unknown)} faq_id(s) not in the KB, e.g. {', '.join(unknown[:5])}"
         labels += [(q.query, q.faq_id) for q in rows]
     if feedback:
-        labels += [(q, f) for q, f in feedback_labels(store.read_query_log(since)) if f is None or f in faq_ids]
+        labels += [(q, f) for q, f in feedback_labels(store.read_query_log(since, with_feedback=True))
+                   if f is None or f in faq_ids]
     return labels
 
 

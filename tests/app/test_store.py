@@ -257,6 +257,8 @@ def test_read_query_log_for_mining(any_store):
     assert [r["query"] for r in any_store.read_query_log(since=new)] == ["pay by card?", "weather"]
     assert [r["query"] for r in any_store.read_query_log(since=new.replace(tzinfo=None))] == ["pay by card?", "weather"]
     assert any_store.read_query_log(since=datetime(2027, 1, 1, tzinfo=timezone.utc)) == []
+    # what `faq index calibrate` and the build gate read: only rows with feedback
+    assert [r["query"] for r in any_store.read_query_log(with_feedback=True)] == ["pay by card?"]
 
 
 # ---------------------------------------------------------------- engine / concurrency / speed

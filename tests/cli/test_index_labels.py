@@ -116,3 +116,20 @@ def test_feedback_rows_become_labels():
         {"query": "f", "faq_id": "x", "feedback_correct": None, "feedback_faq_id": None},  # no feedback
     ]
     assert feedback_labels(rows) == [("a", "x"), ("b", "y"), ("c", "z"), ("d", None)]
+
+
+def test_feedback_picks_through_the_service_become_calibrate_labels(built, capsys):
+    from app.api.main import create_app
+    from cli.main import main
+
+    settings, _ = built
+    with TestClient(create_app(settings)) as client:
+        for faq_id, _, questions in INDEX_TEST_FAQS[:6]:
+            body = client.post("/match", json={"query": questions[-1].lower(), "threshold": 1.0}).json()
+            assert body["answer"] is None  # nothing reaches 1.0: the user picks among what was shown
+            r = client.post("/feedback", json={"request_id": body["request_id"], "faq_id": faq_id})
+            assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["index", "calibrate", "--dry-run"]) == 0
+    assert "6 labels (0 out of scope)" in capsys.readouterr().out
+    assert main(["index", "calibrate", "--dry-run", "--no-feedback"]) == 1  # and no --dev: nothing to fit
