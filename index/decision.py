@@ -46,8 +46,8 @@ N_QUANTILES = 101
 HELDOUT_SAMPLE = 1000
 #: pool sizes a build stores references for (1 = best phrasing, served with answers; 2 = served without)
 POOLS = (1, 2)
-#: answer weights whose expected-precision table a build replays (references are stored for every weight of
-#: the grid; a served weight uses the nearest replayed table)
+#: answer weights a build stores references and an expected-precision table for; a served weight uses the
+#: nearest (the default, 0.6, is one; the model's inputs move little between neighbouring weights)
 REPLAY_WEIGHTS = (0.0, 0.3, 0.6, 0.9)
 #: thresholds of the expected-precision table
 THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20)) + (0.97, 0.99)
@@ -98,10 +98,18 @@ def reference_key(pool: int, weight: float) -> str:
     return f"{int(pool)}/{weight:.2f}"
 
 
+def _nearest(block: Mapping[str, Any], pool: int, weight: float) -> Any:
+    """`block[key]` of a served (pool, weight): its own, else the nearest weight's of the same pool."""
+    found = block.get(reference_key(pool, weight))
+    if found is not None:
+        return found
+    near = [k for k in block if k.split("/")[0] == str(int(pool))]
+    return block[min(near, key=lambda k: abs(float(k.split("/")[1]) - weight))] if near else None
+
+
 def reference_for(manifest: Mapping[str, Any] | None, pool: int, weight: float) -> Reference | None:
     """The build's reference for a served (pool, answer weight), None for builds without one."""
-    block = ((manifest or {}).get("decision") or {}).get("references") or {}
-    found = block.get(reference_key(pool, weight))
+    found = _nearest(((manifest or {}).get("decision") or {}).get("references") or {}, pool, weight)
     return Reference.from_json(found) if isinstance(found, dict) else None
 
 
@@ -290,39 +298,41 @@ class KbView:
         texts = [(answers or {}).get(f) if has[i] else None for i, f in enumerate(faq_ids)]
         return cls(np.asarray(vectors, dtype=np.float32), faq_of, faq_ids, ans, has, list(questions), texts)
 
+    def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(phrasing rows grouped by FAQ, each FAQ's first position in that order, its phrasing count)."""
+        order = np.argsort(self.faq_of, kind="stable")
+        sizes = np.bincount(self.faq_of, minlength=len(self.faq_ids))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return order, starts, sizes
+
 
 def _first_stage(view: KbView, qvecs: np.ndarray, exclude: np.ndarray | None, pool: int,
-                 weights: Sequence[float]) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Exact first stage for query vectors: per weight, (mixed, phrasing, answer) scores (q, n_faqs);
+                 weights: Sequence[float]) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Exact first stage for query vectors: per weight, (mixed, phrasing, answer) scores (q, n_faqs) float32;
     -inf where a FAQ has no phrasing left (`exclude[i]` = the phrasing row query i is, or -1)."""
     cos = qvecs @ view.vectors.T  # (q, n_phrasings)
     if exclude is not None:
         rows = np.nonzero(exclude >= 0)[0]
         cos[rows, exclude[rows]] = -np.inf
-    n_faqs = len(view.faq_ids)
-    order = np.argsort(view.faq_of, kind="stable")
-    bounds = np.searchsorted(view.faq_of[order], np.arange(n_faqs + 1))
-    phr = np.full((len(qvecs), n_faqs), -np.inf, dtype=np.float64)
-    for f in range(n_faqs):
-        block = cos[:, order[bounds[f]:bounds[f + 1]]]
-        if block.shape[1] == 0:
-            continue
-        if pool <= 1 or block.shape[1] == 1:
-            phr[:, f] = block.max(axis=1)
-        else:
-            m = min(pool, block.shape[1])
-            top = -np.sort(-block, axis=1)[:, :m]
-            finite = np.isfinite(top)
-            top = np.where(finite, top, 0.0)
-            phr[:, f] = np.where(finite.any(axis=1), top.sum(axis=1) / np.maximum(finite.sum(axis=1), 1), -np.inf)
-    ans = (qvecs @ view.answers.T).astype(np.float64) if view.answers is not None else None
+    order, starts, sizes = view.segments()
+    vals = cos[:, order]  # phrasings grouped by FAQ: per-FAQ maxima are one reduceat each
+    total = np.zeros((len(qvecs), len(starts)), dtype=np.float32)
+    found = np.zeros((len(qvecs), len(starts)), dtype=np.int32)
+    for k in range(max(1, pool)):  # the k-th best phrasing of each FAQ, for the mean of the best `pool`
+        top = np.maximum.reduceat(vals, starts, axis=1)
+        ok = np.isfinite(top)
+        total += np.where(ok, top, 0.0)
+        found += ok
+        if k + 1 < pool:
+            vals = np.where(vals >= np.repeat(top, sizes, axis=1), -np.inf, vals)
+    phr = np.where(found > 0, total / np.maximum(found, 1), -np.inf).astype(np.float32)
+    ans = qvecs @ view.answers.T if view.answers is not None else None
     out = {}
     for w in weights:
         if ans is None or w <= 0:
             out[w] = (phr, phr, ans)
         else:
-            mixed = np.where(view.has_answer[None, :], (1 - w) * phr + w * ans, phr)
-            out[w] = (mixed, phr, ans)
+            out[w] = (np.where(view.has_answer[None, :], (1 - w) * phr + w * ans, phr), phr, ans)
     return out
 
 
@@ -342,6 +352,10 @@ class Replay:
     queries: dict[str, list[tuple[str, list[Candidate], str | None]]]
 
 
+#: replayed queries scored per matrix product (bounds the memory of a large KB's build: CHUNK x FAQs)
+CHUNK = 128
+
+
 def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Sequence[int] = POOLS,
            weights: Sequence[float] | None = None, sample: int = HELDOUT_SAMPLE, seed: int = 0,
            queries_for: Sequence[float] | None = None) -> Replay:
@@ -354,54 +368,57 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
     counts = np.bincount(view.faq_of, minlength=len(view.faq_ids))
-    faq_words: list[frozenset[str]] = []
-    per_faq_q: list[list[str]] = [[] for _ in view.faq_ids]
-    for q, f in zip(view.questions, view.faq_of.tolist()):
-        per_faq_q[f].append(q)
-    for f in range(len(view.faq_ids)):
-        ws = [words_of(q) for q in per_faq_q[f]] + ([words_of(view.answer_texts[f])] if view.answer_texts[f] else [])
-        faq_words.append(frozenset().union(*ws) if ws else frozenset())
+    rows_of: list[list[int]] = [[] for _ in view.faq_ids]
+    for i, f in enumerate(view.faq_of.tolist()):
+        rows_of[f].append(i)
+    answer_words = [words_of(a) if a else frozenset() for a in view.answer_texts]
+    faq_words = [frozenset().union(answer_words[f], *(words_of(view.questions[i]) for i in rows_of[f]))
+                 for f in range(len(view.faq_ids))]
+    wanted = [w for w in weights if queries_for is None or any(abs(w - x) < 1e-9 for x in queries_for)]
+    # (text, vector, own FAQ or -1, own phrasing row or -1) of every replayed query, held-out ones first
+    texts = [view.questions[r] for r in rows] + list(bg_texts)
+    vecs = np.concatenate([view.vectors[rows], np.asarray(bg_vecs, dtype=np.float32).reshape(-1, view.vectors.shape[1])])
+    owners = np.concatenate([view.faq_of[rows], np.full(len(bg_texts), -1, dtype=np.int64)])
+    excl = np.concatenate([rows, np.full(len(bg_texts), -1, dtype=np.int64)])
+    n_held = len(rows)
     refs: dict[str, Reference] = {}
     queries: dict[str, list] = {}
     for pool in pools:
-        held = _first_stage(view, view.vectors[rows], rows, pool, weights)
-        bg = _first_stage(view, np.asarray(bg_vecs, dtype=np.float32), None, pool, weights)
-        for w in weights:
-            key = reference_key(pool, w)
-            mixed_h, phr_h, ans_h = held[w]
-            mixed_b, phr_b, ans_b = bg[w]
-            own = view.faq_of[rows]
-            top_h = mixed_h.argmax(axis=1) if len(rows) else np.zeros(0, dtype=np.int64)
-            right = top_h == own
-            best_h = mixed_h.max(axis=1) if len(rows) else np.zeros(0)
-            best_b = mixed_b.max(axis=1) if len(bg_vecs) else np.zeros(0)
-            refs[key] = Reference(_quantiles(best_b), _quantiles(best_h[right] if right.any() else best_h),
-                                  int(len(best_b)), int(right.sum()))
-            if queries_for is not None and not any(abs(w - x) < 1e-9 for x in queries_for):
-                continue
-            out = []
-            for texts, mixed, phr, ans, owners, excl in (
-                    ([view.questions[r] for r in rows], mixed_h, phr_h, ans_h, own, rows),
-                    (list(bg_texts), mixed_b, phr_b, ans_b, None, None)):
-                for i, text in enumerate(texts):
+        best = {w: np.full(len(texts), -np.inf) for w in weights}
+        right = {w: np.zeros(len(texts), dtype=bool) for w in weights}
+        out: dict[float, list] = {w: [] for w in wanted}
+        for start in range(0, len(texts), CHUNK):
+            stop = min(start + CHUNK, len(texts))
+            scored = _first_stage(view, vecs[start:stop], excl[start:stop], pool, weights)
+            for w in weights:
+                mixed, phr, ans = scored[w]
+                best[w][start:stop] = mixed.max(axis=1)
+                right[w][start:stop] = mixed.argmax(axis=1) == owners[start:stop]
+                if w not in out:
+                    continue
+                for i in range(stop - start):
+                    own, row = int(owners[start + i]), int(excl[start + i])
                     k = min(WINDOW, int(np.isfinite(mixed[i]).sum()))
                     top = np.argpartition(-mixed[i], k - 1)[:k] if k else np.zeros(0, dtype=np.int64)
-                    top = top[np.argsort(-mixed[i][top], kind="stable")]
                     cands = []
-                    for f in top.tolist():
-                        mine = owners is not None and f == int(owners[i])
+                    for f in top[np.argsort(-mixed[i][top], kind="stable")].tolist():
+                        mine = f == own
                         words = faq_words[f]
                         if mine:  # its own text is not part of the KB it is matched against
-                            rest = [words_of(q) for j, q in zip(np.nonzero(view.faq_of == f)[0].tolist(),
-                                    per_faq_q[f]) if j != int(excl[i])]
-                            if view.answer_texts[f]:
-                                rest.append(words_of(view.answer_texts[f]))
-                            words = frozenset().union(*rest) if rest else frozenset()
+                            words = frozenset().union(answer_words[f],
+                                                      *(words_of(view.questions[j]) for j in rows_of[f] if j != row))
                         a = float(ans[i, f]) if ans is not None and view.has_answer[f] else None
                         cands.append(Candidate(view.faq_ids[f], float(mixed[i, f]), float(phr[i, f]), a,
                                                int(counts[f] - mine), words))
-                    out.append((text, cands, view.faq_ids[int(owners[i])] if owners is not None else None))
-            queries[key] = out
+                    out[w].append((texts[start + i], cands, view.faq_ids[own] if own >= 0 else None))
+        for w in weights:
+            key = reference_key(pool, w)
+            held_best, held_right = best[w][:n_held], right[w][:n_held]
+            refs[key] = Reference(_quantiles(best[w][n_held:]),
+                                  _quantiles(held_best[held_right] if held_right.any() else held_best),
+                                  int(len(texts) - n_held), int(held_right.sum()))
+            if w in out:
+                queries[key] = out[w]
     return Replay(refs, queries)
 
 
@@ -459,7 +476,8 @@ def build_block(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, mode
     served with and, with a model, the quantiles of its top probabilities over the replayed held-out
     phrasings and background questions (the expected-precision table is made from them for any assumed
     out-of-scope share)."""
-    played = replay(view, bg_texts, bg_vecs, pools=pools, queries_for=REPLAY_WEIGHTS)
+    weights = REPLAY_WEIGHTS if view.answers is not None else (0.0,)
+    played = replay(view, bg_texts, bg_vecs, pools=pools, weights=weights)
     block: dict[str, Any] = {
         "background": {"n": len(bg_texts)},
         "references": {k: r.to_json() for k, r in played.references.items()},
@@ -480,14 +498,8 @@ def build_block(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, mode
 def replayed(manifest: Mapping[str, Any] | None, pool: int, weight: float) -> dict | None:
     """A build's replayed top probabilities for a served (pool, weight): its own, else the nearest
     replayed weight's of the same pool; None when the build has none."""
-    block = ((manifest or {}).get("decision") or {}).get("replay") or {}
-    found = block.get(reference_key(pool, weight))
-    if isinstance(found, dict):
-        return found
-    near = [k for k in block if k.split("/")[0] == str(int(pool))]
-    if not near:
-        return None
-    return block[min(near, key=lambda k: abs(float(k.split("/")[1]) - weight))]
+    found = _nearest(((manifest or {}).get("decision") or {}).get("replay") or {}, pool, weight)
+    return found if isinstance(found, dict) else None
 
 
 def served_table(manifest: Mapping[str, Any] | None, pool: int, weight: float,

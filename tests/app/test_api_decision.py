@@ -136,3 +136,13 @@ def test_a_decision_model_file_is_served_and_a_missing_one_stops_start_up(built,
     with pytest.raises(ValueError, match="FAQ_DECISION_MODEL"):
         with _client(built, encoder, decision_model=tmp_path / "missing.json"):
             pass
+
+
+def test_a_served_answer_weight_between_the_stored_ones_uses_the_nearest(built, encoder):  # noqa: F811
+    _, _, manifest = built
+    assert "1/0.50" not in manifest["decision"]["references"] and "1/0.60" in manifest["decision"]["references"]
+    with _client(built, encoder, answer_weight=0.5) as client:
+        decision = client.get("/readyz").json()["decision"]
+        assert decision["scoring"] == "model" and decision["table"]
+        body = client.post("/match", json={"query": "I forgot my password, how can I reset it?"}).json()
+        assert body["decision"] == "answer" and body["expected_precision"] is not None
