@@ -9,7 +9,8 @@
 The threshold is the request's, else the one whose expected precision in the build's table reaches
 FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD. `expected_precision` is the table's value at the
 threshold used: the share of answers given at that threshold that are expected to be right, for the
-assumed share of out-of-scope traffic (FAQ_OOS_SHARE).
+assumed share of out-of-scope traffic (FAQ_OOS_SHARE). Once the served build has MIN_TRAFFIC logged
+queries, the service hands their scores in (`set_traffic`) and their table replaces the replayed one.
 
 Builds without the decision block (made before it existed) and FAQ_SCORING=calibration keep the build's
 logistic curve of the cosine as the score; decisions are then made on it the same way, with no
@@ -27,7 +28,7 @@ from index.answers import is_placeholder
 from index.candidates import FaqMatch
 from index.decision import (
     Candidate, DecisionModel, Reference, decide, expected_precision_at, precision_table, reference_for,
-    reference_key, replayed, threshold_for_precision, words_of,
+    MIN_TRAFFIC, reference_key, replayed, threshold_for_precision, traffic_table, words_of,
 )
 
 DECISIONS = ("answer", "clarify", "abstain")
@@ -66,6 +67,18 @@ class Decider:
         self.clarify_min = float((model.meta if model else {}).get("clarify_min", CLARIFY_MIN))
         self._state: _BuildState | None = None
         self._lock = threading.Lock()
+        # (build version, table, queries) from the served build's own logged traffic (`set_traffic`)
+        self._traffic: tuple[str, list[dict], int] | None = None
+
+    def set_traffic(self, version: str, scores: Sequence[float]) -> None:
+        """The latest logged top scores of build `version`: with MIN_TRAFFIC of them their table replaces the
+        replayed one for that build (index/decision.py `traffic_table`)."""
+        self._traffic = (str(version), traffic_table(scores), len(scores)) if len(scores) >= MIN_TRAFFIC else None
+
+    def traffic_queries(self, retriever: Any) -> int | None:
+        """How many logged queries the served table comes from; None: the build's replayed table."""
+        t = self._traffic
+        return t[2] if t is not None and t[0] == str(getattr(retriever, "version", "")) else None
 
     def _for(self, retriever: Any) -> _BuildState:
         with self._lock:
@@ -118,6 +131,9 @@ class Decider:
         """The build's threshold -> expected precision / answer rate table for the served (pool, weight)."""
         if self.model is None:
             return None
+        t = self._traffic
+        if t is not None and t[0] == str(getattr(retriever, "version", "")):
+            return t[1]
         state = self._for(retriever)
         key = (reference_key(pool, weight), self.oos_share)
         if key not in state.tables:

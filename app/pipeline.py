@@ -496,6 +496,7 @@ class Pipeline:
         """Everything of the pipeline's own that changes a ranking (evaluations retune these live)."""
         return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k, self.scoring,
                 id(self.decider.model), self.decider.oos_share, self.decider.target_precision,
+                id(self.decider._traffic),
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -618,6 +619,7 @@ class Pipeline:
             "target_precision": decider.target_precision,
             "oos_share": decider.oos_share,
             "model_labels": (decider.model.meta.get("kb_labels") if decider.model is not None else None),
+            "traffic_queries": decider.traffic_queries(retriever) if ref is not None else None,
             "table": table,
         }
 

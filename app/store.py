@@ -18,7 +18,7 @@ import logging
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -728,6 +728,14 @@ class FaqStore:
             stmt = stmt.where(or_(qlog_t.c.feedback_correct.is_not(None), qlog_t.c.feedback_faq_id.is_not(None)))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt.order_by(qlog_t.c.id))]
+
+    def recent_scores(self, index_version: str, arms: Sequence[str], limit: int) -> list[float]:
+        """The best match's score of the latest `limit` queries served from `index_version` on `arms`."""
+        stmt = (select(qlog_t.c.score)
+                .where(qlog_t.c.index_version == index_version, qlog_t.c.arm.in_(list(arms)), qlog_t.c.score.is_not(None))
+                .order_by(qlog_t.c.id.desc()).limit(limit))
+        with self.engine.connect() as conn:
+            return [float(r[0]) for r in conn.execute(stmt)]
 
     def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None,
                         session_id: str | None = None, require_session: bool = False) -> bool:

@@ -348,15 +348,25 @@ def cmd_list(args: argparse.Namespace) -> int:
               f"{m['encoder_id']:<24} {m['created_at']}")
     current = next((m for m in manifests if m["current"]), None)
     if current is not None:
+        from index.decision import MIN_TRAFFIC, TRAFFIC_WINDOW
+        from migrations.runner import migrated_store
+
+        settings = get_settings()
+        scores: list[float] = []
+        if settings.query_log:
+            store = migrated_store(settings)
+            scores = store.recent_scores(current["version"], ("ann", "lexical"), TRAFFIC_WINDOW)
+            store.close()
         print()
-        print(expected_precision_text(current, get_settings()))
+        print(expected_precision_text(current, settings, scores if len(scores) >= MIN_TRAFFIC else None))
     return 0
 
 
-def expected_precision_text(manifest: dict, settings) -> str:
-    """The build's threshold -> expected precision / answer rate table as served with `settings`."""
+def expected_precision_text(manifest: dict, settings, traffic: list[float] | None = None) -> str:
+    """The build's threshold -> expected precision / answer rate table as served with `settings`: from its
+    own logged `traffic` scores when given, else the one replayed at build time."""
     from index.answers import nearest_weight
-    from index.decision import served_table, threshold_for_precision
+    from index.decision import served_table, threshold_for_precision, traffic_table
 
     used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
     weight = nearest_weight(settings.answer_weight) if used else 0.0
@@ -364,11 +374,15 @@ def expected_precision_text(manifest: dict, settings) -> str:
     table = served_table(manifest, pool, weight, settings.oos_share)
     if table is None or settings.scoring != "model":
         return f"{manifest['version']}: no expected-precision table (scoring by the build's cosine curve)"
+    if traffic:
+        table = traffic_table(traffic)
     chosen = settings.default_threshold
     if settings.target_precision is not None:
         chosen = threshold_for_precision(table, settings.target_precision) or 1.0
+    source = (f"from its {len(traffic)} latest logged queries" if traffic else
+              f"{settings.oos_share:.0%} of questions assumed out of scope")
     lines = [f"{manifest['version']}: expected precision and answer rate by threshold "
-             f"({settings.oos_share:.0%} of questions assumed out of scope; * = the threshold served)",
+             f"({source}; * = the threshold served)",
              f"  {'THRESHOLD':>9} {'PRECISION':>9} {'ANSWERED':>8}"]
     for row in table:
         ep = "-" if row["expected_precision"] is None else f"{row['expected_precision']:.3f}"

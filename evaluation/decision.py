@@ -245,6 +245,8 @@ def evaluate_kb(model: DecisionModel | None, kb: KbData, split: str | None, thre
         "first_stage_at_0.5": answer_scores(platt, first, in_scope, 0.5),
         "first_stage_best": best_threshold(platt, first, in_scope),
         "stored_expected_precision": stored,
+        # what the service shows once the build has traffic: the mean score of the answered queries, no labels
+        "traffic_expected_precision": float(p[p >= threshold].mean()) if (p >= threshold).any() else None,
         "clarify": {"n": len(clar), "share_of_in_scope": clar_in / max(n_in, 1),
                     "right_among_options": (sum(any(i == g for i, _ in o) for o, g in clar if g is not None)
                                             / max(clar_in, 1)) if clar else None,
@@ -328,7 +330,7 @@ def write_reports(rows: list[dict], out: Path, title: str) -> None:
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     (out / "decision_loko.json").write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
     lines = [f"# {title}", "", "| KB | n (oos) | ECE (first-stage curve; noise floor) | F1 default / best | precision default | "
-             "stored exp. precision | answered | clarify share / right | top-1 first stage / model (rerank) |",
+             "stored exp. precision (from traffic) | answered | clarify share / right | top-1 first stage / model (rerank) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["clarify"]
@@ -336,7 +338,8 @@ def write_reports(rows: list[dict], out: Path, title: str) -> None:
             f"| {r['kb']} | {r['n']} ({r['n_out_of_scope']}) | {r['ece']:.3f} ({r['ece_first_stage_calibration']:.3f}; "
             f"{r['ece_noise_floor']:.3f}) | "
             f"{r['at_default']['f1']:.3f} / {r['best']['f1']:.3f} | {r['at_default']['precision']:.3f} | "
-            f"{r['stored_expected_precision'] if r['stored_expected_precision'] is not None else '-'} | "
+            f"{r['stored_expected_precision'] if r['stored_expected_precision'] is not None else '-'} "
+            f"({'-' if r['traffic_expected_precision'] is None else format(r['traffic_expected_precision'], '.3f')}) | "
             f"{r['at_default']['answered']} | {c['share_of_in_scope']:.3f} / "
             f"{'-' if c['right_among_options'] is None else format(c['right_among_options'], '.2f')} | "
             f"{r['top1_first_stage']:.3f} / {r['top1_without_rerank']:.3f} ({r['top1_with_rerank']:.3f}) |")

@@ -452,6 +452,26 @@ def precision_table(p_in: np.ndarray, p_out: np.ndarray, oos_share: float = DEFA
     return rows
 
 
+#: logged queries of the served build before their own table replaces the replayed one; the latest
+#: TRAFFIC_WINDOW of them make it
+MIN_TRAFFIC = 200
+TRAFFIC_WINDOW = 5000
+
+
+def traffic_table(scores: Sequence[float], thresholds: Sequence[float] = THRESHOLDS) -> list[dict]:
+    """Threshold -> expected precision and answer rate over real traffic, still without labels: the share of
+    logged queries whose best score reaches t, and the mean of those scores (the model's own estimate of
+    being right). Measured leave-one-KB-out it is nearer the truth than the replayed table on realistic
+    FAQs (docs/results.md), because the queries are the users' own."""
+    s = np.asarray(scores, dtype=np.float64)
+    rows = []
+    for t in thresholds:
+        a = s >= t
+        rows.append({"threshold": float(t), "expected_precision": round(float(s[a].mean()), 4) if a.any() else None,
+                     "answer_rate": round(float(a.mean()), 4) if len(s) else 0.0})
+    return rows
+
+
 def threshold_for_precision(table: Sequence[Mapping[str, Any]], target: float) -> float | None:
     """The lowest threshold whose expected precision reaches `target` (None: none does)."""
     for row in table:

@@ -183,6 +183,9 @@ class DecisionInfo(BaseModel):
     expected_precision: float | None = Field(description="the table's expected precision at that threshold")
     target_precision: float | None = Field(description="FAQ_TARGET_PRECISION, when set")
     oos_share: float = Field(description="the out-of-scope share of traffic the table assumes (FAQ_OOS_SHARE)")
+    traffic_queries: int | None = Field(
+        default=None, description="logged queries of this build the table comes from (their own scores, no labels, "
+                                  "the actual out-of-scope share); null: the table replayed at build time")
     model_labels: int | None = Field(default=None, description="labels of this KB the model was refitted on "
                                                                "(`faq index calibrate`); null: the cross-KB model")
     table: list[PrecisionRow] | None = Field(description="threshold -> expected precision and answer rate")

@@ -110,6 +110,7 @@ class ServiceState:
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
             log.exception("could not load the current index build")
             self.not_ready_reason = f"could not load the current index build: {exc}"
+        self.refresh_traffic(force=True)  # a restart keeps the table its build's traffic had earned
         if self.settings.query_log:
             self.query_log = QueryLogWriter(self.store, self.metrics)
             self.query_log.start()
@@ -238,6 +239,7 @@ class ServiceState:
             except Exception:
                 log.exception("KB/index poll failed (will retry)")
             self.prune_query_log()
+            self.refresh_traffic()
 
     # -- housekeeping: debris of killed builds, query-log retention ----------------------------------
     #: the query log is pruned at most this often; several replicas doing it too only find less to delete
@@ -246,6 +248,29 @@ class ServiceState:
     #: at the next poll
     PRUNE_PASS_S = 2.0
     _prune_due = 0.0  # time.monotonic() of the next pass
+
+    #: the served build's traffic table is recomputed at most this often
+    TRAFFIC_EVERY_S = 300.0
+    _traffic_due = 0.0
+
+    def refresh_traffic(self, now: float | None = None, force: bool = False) -> int | None:
+        """Give the decider the latest logged top scores of the served build (app/decision.py `set_traffic`),
+        when a refresh is due; returns how many were read, None when none ran. Never raises."""
+        from index.decision import TRAFFIC_WINDOW
+
+        now = time.monotonic() if now is None else now
+        retriever, matcher = self.retriever, self.matcher
+        if (not force and now < self._traffic_due) or retriever is None or matcher is None \
+                or not self.settings.query_log or self.store is None:
+            return None
+        self._traffic_due = now + self.TRAFFIC_EVERY_S
+        try:
+            scores = self.store.recent_scores(str(retriever.version), ("ann", "lexical"), TRAFFIC_WINDOW)
+        except Exception:
+            log.exception("could not read the query log's scores (next try in %.0f s)", self.TRAFFIC_EVERY_S)
+            return None
+        matcher.decider.set_traffic(str(retriever.version), scores)
+        return len(scores)
 
     def sweep_builds(self) -> None:
         """Mark builds whose process died failed and remove their staging folders (index.build.sweep_builds:

@@ -146,3 +146,32 @@ def test_a_served_answer_weight_between_the_stored_ones_uses_the_nearest(built, 
         assert decision["scoring"] == "model" and decision["table"]
         body = client.post("/match", json={"query": "I forgot my password, how can I reset it?"}).json()
         assert body["decision"] == "answer" and body["expected_precision"] is not None
+
+
+def test_the_builds_own_traffic_replaces_the_replayed_table(tmp_path, encoder):  # noqa: F811
+    """With MIN_TRAFFIC logged queries of the served build, the table is theirs: the share of queries whose
+    score reaches each threshold and the mean of those scores; the target precision then picks from it."""
+    from datetime import datetime, timezone
+
+    from index.decision import MIN_TRAFFIC
+
+    settings = make_settings(tmp_path)
+    store = make_store(settings)
+    manifest = build(store, encoder, settings)
+    built = (settings, store, manifest)  # a log of its own: the other tests' queries are not in it
+    scores = [0.95] * 100 + [0.6] * 60 + [0.2] * 40  # MIN_TRAFFIC rows of this build on the ann arm
+    assert len(scores) == MIN_TRAFFIC
+    now = datetime.now(timezone.utc)
+    store.log_queries([{"request_id": f"traffic-{i}", "query": f"q{i}", "faq_id": None, "score": s, "arm": "ann",
+                        "index_version": manifest["version"], "created_at": now} for i, s in enumerate(scores)]
+                      + [{"request_id": "other-arm", "query": "x", "faq_id": None, "score": 0.0, "arm": "ann+rerank",
+                          "index_version": manifest["version"], "created_at": now}])
+    with _client(built, encoder, target_precision=0.9) as client:
+        decision = client.get("/readyz").json()["decision"]
+        assert decision["traffic_queries"] == MIN_TRAFFIC
+        rows = {r["threshold"]: r for r in decision["table"]}
+        assert rows[0.5]["answer_rate"] == pytest.approx(0.8) and rows[0.5]["expected_precision"] == pytest.approx(
+            (100 * 0.95 + 60 * 0.6) / 160, abs=1e-4)
+        assert rows[0.7]["expected_precision"] == pytest.approx(0.95) and decision["threshold"] == 0.65
+        body = client.post("/match", json={"query": "how long does shipping take"}).json()
+        assert body["threshold"] == 0.65 and body["expected_precision"] == pytest.approx(0.95)

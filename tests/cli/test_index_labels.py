@@ -133,3 +133,26 @@ def test_feedback_picks_through_the_service_become_calibrate_labels(built, capsy
     assert main(["index", "calibrate", "--dry-run"]) == 0
     assert "6 labels (0 out of scope)" in capsys.readouterr().out
     assert main(["index", "calibrate", "--dry-run", "--no-feedback"]) == 1  # and no --dev: nothing to fit
+
+
+def test_index_list_shows_the_table_of_the_builds_own_traffic(built, capsys):
+    from datetime import datetime, timezone
+
+    from cli.main import main
+    from index.artifacts import BuildRegistry
+    from index.decision import MIN_TRAFFIC
+    from migrations.runner import migrated_store
+
+    settings, _ = built
+    version = BuildRegistry(settings.index_dir).current()
+    store = migrated_store(settings)
+    store.log_queries([{"request_id": f"r{i}", "query": f"q{i}", "faq_id": None, "score": 0.9 if i % 2 else 0.1,
+                        "arm": "ann", "index_version": version, "created_at": datetime.now(timezone.utc)}
+                       for i in range(MIN_TRAFFIC)])
+    store.close()
+    capsys.readouterr()
+    assert main(["index", "list"]) == 0
+    out = capsys.readouterr().out
+    assert f"from its {MIN_TRAFFIC} latest logged queries" in out
+    row = next(line for line in out.splitlines() if line.split()[:1] in (["0.50"], ["*"]) and "0.50" in line)
+    assert row.split()[-2:] == ["0.900", "0.500"]  # half the queries reach 0.5, at a mean score of 0.9
