@@ -94,6 +94,22 @@ def all_metrics(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> dict[str
     }
 
 
+def expected_calibration_error(outcomes: Sequence[QueryOutcome], bins: int = 10) -> float | None:
+    """ECE of the top match's score (10 equal-width bins): |mean score - share right| weighted by the bin's
+    queries; an out-of-scope query's top match is never right. None when nothing was retrieved."""
+    scored = [(o.top_score, bool(o.ranked) and o.ranked[0] == o.gold) for o in outcomes if o.top_score is not None]
+    if not scored:
+        return None
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        inside = [(s, r) for s, r in scored if lo <= s < hi or (b == bins - 1 and s == 1.0)]
+        if inside:
+            total += len(inside) / len(scored) * abs(sum(s for s, _ in inside) / len(inside)
+                                                     - sum(r for _, r in inside) / len(inside))
+    return total
+
+
 def apply_threshold(outcomes: Sequence[QueryOutcome], threshold: float) -> list[QueryOutcome]:
     """The same outcomes with the answer decided as the Matcher does: best FAQ iff score >= threshold."""
     return [

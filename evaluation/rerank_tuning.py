@@ -1,8 +1,8 @@
 """Choosing the re-ranker's fusion weight on dev queries (`faq eval match --reranker DIR --tune-rerank-weight`).
 
 One pass of the dev queries through the matcher with the cross-encoder alone (weight 1) and every one of
-the `rerank_k` candidates kept gives, per candidate, the cross-encoder probability and the encoder's
-cosine. The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
+the `rerank_k` candidates kept gives, per candidate, the cross-encoder probability and the first stage's
+probability it pools with (`FaqMatch.first_score`: the decision model's, or the build's cosine curve). The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
 threshold then follow without running the model again, so the grid costs one dev pass.
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ def pooled_results(results: Sequence[Any], calibration: Any, weight: float, top_
             out.append(r)
             continue
         p_cross = np.array([m.score for m in r.matches])
-        p_first = np.array([calibration.probability(m.cosine) for m in r.matches])
+        p_first = np.array([calibration.probability(m.cosine) if m.first_score is None else m.first_score
+                            for m in r.matches])
         scores = pool(p_cross, p_first, weight)
         matches = sorted((replace(m, score=float(s)) for m, s in zip(r.matches, scores)), key=lambda m: (-m.score, m.faq_id))
         out.append(replace(r, matches=matches[:top_k], answer=None))

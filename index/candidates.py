@@ -58,6 +58,7 @@ class FaqMatch:
     cosine: float
     answer_cosine: float | None = None  # the query's cosine with the FAQ's answer, when the build encoded it
     phrasing_cosine: float | None = None  # the (pooled) phrasing cosine `cosine` mixes with the answer's
+    first_score: float | None = None  # re-ranked arms: the first-stage probability the stages pooled with
 
 
 def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hits: list, k: int) -> list:

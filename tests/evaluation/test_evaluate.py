@@ -216,3 +216,14 @@ def test_a_shared_encoder_with_memo_encodes_each_text_once():
     assert shared(memo) is memo and shared(None) is None
     plain = shared(inner)
     assert plain.encode(["ab"]).tolist() == [[2, 1]] and inner.calls[-1] == ["ab"]  # no memo: every call encodes
+
+
+def test_expected_calibration_error_of_the_top_match():
+    from evaluation.metrics import QueryOutcome, expected_calibration_error
+
+    right = QueryOutcome("a", ("a",), 0.95, "a")
+    wrong = QueryOutcome("a", ("b",), 0.95, "b")
+    oos = QueryOutcome(None, ("b",), 0.15, None)
+    # bin 0.9-1.0: mean 0.95, 1 of 2 right -> |0.95 - 0.5| * 2/3; bin 0.1-0.2: |0.15 - 0| * 1/3
+    assert expected_calibration_error([right, wrong, oos]) == pytest.approx(0.45 * 2 / 3 + 0.15 / 3)
+    assert expected_calibration_error([QueryOutcome("a", (), None, None)]) is None
