@@ -540,8 +540,7 @@ class Pipeline:
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if pool > 1 else None
-        stage_ref = self.decider.reference(retriever, pool, weight) if self.scoring == "model" else None
-        decided = stage_ref is not None
+        decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight) is not None
         attached = False
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_reranker(request.arm)
@@ -550,8 +549,8 @@ class Pipeline:
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
             if reranked:
-                if stage_ref is not None:  # the stages pool with the decision model's probability
-                    grouped = self.decider.rescore(request.query, grouped, retriever, stage_ref)
+                # the stages pool with the build's cosine curve, not the decision model's probability: a
+                # convex pool of two calibrated probabilities is under-confident (docs/results.md)
                 grouped = [replace(m, first_score=m.score) for m in grouped]
                 if not attached:
                     self.attach_stages(retriever)

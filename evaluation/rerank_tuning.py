@@ -2,7 +2,7 @@
 
 One pass of the dev queries through the matcher with the cross-encoder alone (weight 1) and every one of
 the `rerank_k` candidates kept gives, per candidate, the cross-encoder probability and the first stage's
-probability it pools with (`FaqMatch.first_score`: the decision model's, or the build's cosine curve). The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
+probability it pools with (`FaqMatch.first_score`: the build's cosine curve). The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
 threshold then follow without running the model again, so the grid costs one dev pass.
 """
 from __future__ import annotations

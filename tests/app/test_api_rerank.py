@@ -84,8 +84,10 @@ def test_rerank_runtime_setting_picks_fp32_onnx(tmp_path, encoder, reranker_dir)
 
 
 def test_rerank_weight_zero_serves_the_first_stage_probability(tmp_path, encoder, reranker_dir):
-    """FAQ_RERANK_WEIGHT=0: the pool is the first stage's probability alone, so the scores are the ann arm's."""
-    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=8, rerank_weight=0.0) as client:
+    """FAQ_RERANK_WEIGHT=0: the pool is the calibrated cosine alone, so the scores are the ann arm's when it
+    scores by the same curve (FAQ_SCORING=calibration; stages pool with the first stage's curve)."""
+    with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=8, rerank_weight=0.0,
+                 scoring="calibration") as client:
         query = "when do you open"
         plain = client.post("/match", json={"query": query, "top_k": 8}).json()
         pooled = client.post("/match", json={"query": query, "top_k": 8, "rerank": True}).json()

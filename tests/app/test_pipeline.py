@@ -44,8 +44,8 @@ def test_rerank_arms_need_a_stage_and_stages_chain(built, encoder):  # noqa: F81
     second = CrossEncoderStage(first.reranker, weight=0.25)
     assert first.served_weight == 0.5 and first.id.startswith("cross-encoder-minilm-L1")
     chained = build_pipeline(settings, encoder, retriever, stages=[first, second], rerank_k=4)
-    # the stages pool with the first stage's probability: the decision model's, as the ann arm serves it
-    [ann] = build_pipeline(settings, encoder, retriever, rerank_k=4).match_many([MatchQuery("how long is delivery", 4, 0.5, "ann")])
+    curve = settings.model_copy(update={"scoring": "calibration"})  # the first-stage score the stages pool with
+    [ann] = build_pipeline(curve, encoder, retriever, rerank_k=4).match_many([MatchQuery("how long is delivery", 4, 0.5, "ann")])
     [res] = chained.match_many([MatchQuery("how long is delivery", 4, 0.5, "ann+rerank")])
     # each stage pools its probability with the score the previous stage left (the first: the calibrated cosine)
     cross = first.reranker.score("how long is delivery", [m.question for m in ann.matches])

@@ -82,8 +82,8 @@ def test_stage_reads_the_builds_vectors_and_scores_like_text_pairs(built, encode
     retriever = Retriever.load(BuildRegistry(settings.index_dir).current_dir()).with_kb(store.snapshot(), encoder)
     pipeline = build_pipeline(settings, encoder, retriever, stages=[served], rerank_k=6)
     query = "how long does delivery take"
-    # the stage pools with the first stage's probability: the decision model's, as the ann arm serves it
-    [ann] = build_pipeline(settings, encoder, retriever, rerank_k=6).match_many([MatchQuery(query, 6, 0.5, "ann")])
+    curve = settings.model_copy(update={"scoring": "calibration"})  # the first-stage score the stage pools with
+    [ann] = build_pipeline(curve, encoder, retriever, rerank_k=6).match_many([MatchQuery(query, 6, 0.5, "ann")])
     [res] = pipeline.match_many([MatchQuery(query, 6, 0.5, "ann+rerank")])
     assert counting.encoded == [query]  # every candidate phrasing came from the build
     p = stage.scorer.score_pairs([(query, m.question) for m in ann.matches])
