@@ -175,3 +175,30 @@ def test_the_builds_own_traffic_replaces_the_replayed_table(tmp_path, encoder): 
         assert rows[0.7]["expected_precision"] == pytest.approx(0.95) and decision["threshold"] == 0.65
         body = client.post("/match", json={"query": "how long does shipping take"}).json()
         assert body["threshold"] == 0.65 and body["expected_precision"] == pytest.approx(0.95)
+
+
+def test_an_ambiguous_question_gets_clarify_with_both_faqs_and_the_pick_is_feedback(tmp_path, encoder):  # noqa: F811
+    """Two FAQs that differ only in how a refund is paid, and a user who just types "refund"."""
+    from app.store import KbRecord
+    from tests.app.test_api_contract import KB
+
+    kb = {k: v for k, v in KB.items() if k != "refund"}
+    kb["refund_card"] = ("Card refunds reach your card within 5 days.",
+                         ["How do I get a refund to my card?", "Refund to my credit card"])
+    kb["refund_voucher"] = ("Refunds as a voucher are issued at once.",
+                            ["Can I get my refund as a voucher?", "Refund as store credit"])
+    records = [KbRecord(f, q, a if i == 0 else None, [] if i == 0 else None)
+               for f, (a, qs) in kb.items() for i, q in enumerate(qs)]
+    settings = make_settings(tmp_path)
+    store = make_store(settings, records)
+    build(store, encoder, settings)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        body = client.post("/match", json={"query": "refund", "threshold": 0.6}).json()
+        assert body["decision"] == "clarify" and body["answer"] is None
+        assert {o["faq_id"] for o in body["options"]} == {"refund_card", "refund_voucher"}
+        assert sum(o["score"] for o in body["options"]) >= 0.6 > body["options"][0]["score"]
+        r = client.post("/feedback", json={"request_id": body["request_id"], "faq_id": "refund_voucher"})
+        assert r.status_code == 200
+    from app.decision import feedback_labels
+
+    assert ("refund", "refund_voucher") in feedback_labels(store.read_query_log(with_feedback=True))
