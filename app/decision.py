@@ -178,9 +178,11 @@ def feedback_labels(rows: Sequence[dict]) -> list[tuple[str, str | None]]:
 
 
 def labelled_rows(first_stage: Any, retriever: Any, labels: Sequence[tuple[str, str | None]],
-                  batch_size: int = 64) -> tuple[list[tuple[str, list[Candidate], str | None]], Reference]:
+                  batch_size: int = 64, matches: list | None = None
+                  ) -> tuple[list[tuple[str, list[Candidate], str | None]], Reference]:
     """Each labelled query's candidates as the model sees them, from a pipeline scoring by the build's
-    curve (`first_stage`), with the build's reference for its served (pool, weight)."""
+    curve (`first_stage`), with the build's reference for its served (pool, weight); `matches`, when
+    given, receives each query's `FaqMatch`es (what a re-ranking stage scores)."""
     from index.decision import WINDOW
 
     pool, weight = first_stage.served_pool(retriever), first_stage.served_answer_weight(retriever)
@@ -193,6 +195,8 @@ def labelled_rows(first_stage: Any, retriever: Any, labels: Sequence[tuple[str, 
         batch = labels[start:start + batch_size]
         results = first_stage.match([q for q, _ in batch], WINDOW, 1.0, retriever=retriever)
         out += [(q, plain.candidates(retriever, r.matches), gold) for (q, gold), r in zip(batch, results)]
+        if matches is not None:
+            matches += [r.matches for r in results]
     return out, ref
 
 
@@ -249,3 +253,39 @@ def fit_on_labels(prior: DecisionModel, rows: Sequence[tuple[str, list[Candidate
         return {k: float(np.mean([h[i][k] for h in held])) for k in ("top1", "f1", "log_loss")} if held else {}
 
     return model, {"labels": len(rows), "folds": len(held), "cross_kb": mean(0), "refitted": mean(1)}
+
+
+# ---------------------------------------------------------------------------------------------
+# a re-ranking stage's score as an input, fitted on a KB's labels
+# ---------------------------------------------------------------------------------------------
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def stacked(coefs: Sequence[float], p_stage: np.ndarray, p_model: np.ndarray) -> np.ndarray:
+    """P(right answer) = sigmoid(a * logit p_stage + b * logit p_model + c)."""
+    a, b, c = (float(x) for x in coefs)
+    return 1.0 / (1.0 + np.exp(-np.clip(a * _logit(p_stage) + b * _logit(p_model) + c, -30, 30)))
+
+
+def fit_stack(p_stage: np.ndarray, p_model: np.ndarray, right: np.ndarray, l2: float = 1.0) -> tuple[float, float, float]:
+    """(a, b, c) of `stacked` by L2-regularised logistic regression on labelled candidates: how much the
+    stage's probability adds to the decision model's on this KB (a convex pool of the two is
+    under-confident, docs/results.md)."""
+    from scipy.optimize import minimize
+
+    X = np.column_stack([_logit(p_stage), _logit(p_model)])
+    y = np.asarray(right, dtype=np.float64)
+    if len(y) == 0 or y.min() == y.max():
+        raise ValueError("the stage needs labelled candidates that are right and wrong to be fitted")
+
+    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
+        z = X @ v[:2] + v[2]
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+        g = p - y
+        ll = -np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)) + 0.5 * l2 * v[:2] @ v[:2]
+        return ll, np.append(X.T @ g + l2 * v[:2], g.sum())
+
+    v = minimize(loss, np.array([0.5, 0.5, 0.0]), jac=True, method="L-BFGS-B").x
+    return float(v[0]), float(v[1]), float(v[2])

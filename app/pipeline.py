@@ -550,11 +550,16 @@ class Pipeline:
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
             if reranked:
                 # the stages pool with the build's cosine curve, not the decision model's probability: a
-                # convex pool of two calibrated probabilities is under-confident (docs/results.md)
+                # convex pool of two calibrated probabilities is under-confident (docs/results.md); a stage
+                # fitted on the KB's labels (`faq index calibrate`) is stacked with the model instead
                 grouped = [replace(m, first_score=m.score) for m in grouped]
                 if not attached:
                     self.attach_stages(retriever)
                     attached = True
+                stack = self.stage_stack() if decided else None
+                if stack is not None:
+                    ranked.append(self.stacked_rerank(request, grouped, retriever, pool, weight, stack))
+                    continue
             ranked.append(self.rerank(request, grouped) if reranked else grouped)
         rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
         t3 = time.perf_counter()
@@ -634,6 +639,35 @@ class Pipeline:
             attach = getattr(stage, "attach", None)
             if attach is not None:
                 attach(retriever)
+
+    def stage_stack(self) -> tuple[float, float, float] | None:
+        """(a, b, c) of the single configured stage when the served decision model was fitted with it on
+        this KB's labels (`faq index calibrate`), else None."""
+        model = self.decider.model
+        if model is None or len(self.stages) != 1:
+            return None
+        found = (model.meta.get("stages") or {}).get(self.stages[0].id)
+        return tuple(float(x) for x in found) if found else None  # type: ignore[return-value]
+
+    def stacked_rerank(self, request: MatchQuery, candidates: list[FaqMatch], retriever: RetrieverLike, pool: int,
+                       weight: float, stack: tuple[float, float, float]) -> list[FaqMatch]:
+        """The `+rerank` arm with a stage fitted on the KB's labels: the decision model's probability and
+        the stage's own (weight 1) stacked, P = sigmoid(a * logit p_stage + b * logit p_model + c)."""
+        import copy
+
+        from app.decision import stacked
+
+        ref = self.decider.reference(retriever, pool, weight)
+        head = self.decider.rescore(request.query, candidates, retriever, ref)[: max(request.top_k, WINDOW)]
+        if not head:
+            return []
+        pure = copy.copy(self.stages[0])
+        pure.weight = 1.0
+        p_stage = np.asarray(pure.rescore(request.query, head), dtype=np.float64)
+        p = stacked(stack, p_stage, np.array([m.score for m in head]))
+        out = [replace(m, first_score=m.score, score=float(x)) for m, x in zip(head, p.tolist())]
+        out.sort(key=lambda m: (-m.score, m.faq_id))
+        return out[: request.top_k]
 
     def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
         """The `+rerank` arms: each stage re-scores the top `rerank_k` FAQs (their scores so far are its

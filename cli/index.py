@@ -239,6 +239,36 @@ def _gate(args: argparse.Namespace, settings, store, registry, encoder, version:
     return None
 
 
+def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tuple, int] | None:
+    """The single configured stage's score stacked with `model` on the labelled rows (None: several stages,
+    which are pooled as configured)."""
+    import copy
+
+    import numpy as np
+
+    from app.decision import fit_stack
+    from app.pipeline import load_rerank_stages
+    from index.decision import WINDOW, decide
+
+    stages = load_rerank_stages(settings)
+    if len(stages) != 1:
+        print(f"  {len(stages)} stages configured: stacking takes one; they stay pooled as configured")
+        return None
+    stage = copy.copy(stages[0])
+    stage.weight = 1.0
+    if hasattr(stage, "attach"):
+        stage.attach(retriever)
+    p_s, p_m, right = [], [], []
+    for (text, cands, gold), found in zip(rows, matches):
+        head = found[:WINDOW]
+        if not head:
+            continue
+        p_m += decide(model, text, cands[:WINDOW], ref).tolist()
+        p_s += np.asarray(stage.rescore(text, head), dtype=np.float64).tolist()
+        right += [m.faq_id == gold for m in head]
+    return stages[0].id, fit_stack(np.array(p_s), np.array(p_m), np.array(right)), len(right)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from datetime import datetime
 
@@ -277,11 +307,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     encoder = load_configured_encoder(settings, manifest)
     retriever = Retriever.load(registry.path(version)).with_kb(store.snapshot(), encoder)
     first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
+    matches: list = []
     try:
-        rows, ref = labelled_rows(first, retriever, labels)
-        model, report = fit_on_labels(load_model(), rows, ref, strength)
+        rows, ref = labelled_rows(first, retriever, labels, matches=matches)
+        prior = load_model(settings.decision_model)  # FAQ_DECISION_MODEL, else the shipped cross-KB model
+        model, report = fit_on_labels(prior, rows, ref, strength)
     except ValueError as exc:
         return _error(str(exc))
+    if settings.reranker:
+        try:
+            stack = _fit_stage(settings, retriever, model, rows, matches, ref)
+        except (OSError, ValueError) as exc:
+            return _error(f"FAQ_RERANKER: {exc}")
+        if stack is not None:
+            stage_id, coefs, n = stack
+            model.meta["stages"] = {stage_id: [round(c, 6) for c in coefs]}
+            print(f"  stage {stage_id} stacked with the model on {n} labelled candidates: "
+                  f"P = sigmoid({coefs[0]:.3f} * logit p_stage + {coefs[1]:.3f} * logit p_model + {coefs[2]:.3f})")
     print(f"{report['labels']} labels ({sum(f is None for _, f in labels)} out of scope), prior strength {strength:g}")
     if report["folds"]:
         for name in ("cross_kb", "refitted"):

@@ -156,3 +156,62 @@ def test_index_list_shows_the_table_of_the_builds_own_traffic(built, capsys):
     assert f"from its {MIN_TRAFFIC} latest logged queries" in out
     row = next(line for line in out.splitlines() if line.split()[:1] in (["0.50"], ["*"]) and "0.50" in line)
     assert row.split()[-2:] == ["0.900", "0.500"]  # half the queries reach 0.5, at a mean score of 0.9
+
+
+def test_calibrate_stacks_the_configured_stage_and_the_rerank_arm_serves_the_stack(built, capsys, monkeypatch):
+    """With FAQ_RERANKER set, the stage's own probability becomes an input of the decision model, fitted on
+    the labels: P = sigmoid(a * logit p_stage + b * logit p_model + c), served on the `+rerank` arm."""
+    import copy
+
+    import numpy as np
+
+    from app.api.main import create_app
+    from app.decision import stacked
+    from app.settings import get_settings
+    from cli.main import main
+    from tests.app.test_api_stage_kinds import _siamese
+
+    settings, tmp = built
+    folder = _siamese(tmp / "siamese")
+    monkeypatch.setenv("FAQ_RERANKER", str(folder))
+    get_settings.cache_clear()
+    settings = get_settings()
+    dev = _labels(tmp / "dev.jsonl", INDEX_TEST_FAQS)
+    capsys.readouterr()
+    assert main(["index", "calibrate", "--dev", str(dev)]) == 0
+    assert "stacked with the model on" in capsys.readouterr().out
+    [(stage_id, coefs)] = json.loads(settings.kb_decision_model.read_text())["meta"]["stages"].items()
+    with TestClient(create_app(settings)) as client:
+        service = client.app.state.service
+        assert service.stages[0].id == stage_id
+        query = "i forgot my password"
+        plain = client.post("/match", json={"query": query, "top_k": 5}).json()
+        staged = client.post("/match", json={"query": query, "top_k": 5, "rerank": True}).json()
+        assert staged["arm"] == "ann+rerank" and staged["expected_precision"] is None
+        # the stack recomputed from the stage alone and the model's probabilities of the plain arm
+        model_p = {m["faq_id"]: m["score"] for m in plain["matches"]}
+        pure = copy.copy(service.stages[0])
+        pure.weight = 1.0
+        from index.candidates import FaqMatch
+
+        head = [FaqMatch(m["faq_id"], m["question"], m["answer"], m["score"], 0.0) for m in plain["matches"]]
+        p_stage = pure.rescore(query, head)
+        expected = stacked(coefs, np.asarray(p_stage), np.array([model_p[m.faq_id] for m in head]))
+        got = {m["faq_id"]: m["score"] for m in staged["matches"]}
+        for m, e in zip(head, expected):
+            assert got[m.faq_id] == pytest.approx(float(e), abs=1e-4)
+
+
+def test_fit_stack_learns_how_much_the_stage_adds():
+    from app.decision import fit_stack, stacked
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    right = rng.random(2000) < 0.5
+    p_model = np.clip(np.where(right, 0.6, 0.4) + 0.1 * rng.normal(size=2000), 0.01, 0.99)
+    p_stage = np.clip(np.where(right, 0.9, 0.1) + 0.05 * rng.normal(size=2000), 0.01, 0.99)  # the stage knows more
+    a, b, c = fit_stack(p_stage, p_model, right)
+    assert a > b > 0
+    assert ((stacked((a, b, c), p_stage, p_model) >= 0.5) == right).mean() > 0.95
+    with pytest.raises(ValueError, match="right and wrong"):
+        fit_stack(p_stage[:3], p_model[:3], np.ones(3, dtype=bool))
