@@ -27,8 +27,8 @@ import numpy as np
 from index.answers import is_placeholder
 from index.candidates import FaqMatch
 from index.decision import (
-    Candidate, DecisionModel, Reference, decide, expected_precision_at, precision_table, reference_for,
-    MIN_TRAFFIC, reference_key, replayed, threshold_for_precision, traffic_table, words_of,
+    MIN_TRAFFIC, Candidate, DecisionModel, Reference, decide, expected_precision_at, reference_for,
+    reference_key, served_table, threshold_for_precision, traffic_table, words_of,
 )
 
 DECISIONS = ("answer", "clarify", "abstain")
@@ -52,7 +52,8 @@ class _BuildState:
     def __init__(self, retriever: Any):
         self.retriever = retriever
         self.words: dict[str, frozenset[str]] = {}
-        self.tables: dict[tuple[str, float], list[dict] | None] = {}
+        self.references: dict[str, Reference | None] = {}
+        self.tables: dict[str, list[dict] | None] = {}
 
 
 class Decider:
@@ -88,9 +89,14 @@ class Decider:
 
     # -- scores ----------------------------------------------------------------------------------
     def reference(self, retriever: Any, pool: int, weight: float) -> Reference | None:
+        """The served build's reference for (pool, weight), read from its manifest once per build."""
         if self.model is None:
             return None
-        return reference_for(getattr(retriever, "manifest", None), pool, weight)
+        state = self._for(retriever)
+        key = reference_key(pool, weight)
+        if key not in state.references:
+            state.references[key] = reference_for(getattr(retriever, "manifest", None), pool, weight)
+        return state.references[key]
 
     def _words(self, state: _BuildState, faq_id: str) -> frozenset[str]:
         found = state.words.get(faq_id)
@@ -135,12 +141,9 @@ class Decider:
         if t is not None and t[0] == str(getattr(retriever, "version", "")):
             return t[1]
         state = self._for(retriever)
-        key = (reference_key(pool, weight), self.oos_share)
+        key = reference_key(pool, weight)
         if key not in state.tables:
-            found = replayed(getattr(retriever, "manifest", None), pool, weight)
-            state.tables[key] = None if found is None else precision_table(
-                np.asarray(found["p_heldout"], dtype=np.float64), np.asarray(found["p_background"], dtype=np.float64),
-                self.oos_share)
+            state.tables[key] = served_table(getattr(retriever, "manifest", None), pool, weight, self.oos_share)
         return state.tables[key]
 
     def threshold(self, requested: float | None, table: list[dict] | None) -> float:
@@ -273,19 +276,10 @@ def fit_stack(p_stage: np.ndarray, p_model: np.ndarray, right: np.ndarray, l2: f
     """(a, b, c) of `stacked` by L2-regularised logistic regression on labelled candidates: how much the
     stage's probability adds to the decision model's on this KB (a convex pool of the two is
     under-confident, docs/results.md)."""
-    from scipy.optimize import minimize
+    from index.decision import logistic
 
-    X = np.column_stack([_logit(p_stage), _logit(p_model)])
     y = np.asarray(right, dtype=np.float64)
     if len(y) == 0 or y.min() == y.max():
         raise ValueError("the stage needs labelled candidates that are right and wrong to be fitted")
-
-    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
-        z = X @ v[:2] + v[2]
-        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
-        g = p - y
-        ll = -np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)) + 0.5 * l2 * v[:2] @ v[:2]
-        return ll, np.append(X.T @ g + l2 * v[:2], g.sum())
-
-    v = minimize(loss, np.array([0.5, 0.5, 0.0]), jac=True, method="L-BFGS-B").x
+    v = logistic(np.column_stack([_logit(p_stage), _logit(p_model)]), y, l2, np.array([0.5, 0.5, 0.0]))
     return float(v[0]), float(v[1]), float(v[2])

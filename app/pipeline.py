@@ -408,6 +408,7 @@ class Pipeline:
         # scores (the cross-KB decision model) and answer / clarify / abstain; None: calibrated cosines only
         self.decider = decider if decider is not None else Decider(None)
         self.scoring = scoring  # "model" | "calibration" (app/settings.py)
+        self._pure_stage: Any = None  # `stacked_rerank`'s stage at weight 1
         # finished results of repeated queries (0 = off); see QueryCache
         self.cache = QueryCache(cache_size)
         if pool_variants is not None and pool_variants < 1:
@@ -661,8 +662,10 @@ class Pipeline:
         head = self.decider.rescore(request.query, candidates, retriever, ref)[: max(request.top_k, WINDOW)]
         if not head:
             return []
-        pure = copy.copy(self.stages[0])
-        pure.weight = 1.0
+        pure = self._pure_stage
+        if pure is None or pure.id != self.stages[0].id:  # the stage alone (weight 1), made once
+            pure = self._pure_stage = copy.copy(self.stages[0])
+            pure.weight = 1.0
         p_stage = np.asarray(pure.rescore(request.query, head), dtype=np.float64)
         p = stacked(stack, p_stage, np.array([m.score for m in head]))
         out = [replace(m, first_score=m.score, score=float(x)) for m, x in zip(head, p.tolist())]

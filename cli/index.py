@@ -204,10 +204,7 @@ def _top1_on(settings, encoder, registry, version: str, labels) -> float:
     from index.retriever import Retriever
 
     # each build as it was built (no delta segment): the KB edits since the current one are what is judged
-    retriever = Retriever.load(registry.path(version))
-    av = retriever.answer_vectors
-    texts = dict(zip(av.faq_ids, av.texts)) if av is not None and av.texts is not None else {}
-    retriever.answers = {f: (texts.get(f, ""), []) for f in set(retriever._faq_ids)}
+    retriever = Retriever.load(registry.path(version)).as_built()
     first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
     rows, ref = labelled_rows(first, retriever, labels)
     model = load_model(served_model_path(settings))
@@ -343,14 +340,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def plot_expected_precision(manifest: dict, settings, out: Path) -> bool:
-    """The build's threshold -> expected precision / answer rate curve as a PNG; False when it has no table."""
+def _served_table(manifest: dict, settings) -> list[dict] | None:
+    """The build's replayed table for the (pool, answer weight) `settings` serve it with (the rules of
+    `Pipeline.served_pool` / `served_answer_weight`, read off the manifest); None without one."""
     from index.answers import nearest_weight
     from index.decision import served_table
 
+    if settings.scoring != "model":
+        return None
     used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
     weight = nearest_weight(settings.answer_weight) if used else 0.0
-    table = served_table(manifest, settings.pool_variants or (1 if used else 2), weight, settings.oos_share)
+    return served_table(manifest, settings.pool_variants or (1 if used else 2), weight, settings.oos_share)
+
+
+def plot_expected_precision(manifest: dict, settings, out: Path) -> bool:
+    """The build's threshold -> expected precision / answer rate curve as a PNG; False when it has no table."""
+    table = _served_table(manifest, settings)
     if not table:
         return False
     import matplotlib
@@ -407,20 +412,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 def expected_precision_text(manifest: dict, settings, traffic: list[float] | None = None) -> str:
     """The build's threshold -> expected precision / answer rate table as served with `settings`: from its
     own logged `traffic` scores when given, else the one replayed at build time."""
-    from index.answers import nearest_weight
-    from index.decision import served_table, threshold_for_precision, traffic_table
+    from app.decision import Decider
+    from index.decision import traffic_table
 
-    used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
-    weight = nearest_weight(settings.answer_weight) if used else 0.0
-    pool = settings.pool_variants or (1 if used else 2)
-    table = served_table(manifest, pool, weight, settings.oos_share)
-    if table is None or settings.scoring != "model":
+    table = _served_table(manifest, settings)
+    if table is None:
         return f"{manifest['version']}: no expected-precision table (scoring by the build's cosine curve)"
     if traffic:
         table = traffic_table(traffic)
-    chosen = settings.default_threshold
-    if settings.target_precision is not None:
-        chosen = threshold_for_precision(table, settings.target_precision) or 1.0
+    chosen = Decider(None, target_precision=settings.target_precision,
+                     default_threshold=settings.default_threshold).threshold(None, table)
     source = (f"from its {len(traffic)} latest logged queries" if traffic else
               f"{settings.oos_share:.0%} of questions assumed out of scope")
     lines = [f"{manifest['version']}: expected precision and answer rate by threshold "

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from evaluation.metrics import reliability
 from index.decision import (
     FEATURES, WINDOW, Candidate, DecisionModel, Reference, features, fit, precision_table, threshold_for_precision,
 )
@@ -176,15 +177,7 @@ def top_of(model: DecisionModel | None, text: str, cands: list[Candidate], ref: 
 
 
 def ece(p: np.ndarray, right: np.ndarray, bins: int = 10) -> tuple[float, list[dict]]:
-    edges = np.linspace(0, 1, bins + 1)
-    total, rows = 0.0, []
-    for i in range(bins):
-        m = (p >= edges[i]) & ((p < edges[i + 1]) if i < bins - 1 else (p <= 1))
-        if m.any():
-            total += m.sum() / len(p) * abs(p[m].mean() - right[m].mean())
-            rows.append({"bin": f"{edges[i]:.1f}-{edges[i+1]:.1f}", "n": int(m.sum()), "mean_p": float(p[m].mean()),
-                         "accuracy": float(right[m].mean())})
-    return float(total), rows
+    return reliability(np.asarray(p).tolist(), np.asarray(right).astype(bool).tolist(), bins)
 
 
 def answer_scores(p: np.ndarray, right: np.ndarray, in_scope: np.ndarray, t: float) -> dict:

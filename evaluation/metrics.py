@@ -94,20 +94,32 @@ def all_metrics(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> dict[str
     }
 
 
+def reliability(scores: Sequence[float], right: Sequence[bool], bins: int = 10) -> tuple[float, list[dict]]:
+    """(ECE, the reliability bins) of scores against whether each was right: equal-width bins, |mean score -
+    share right| weighted by the bin's share of the scores."""
+    import numpy as np
+
+    s = np.asarray(scores, dtype=np.float64)
+    r = np.asarray(right, dtype=np.float64)
+    which = np.minimum((s * bins).astype(int), bins - 1)  # a score of exactly 1 joins the last bin
+    total, rows = 0.0, []
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            mean, share = float(s[inside].mean()), float(r[inside].mean())
+            total += inside.sum() / len(s) * abs(mean - share)
+            rows.append({"bin": f"{b / bins:.1f}-{(b + 1) / bins:.1f}", "n": int(inside.sum()), "mean_p": mean,
+                         "accuracy": share})
+    return float(total), rows
+
+
 def expected_calibration_error(outcomes: Sequence[QueryOutcome], bins: int = 10) -> float | None:
-    """ECE of the top match's score (10 equal-width bins): |mean score - share right| weighted by the bin's
-    queries; an out-of-scope query's top match is never right. None when nothing was retrieved."""
+    """ECE of the top match's score; an out-of-scope query's top match is never right. None when nothing
+    was retrieved."""
     scored = [(o.top_score, bool(o.ranked) and o.ranked[0] == o.gold) for o in outcomes if o.top_score is not None]
     if not scored:
         return None
-    total = 0.0
-    for b in range(bins):
-        lo, hi = b / bins, (b + 1) / bins
-        inside = [(s, r) for s, r in scored if lo <= s < hi or (b == bins - 1 and s == 1.0)]
-        if inside:
-            total += len(inside) / len(scored) * abs(sum(s for s, _ in inside) / len(inside)
-                                                     - sum(r for _, r in inside) / len(inside))
-    return total
+    return reliability([s for s, _ in scored], [r for _, r in scored], bins)[0]
 
 
 def apply_threshold(outcomes: Sequence[QueryOutcome], threshold: float) -> list[QueryOutcome]:

@@ -209,27 +209,37 @@ class DecisionModel:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
 
 
-def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray | None = None,
-        rerank: bool = False, meta: dict | None = None) -> DecisionModel:
-    """L2-regularised logistic regression (standardised features, intercept free), by L-BFGS."""
+def logistic(Z: np.ndarray, y: np.ndarray, l2: float, start: np.ndarray, *, weight: np.ndarray | None = None,
+             centre: np.ndarray | None = None, intercept_penalised: bool = False) -> np.ndarray:
+    """[coefficients..., intercept] minimising the (weighted) log loss + l2/2 * ||v - centre||^2 over the
+    coefficients (and the intercept when `intercept_penalised`), by L-BFGS from `start`. The one fit behind
+    the cross-KB model, its refit on a KB's labels and a stage's stack (app/decision.py)."""
     from scipy.optimize import minimize
 
-    X = np.asarray(X, dtype=np.float64)
+    Z = np.asarray(Z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    w = w * (len(y) / w.sum())
-    mean, scale = X.mean(axis=0), X.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    Z = (X - mean) / scale
+    w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    c = np.zeros(Z.shape[1] + 1) if centre is None else np.asarray(centre, dtype=np.float64)
+    mask = np.append(np.ones(Z.shape[1]), 1.0 if intercept_penalised else 0.0)
 
     def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
-        z = Z @ v[:-1] + v[-1]
-        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
-        ll = -np.sum(w * (y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) + 0.5 * l2 * v[:-1] @ v[:-1]
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ v[:-1] + v[-1], -30, 30)))
+        d = (v - c) * mask
+        ll = -np.sum(w * (y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) + 0.5 * l2 * d @ d
         g = w * (p - y)
-        return ll, np.append(Z.T @ g + l2 * v[:-1], g.sum())
+        return ll, np.append(Z.T @ g, g.sum()) + l2 * d
 
-    v = minimize(loss, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B").x
+    return minimize(loss, np.asarray(start, dtype=np.float64), jac=True, method="L-BFGS-B").x
+
+
+def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray | None = None,
+        rerank: bool = False, meta: dict | None = None) -> DecisionModel:
+    """L2-regularised logistic regression on standardised features (intercept free)."""
+    X = np.asarray(X, dtype=np.float64)
+    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    v = logistic((X - mean) / scale, y, l2, np.zeros(X.shape[1] + 1), weight=w * (len(y) / w.sum()))
     return DecisionModel(mean, scale, v[:-1], float(v[-1]), FEATURES, rerank, dict(meta or {}))
 
 
@@ -357,11 +367,9 @@ CHUNK = 128
 
 
 def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Sequence[int] = POOLS,
-           weights: Sequence[float] | None = None, sample: int = HELDOUT_SAMPLE, seed: int = 0,
-           queries_for: Sequence[float] | None = None) -> Replay:
+           weights: Sequence[float] | None = None, sample: int = HELDOUT_SAMPLE, seed: int = 0) -> Replay:
     """Held-out phrasings (each against the KB without itself) and background questions through an
-    exact first stage: references for every (pool, weight) a build may be served with, and the replayed
-    queries' candidates for the weights of `queries_for` (None: all)."""
+    exact first stage: the reference and the replayed queries' candidates of every (pool, weight)."""
     if weights is None:
         weights = WEIGHT_GRID if view.answers is not None else (0.0,)
     n = len(view.faq_of)
@@ -374,7 +382,6 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
     answer_words = [words_of(a) if a else frozenset() for a in view.answer_texts]
     faq_words = [frozenset().union(answer_words[f], *(words_of(view.questions[i]) for i in rows_of[f]))
                  for f in range(len(view.faq_ids))]
-    wanted = [w for w in weights if queries_for is None or any(abs(w - x) < 1e-9 for x in queries_for)]
     # (text, vector, own FAQ or -1, own phrasing row or -1) of every replayed query, held-out ones first
     texts = [view.questions[r] for r in rows] + list(bg_texts)
     vecs = np.concatenate([view.vectors[rows], np.asarray(bg_vecs, dtype=np.float32).reshape(-1, view.vectors.shape[1])])
@@ -386,7 +393,7 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
     for pool in pools:
         best = {w: np.full(len(texts), -np.inf) for w in weights}
         right = {w: np.zeros(len(texts), dtype=bool) for w in weights}
-        out: dict[float, list] = {w: [] for w in wanted}
+        out: dict[float, list] = {w: [] for w in weights}
         for start in range(0, len(texts), CHUNK):
             stop = min(start + CHUNK, len(texts))
             scored = _first_stage(view, vecs[start:stop], excl[start:stop], pool, weights)
@@ -394,8 +401,6 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
                 mixed, phr, ans = scored[w]
                 best[w][start:stop] = mixed.max(axis=1)
                 right[w][start:stop] = mixed.argmax(axis=1) == owners[start:stop]
-                if w not in out:
-                    continue
                 for i in range(stop - start):
                     own, row = int(owners[start + i]), int(excl[start + i])
                     k = min(WINDOW, int(np.isfinite(mixed[i]).sum()))
@@ -417,8 +422,7 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
             refs[key] = Reference(_quantiles(best[w][n_held:]),
                                   _quantiles(held_best[held_right] if held_right.any() else held_best),
                                   int(len(texts) - n_held), int(held_right.sum()))
-            if w in out:
-                queries[key] = out[w]
+            queries[key] = out[w]
     return Replay(refs, queries)
 
 
@@ -545,24 +549,11 @@ def refit(prior: DecisionModel, X: np.ndarray, y: np.ndarray, strength: float = 
     """The model refitted on a KB's own labelled candidates (X, y: `features` rows and whether each is the
     query's FAQ), pulled toward `prior` with the weight of `strength` queries: the penalty
     strength * WINDOW / 2 * ||v - v_prior||^2 on the prior's standardised coefficients and intercept."""
-    from scipy.optimize import minimize
-
     if len(y) == 0:
         raise ValueError("no labelled candidates to refit on")
     Z = (np.asarray(X, dtype=np.float64) - prior.mean) / prior.scale
-    y = np.asarray(y, dtype=np.float64)
     a, b = prior.recalibration
     v0 = np.append(prior.coef * a, prior.intercept * a + b)  # fold the recalibration in
-    lam = float(strength) * WINDOW
-
-    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
-        z = Z @ v[:-1] + v[-1]
-        p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
-        d = v - v0
-        ll = -np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)) + 0.5 * lam * d @ d
-        g = p - y
-        return ll, np.append(Z.T @ g, g.sum()) + lam * d
-
-    v = minimize(loss, v0, jac=True, method="L-BFGS-B").x
+    v = logistic(Z, y, float(strength) * WINDOW, v0, centre=v0, intercept_penalised=True)
     return DecisionModel(prior.mean, prior.scale, v[:-1], float(v[-1]), prior.names, prior.rerank,
                          {**prior.meta, **(meta or {})}, (1.0, 0.0))

@@ -120,6 +120,15 @@ class Retriever:
         return cls(build_dir, manifest, ann, ids, faq_ids, questions, answer_vectors=_load_answers(build_dir, manifest),
                    exact=exact)
 
+    def as_built(self) -> "Retriever":
+        """This build alone, as it matched when it was made: no delta segment, its own FAQs with the answers it
+        encoded (FAQs without one answer with ""). What `faq index build` compares builds on."""
+        av = self.answer_vectors
+        texts = dict(zip(av.faq_ids, av.texts)) if av is not None and av.texts is not None else {}
+        return Retriever(self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
+                         item_of=self._item_of, answers={f: (texts.get(f, ""), []) for f in set(self._faq_ids)},
+                         answer_vectors=av, exact=self._exact)
+
     def with_kb(self, snapshot: Any, encoder: Any, cache: MutableMapping[str, np.ndarray] | None = None) -> "Retriever":
         """A new Retriever reflecting `snapshot` (a KbSnapshot): delta segment + tombstones + answers.
 
