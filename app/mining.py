@@ -14,7 +14,7 @@ from kb.mining import (
 
 def siamese_agreement(scorer: Any, kb: dict[str, list[str]]) -> Callable[[Sequence[tuple[str, str]]], list[float]]:
     """(query, faq_id) pairs -> the Siamese matcher's probability for the query against the FAQ's best
-    phrasing (models/siamese.py; the KB's phrasing vectors computed once, then only the queries')."""
+    phrasing (models/matchers/siamese.py; the KB's phrasing vectors computed once, then only the queries')."""
     import numpy as np
 
     rows: dict[str, np.ndarray] = {}

@@ -12,7 +12,7 @@ The service (`app/api/state.py`), `faq eval match`, `faq eval ab` and the benchm
 pipeline from `build_pipeline`, so a new stage, option or runtime is wired in here once.
 
 A re-ranking stage is anything with `id` and `rescore(query, candidates) -> probabilities`
-(`RerankStage`): `CrossEncoderStage` adapts models/reranker.py; models still to come plug in the same way.
+(`RerankStage`): `CrossEncoderStage` adapts models/matchers/cross_encoder.py; models still to come plug in the same way.
 Arms (app/arms.py): `MatchQuery.arm` picks the recall stage (`ann` or `lexical`), `+rerank` adds the stages.
 """
 from __future__ import annotations
@@ -156,7 +156,7 @@ class RerankStage(Protocol):
 
 
 class CrossEncoderStage:
-    """models/reranker.py's cross-encoder on each candidate's best phrasing (one batched forward pass),
+    """models/matchers/cross_encoder.py's cross-encoder on each candidate's best phrasing (one batched forward pass),
     its probability pooled with the candidate's score so far by `weight` (None: the folder's
     `fusion_weight`; 1 = the cross-encoder alone)."""
 
@@ -206,7 +206,7 @@ class PooledStage:
 
 
 class MmaicmStage(PooledStage):
-    """models/mmaicm.py's MMAICM on each candidate's answer and best phrasing (one forward pass for both).
+    """models/matchers/mmaicm.py's MMAICM on each candidate's answer and best phrasing (one forward pass for both).
     Its raw scores become probabilities through the folder's logistic calibration, mixed as
     p = answer_share * p(answer) + (1 - answer_share) * p(phrasing), then pooled with the candidate's
     score so far: sigmoid(w * logit(p) + (1 - w) * logit(score)), w = `weight` (None: the folder's
@@ -241,7 +241,7 @@ class MmaicmStage(PooledStage):
 
 
 class AnalogyStage(PooledStage):
-    """models/analogy.py's analogy model on each candidate's answer: how well query -> answer lines up
+    """models/matchers/analogy.py's analogy model on each candidate's answer: how well query -> answer lines up
     with the model's prototype question -> answer pairs (best of k). Calibrated to a probability by the
     folder's logistic fit and pooled with the candidate's score so far like MmaicmStage (w = `weight`,
     None: the folder's `fusion_weight`; 1 = the analogy score alone)."""
@@ -281,7 +281,7 @@ class AnalogyStage(PooledStage):
             return np.zeros(0, dtype=np.float64)
         import torch.nn.functional as F
 
-        from models.analogy import best_of_prototypes
+        from models.matchers.analogy import best_of_prototypes
 
         q = self.scorer.embed([query])[0]
         answers = self._embed_cached([m.answer for m in candidates])
@@ -298,7 +298,7 @@ class AnalogyStage(PooledStage):
 
 
 class SiameseStage(PooledStage):
-    """models/siamese.py's Siamese matcher on the query and each candidate's best phrasing. The phrasings'
+    """models/matchers/siamese.py's Siamese matcher on the query and each candidate's best phrasing. The phrasings'
     sentence vectors are computed at index build time (`faq index build` with this folder in FAQ_RERANKER
     stores them in the build: index/build.py `write_stage_vectors`) and read from the serving build
     (`attach`); phrasings the build lacks (KB edits since) are encoded once and kept. A request then encodes
@@ -752,7 +752,7 @@ def encoder_runtime(settings: Settings, manifest: dict | None = None) -> str:
 
 def load_configured_encoder(settings: Settings, manifest: dict | None = None, spec: str | None = None):
     """The encoder a service or a build runs: `spec` (else `encoder_spec`) on `encoder_runtime`."""
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
                         threads=settings.encoder_threads)
@@ -762,7 +762,7 @@ def default_encoder(settings: Settings) -> str:
     """The encoder used when none is configured: mpnet, the most accurate zero-shot base measured
     (docs/results.md), when its packages are installed; else MiniLM. Fine-tuned models are compared
     with it."""
-    from models.load import default_encoder_spec
+    from models.encoders.load import default_encoder_spec
 
     return default_encoder_spec(settings.mpnet_cache)
 
@@ -783,7 +783,7 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     spec = path or settings.reranker
     if not spec:
         return []
-    from models.encoder import pick_device
+    from models.encoders.base import pick_device
     from models.folder import architecture_of
 
     weight = settings.rerank_weight if weight is None else weight
@@ -793,7 +793,7 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
             stages.append(load_siamese_stage(folder, weight, runtime=settings.rerank_runtime))
             continue
         if architecture_of(folder) == "analogy":
-            from models.analogy import load_analogy
+            from models.matchers.analogy import load_analogy
 
             stages.append(AnalogyStage(load_analogy(folder), weight))
             continue
@@ -803,7 +803,7 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
                 runtime = "onnx" if pick_device() == "cpu" else "torch"
             stages.append(load_mmaicm_stage(folder, weight, runtime=runtime))
             continue
-        from models.reranker import load_reranker
+        from models.matchers.cross_encoder import load_reranker
 
         reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads)
         stages.append(CrossEncoderStage(reranker, weight))
@@ -815,8 +815,8 @@ def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "a
     """A `SiameseStage` from a `faq train siamese` folder; "auto" runs it on CUDA when there is one, else on
     the CPU with MiniLM word states (if the model uses them) on fp32 ONNX: the numbers it was trained on,
     several times faster than eager PyTorch."""
-    from models.encoder import pick_device
-    from models.siamese import load_siamese
+    from models.encoders.base import pick_device
+    from models.matchers.siamese import load_siamese
 
     if runtime == "auto":
         device = device or pick_device()
@@ -842,7 +842,7 @@ def vector_stages(settings: Settings, path: str | None = None) -> list[SiameseSt
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,
                       device: str | None = None, runtime: str = "torch") -> MmaicmStage:
     """An `MmaicmStage` from a `faq train mmaicm` folder. Raises what loading the folder raises."""
-    from models.mmaicm import load_mmaicm
+    from models.matchers.mmaicm import load_mmaicm
 
     return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime), weight=weight, answer_share=answer_share)
 

@@ -53,10 +53,10 @@ class Settings(BaseSettings):
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
     # and builds use the default (app/pipeline.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
-    # Where all-mpnet-base-v2 is reassembled on first use (models/mpnet.py); unset: <data_dir>/models.
+    # Where all-mpnet-base-v2 is reassembled on first use (models/encoders/mpnet.py); unset: <data_dir>/models.
     # The ONNX exports of the runtime below are cached there too (<model_cache>/onnx/).
     model_cache: Path | None = None
-    # How the encoder runs (models/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8",
+    # How the encoder runs (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8",
     # "onnx" (fp32, equal to PyTorch) or "torch". Unset: builds use "auto" and the service follows the
     # runtime the current index was built with (manifest `encoder_runtime`); a build is never served
     # with int8 vectors when it was built with fp32 ones, or the other way round.
@@ -141,10 +141,10 @@ class Settings(BaseSettings):
     # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
     reranker: str | None = None
     rerank_k: int = Field(default=20, ge=1, le=200)
-    # cross-encoder weight in its pool with the calibrated cosine (models/reranker.py `pool`); unset: the
+    # cross-encoder weight in its pool with the calibrated cosine (models/matchers/cross_encoder.py `pool`); unset: the
     # re-ranker folder's `fusion_weight`
     rerank_weight: float | None = Field(default=None, ge=0.0, le=1.0)
-    # how the re-ranker runs (models/reranker.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
+    # how the re-ranker runs (models/matchers/cross_encoder.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
     rerank_runtime: str = "auto"
 

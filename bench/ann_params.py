@@ -87,7 +87,7 @@ def load_vectors(args: argparse.Namespace) -> tuple[np.ndarray, str]:
     if cache.is_file():
         print(f"vectors from cache {cache}")
         return np.load(cache), source
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     encoder = load_encoder(args.encoder)
     print(f"encoding {len(questions)} questions with {encoder.id} on {getattr(encoder, 'device', '?')} ...")

@@ -4,7 +4,7 @@
         --texts app/demo/queries.jsonl --threads 2
 
 For each encoder spec (`minilm`, `mpnet`, `msem` = the shipped model, or an MSEM model folder), optionally
-with `@runtime` (`minilm@onnx-int8`; models/runtime.py; without it: `torch`, eager PyTorch):
+with `@runtime` (`minilm@onnx-int8`; models/encoders/runtime.py; without it: `torch`, eager PyTorch):
 - batch 256: `encode(texts, batch_size=256)` over `--n-batch` sentences, repeated `--repeats` times;
   sentences/s from the median run;
 - batch 1: `encode([t], batch_size=1)` over `--n-single` sentences one at a time; sentences/s = n / total
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     texts = read_texts(Path(args.texts))
     if not texts:

@@ -78,7 +78,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=20, help="calls before timing (default 20)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--runtime", default="torch", help="how MiniLM's states run: torch, onnx, onnx-int8, or "
-                        "several comma-separated (models/runtime.py; GloVe rows ignore it)")
+                        "several comma-separated (models/encoders/runtime.py; GloVe rows ignore it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS / "mmaicm_latency.json"))
     args = parser.parse_args()
@@ -87,7 +87,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from app.pipeline import MmaicmStage
-    from models.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, load_mmaicm, make_words
+    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, load_mmaicm, make_words
 
     calls, faqs = load_requests(args.candidates, args.seed)
     texts = [a for _, _, a in faqs] + [q for _, q, _ in faqs]

@@ -127,11 +127,11 @@ def sentence_transformer_encoder(model: str, threads: int | None = None) -> tupl
     if threads:
         torch.set_num_threads(threads)
     if model == "minilm":
-        from models.minilm import minilm_path
+        from models.encoders.pretrained import minilm_path
 
         path, name = minilm_path(), "all-MiniLM-L6-v2"
     elif model == "mpnet":
-        from models.mpnet import mpnet_path
+        from models.encoders.mpnet import mpnet_path
 
         path, name = mpnet_path(), "all-mpnet-base-v2"
     else:

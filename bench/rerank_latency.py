@@ -97,7 +97,7 @@ def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: i
 
 def untrained_export(n_layers: int, workdir: Path) -> Path:
     """A `n_layers` cross-encoder from MiniLM's first layers, saved and exported (latency only)."""
-    from models.reranker import RerankerConfig, build_module, export_onnx, load_tokenizer, save_reranker
+    from models.matchers.cross_encoder import RerankerConfig, build_module, export_onnx, load_tokenizer, save_reranker
 
     path = workdir / f"untrained-L{n_layers}"
     cfg = RerankerConfig(n_layers=n_layers)
@@ -120,7 +120,7 @@ def per_tensor_copy(folder: Path, out: Path) -> Path:
 
 def quality(model, stsb_pairs, stress_pairs, qqp_tune, qqp_test) -> dict:
     from evaluation.stress import evaluate_scorer
-    from models.train_reranker import best_threshold, pearson_spearman
+    from training.cross_encoder import best_threshold, pearson_spearman
 
     out = {}
     if stsb_pairs:
@@ -163,9 +163,9 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from evaluation.stress import load_stress
-    from models.pairs import read_pair_file
-    from models.reranker import load_reranker
-    from models.train_reranker import HELDOUT_FILE, read_stsb, read_written_pairs
+    from training.pairs import read_pair_file
+    from models.matchers.cross_encoder import load_reranker
+    from training.cross_encoder import HELDOUT_FILE, read_stsb, read_written_pairs
 
     tmp = Path(tempfile.mkdtemp(prefix="rerank-bench-"))
     if args.untrained_layers:

@@ -75,7 +75,7 @@ def _check_dev(kb: str, dev: str) -> str | None:
     `faq train msem --dev` says it; None when it is fine, or when the KB itself does not read (`kb import`
     then says why)."""
     from kb.records import KbValidationError, read_kb
-    from models.train_msem import TrainError, read_dev_queries
+    from training.msem import TrainError, read_dev_queries
 
     try:
         records = read_kb(kb)
@@ -91,8 +91,8 @@ def _check_dev(kb: str, dev: str) -> str | None:
 def _fine_tune(kb: str, dev: str, settings, epochs: int) -> str | int:
     """Train (once) and return the encoder spec the selection kept, or the failing step's exit code."""
     from app.pipeline import default_encoder
-    from models.encoder import file_sha256
-    from models.train_msem import read_selection
+    from models.encoders.base import file_sha256
+    from training.msem import read_selection
 
     base = default_encoder(settings)
     # one folder per (base, KB content, dev content): a re-run on the same files reuses the measured

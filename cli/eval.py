@@ -216,7 +216,7 @@ def cmd_match(args: argparse.Namespace) -> int:
 
 def cmd_pairs(args: argparse.Namespace) -> int:
     from evaluation.pairs import format_pairs_report, run_eval_pairs, write_pairs_report
-    from models.pairs import PairFileError
+    from training.pairs import PairFileError
 
     try:
         report = run_eval_pairs(args.pairs, args.model, args.dev_pairs, siamese=args.siamese, cosines=args.cosine,

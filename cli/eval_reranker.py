@@ -55,8 +55,8 @@ def cmd_stress(args: argparse.Namespace) -> int:
 
     from app.settings import get_settings
     from evaluation.stress import STRESS_FILE, cosine_scorer, format_table, run_stress, write_report
-    from models.load import default_msem_dir, load_encoder
-    from models.reranker import RerankerError, load_reranker
+    from models.encoders.load import default_msem_dir, load_encoder
+    from models.matchers.cross_encoder import RerankerError, load_reranker
 
     scorers: dict = {}
     msem = args.msem or (str(default_msem_dir()) if (default_msem_dir() / "config.json").exists() else None)
@@ -86,10 +86,10 @@ def cmd_stress(args: argparse.Namespace) -> int:
 def cmd_reranker(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from models.pairs import PairFileError, read_pair_file
-    from models.reranker import RerankerError, load_reranker
+    from training.pairs import PairFileError, read_pair_file
+    from models.matchers.cross_encoder import RerankerError, load_reranker
     from models.scoring import best_threshold
-    from models.train_reranker import HELDOUT_FILE, RerankTrainError, pearson_spearman, read_stsb, read_written_pairs
+    from training.cross_encoder import HELDOUT_FILE, RerankTrainError, pearson_spearman, read_stsb, read_written_pairs
 
     if not args.stsb and not args.qqp_test:
         print("error: give --stsb and/or --qqp-test", file=sys.stderr)

@@ -100,7 +100,7 @@ def _error(msg: str, code: int = 1) -> int:
 
 def _warn_if_not_selected(spec: str) -> None:
     """A fine-tuned folder whose selection kept the base: built as asked, but said out loud."""
-    from models.train_msem import read_selection
+    from training.msem import read_selection
 
     selection = read_selection(spec) if Path(spec).is_dir() else None
     if selection and selection.get("kept") == "base":

@@ -286,7 +286,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
         embed = encoder.encode
     siamese = None
     if args.siamese:
-        from models.siamese import load_siamese
+        from models.matchers.siamese import load_siamese
 
         try:
             siamese = load_siamese(args.siamese)

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("onnx", help="export an encoder to ONNX fp32 + int8 in the model cache now (otherwise "
                        "done on first use)", description="Exports the encoder's transformer (all-MiniLM-L6-v2, "
                        "all-mpnet-base-v2, or the base under an MSEM folder) with its pooling to ONNX, quantises it "
-                       "to int8, checks both against PyTorch and records their sha256 (models/runtime.py). Images "
+                       "to int8, checks both against PyTorch and records their sha256 (models/encoders/runtime.py). Images "
                        "do it at build time so containers start without it.")
     p.add_argument("--encoder", action="append", help="encoder spec: minilm, mpnet, msem or an MSEM folder "
                    "(repeatable; default: the configured encoder)")
@@ -49,8 +49,8 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
     from app.pipeline import encoder_spec
     from app.settings import get_settings
-    from models.load import load_encoder
-    from models.runtime import RuntimeUnavailable, export_valid
+    from models.encoders.load import load_encoder
+    from models.encoders.runtime import RuntimeUnavailable, export_valid
 
     settings = get_settings()
     if args.cache:
@@ -77,7 +77,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
 def cmd_mpnet(args: argparse.Namespace) -> int:
     from app.settings import get_settings
-    from models.mpnet import MpnetUnavailable, mpnet_path
+    from models.encoders.mpnet import MpnetUnavailable, mpnet_path
 
     try:
         path = mpnet_path(args.cache or get_settings().mpnet_cache)
@@ -91,7 +91,7 @@ def cmd_mpnet(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from models.msem_encoder import MsemEncoder
+    from models.encoders.msem.encoder import MsemEncoder
 
     src, out = Path(args.src), Path(args.out)
     if not (src / "config.json").is_file():
@@ -104,7 +104,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.minilm_fusion is not None:
         import dataclasses
 
-        from models.msem import MSEM
+        from models.encoders.msem.model import MSEM
 
         try:
             config = dataclasses.replace(encoder.config, minilm_fusion=args.minilm_fusion)

@@ -79,8 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _default_init(config: str | None) -> tuple[str | None, str | None]:
     """(init folder, error): the shipped model, unless there is none; a --config that changes the
     architecture cannot fine-tune it and must say --from-scratch."""
-    from models.load import default_msem_dir
-    from models.train_msem import ARCHITECTURE_FIELDS, TrainError, parse_config_overrides
+    from models.encoders.load import default_msem_dir
+    from training.msem import ARCHITECTURE_FIELDS, TrainError, parse_config_overrides
 
     shipped = default_msem_dir()
     if not (shipped / "config.json").exists():
@@ -102,8 +102,8 @@ def _default_init(config: str | None) -> tuple[str | None, str | None]:
 
 def cmd_msem(args: argparse.Namespace) -> int:
     from kb.records import KbValidationError
-    from models.pairs import PairFileError
-    from models.train_msem import TrainConfig, TrainError, train_msem
+    from training.pairs import PairFileError
+    from training.msem import TrainConfig, TrainError, train_msem
 
     if not args.kb and not args.pairs:
         print("error: give --kb and/or --pairs", file=sys.stderr)
@@ -173,7 +173,7 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
     p = tr_sub.add_parser(
         "reranker",
         help="train the cross-encoder re-ranker (phase A paraphrase pairs -> phase B STS-B regression)",
-        description="Sequential transfer (models/train_reranker.py): binary equivalence on --pairs / --kb pairs "
+        description="Sequential transfer (training/cross_encoder.py): binary equivalence on --pairs / --kb pairs "
         "with hard negatives, then STS-B regression; calibrated on held-out pairs; saved as a folder (+ ONNX int8) "
         "for FAQ_RERANKER=<folder>. Checkpoints every --checkpoint-every steps; Ctrl-C saves one; --resume continues.",
     )
@@ -223,8 +223,8 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
 def cmd_reranker(args: argparse.Namespace) -> int:
     import logging
 
-    from models.reranker import RerankerError, export_onnx
-    from models.train_reranker import RerankTrainConfig, RerankTrainError, TrainingPaused, train_reranker
+    from models.matchers.cross_encoder import RerankerError, export_onnx
+    from training.cross_encoder import RerankTrainConfig, RerankTrainError, TrainingPaused, train_reranker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.export_only:
@@ -235,7 +235,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
-    from models.reranker import BASES
+    from models.matchers.cross_encoder import BASES
 
     top = BASES[args.base]["layers"]
     layers = args.layers if args.layers is not None else (4 if args.base == "minilm" else top)
@@ -279,7 +279,7 @@ def _register_mmaicm(tr_sub: argparse._SubParsersAction) -> None:
         description="Pairwise hinge loss over (question, correct answer, wrong answer) triples from an answer "
         "selection set (--data/--src) and/or a KB (--kb: a phrasing's FAQ answer against other FAQs' answers). "
         "The best epoch by dev MAP is saved as a model folder in --out with a logistic calibration fitted on dev "
-        "(models/mmaicm.py load_mmaicm). A checkpoint is written every epoch: --resume continues a cut run.",
+        "(models/matchers/mmaicm.py load_mmaicm). A checkpoint is written every epoch: --resume continues a cut run.",
     )
     p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, text.json, "
                    "calibration.json, training.json, checkpoint.pt)")
@@ -313,7 +313,7 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
     import json
 
     from kb.records import KbValidationError
-    from models.train_mmaicm import TrainConfig, TrainError, parse_config_overrides, train_mmaicm
+    from training.mmaicm import TrainConfig, TrainError, parse_config_overrides, train_mmaicm
 
     if not args.data and not args.kb:
         print("error: give --data (with --src) and/or --kb", file=sys.stderr)
@@ -352,7 +352,7 @@ def _register_analogy(tr_sub: argparse._SubParsersAction) -> None:
         help="train analogy-preserving sentence embeddings (or the BiGRU-cosine baseline) for answer selection",
         description="A BiGRU sentence encoder trained on quadruples (two QA pairs of one question type, label 1 "
         "when both answers are correct) with the contrastive loss on E = cos(f(q_p) - f(a_p), f(q) - f(a)); a "
-        "candidate is scored by its best of the k prototypes of the question's type (models/analogy.py). The "
+        "candidate is scored by its best of the k prototypes of the question's type (models/matchers/analogy.py). The "
         "best epoch by dev MAP is saved in --out; a checkpoint every epoch: --resume continues a cut run, a "
         "re-run without it starts over.",
     )
@@ -381,8 +381,8 @@ def _register_analogy(tr_sub: argparse._SubParsersAction) -> None:
 
 def cmd_analogy(args: argparse.Namespace) -> int:
     from kb.records import KbValidationError
-    from models.analogy import AnalogyConfig
-    from models.train_analogy import TrainConfig, TrainError, train_analogy
+    from models.matchers.analogy import AnalogyConfig
+    from training.analogy import TrainConfig, TrainError, train_analogy
 
     if not _set_threads(args.threads):
         return 2
@@ -409,7 +409,7 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
         "siamese",
         help="train the Siamese short-text matcher (LSTM / Conv1D / Conv + LSTM / Conv + LSTM + BiLSTM encoder)",
         description="One shared encoder for both sentences, [u - v; u * v] into a two-hidden-layer ReLU MLP with "
-        "batch normalisation and dropout, log loss (models/siamese.py). The epoch with the lowest --dev log loss "
+        "batch normalisation and dropout, log loss (models/matchers/siamese.py). The epoch with the lowest --dev log loss "
         "is saved in --out and calibrated on --dev; a checkpoint every epoch: --resume continues a cut run.",
     )
     p.add_argument("--pairs", action="append", default=[], help="labelled pairs TSV label<TAB>q1<TAB>q2 "
@@ -473,9 +473,9 @@ def cmd_siamese(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kb.records import KbValidationError
-    from models.pairs import PairFileError
-    from models.siamese import SiameseConfig
-    from models.train_siamese import TrainConfig, TrainError, parse_overrides, train_siamese
+    from training.pairs import PairFileError
+    from models.matchers.siamese import SiameseConfig
+    from training.siamese import TrainConfig, TrainError, parse_overrides, train_siamese
 
     encoders = list(dict.fromkeys(args.encoder or ["conv"]))
     words = negatives = None
@@ -489,13 +489,13 @@ def cmd_siamese(args: argparse.Namespace) -> int:
         states = _read_word_cache(args.word_cache, args.words, configs[0].max_len)  # text -> word vectors
         cached = len(states)
         if args.kb:
-            from models.load import load_encoder
+            from models.encoders.load import load_encoder
 
             negatives = load_encoder(args.negatives_encoder, threads=args.threads)
         for config in configs:
             out = Path(args.out) / config.encoder if len(configs) > 1 else Path(args.out)
             if words is None:
-                from models.mmaicm import make_words
+                from models.matchers.mmaicm import make_words
 
                 words = make_words(config.word_repr, device=args.device or "cpu")
             summary = train_siamese(out, args.pairs, args.dev, config, cfg, resume=args.resume, words=words,

@@ -1,5 +1,5 @@
 """`faq eval answer-selection`: answer sentence selection on WikiQA or TrecQA, the pretrained encoder's
-cosine against MMAICM models (models/mmaicm.py), alone and fused with the cosine.
+cosine against MMAICM models (models/matchers/mmaicm.py), alone and fused with the cosine.
 
 Two protocols on the test split, both over the questions the standard protocol keeps (at least one
 correct candidate; for TrecQA at least one wrong one too, the "clean" setting):
@@ -15,7 +15,7 @@ protocols. Ties in a ranking keep the file order. Writes report.json and report.
 
 `--protocol analogy` (`run_analogy_selection`): the analogy paper's who / when / where subsets (first word,
 at least one correct answer), fixed encoders' cosine and analogy scores against trained analogy /
-BiGRU-cosine models (models/analogy.py), per type and combined with bootstrap 95% intervals.
+BiGRU-cosine models (models/matchers/analogy.py), per type and combined with bootstrap 95% intervals.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from models.train_mmaicm import DATASETS, QaList, average_precision, evaluable, load_split
+from training.mmaicm import DATASETS, QaList, average_precision, evaluable, load_split
 
 FUSIONS = ("zscore", "logistic")
 LAMBDA_GRID = tuple(round(0.05 * i, 2) for i in range(21))
@@ -216,7 +216,7 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
     paper = paper_lists(test, fakes=fakes, seed=seed)
 
     if encoder_obj is None:
-        from models.load import load_encoder
+        from models.encoders.load import load_encoder
 
         encoder_obj = load_encoder(encoder)
     cosine = PairScores(encoder_cosine(encoder_obj))
@@ -225,7 +225,7 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
     z_cos = Normaliser(fusion).fit(dev, cos["dev"])
     first_of_kind: dict[str, Any] = {}  # one word representation and word-vector cache per kind
     for folder in models:
-        from models.mmaicm import load_mmaicm, read_config
+        from models.matchers.mmaicm import load_mmaicm, read_config
 
         kind = read_config(Path(folder) / "config.json").word_repr
         shared = first_of_kind.get(kind)
@@ -274,7 +274,7 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
 
 
 # ------------------------------------------------------------------------------------------------
-# the analogy paper's protocol (models/analogy.py): who / when / where subsets, per type and combined
+# the analogy paper's protocol (models/matchers/analogy.py): who / when / where subsets, per type and combined
 
 ANALOGY_ENCODERS = ("glove", "minilm", "mpnet")
 #: the paper's Table 2 (questions with a correct answer, by type); TrecQA train is its TRAIN-ALL
@@ -289,7 +289,7 @@ PAPER_TABLE2 = {
 def typed_subsets(lists: Sequence[QaList]) -> dict[str, list[QaList]]:
     """The paper's subsets: questions whose first word is who / when / where with at least one correct
     answer (TrecQA included: a question whose candidates are all correct stays, as in its Table 2)."""
-    from models.analogy import QUESTION_TYPES, question_type
+    from models.matchers.analogy import QUESTION_TYPES, question_type
 
     out: dict[str, list[QaList]] = {t: [] for t in QUESTION_TYPES}
     for l in lists:
@@ -316,7 +316,7 @@ class GloveAverage:
     id = "glove-average:6B-50d"
 
     def __init__(self):
-        from models.mmaicm import GloveWords
+        from models.matchers.mmaicm import GloveWords
 
         self.words = GloveWords()
 
@@ -344,7 +344,7 @@ def _vector_scores(encoder: Any, lists: Sequence[QaList], prototypes: Sequence[A
     """A fixed encoder's scores: cos(f(q), f(a)), or the analogy score (best of the prototypes of q's type)."""
     import torch
 
-    from models.analogy import best_of_prototypes, question_type
+    from models.matchers.analogy import best_of_prototypes, question_type
 
     texts = sorted({l.question for l in lists} | {c for l in lists for c in l.candidates}
                    | {t for p in prototypes for t in (p.question, p.answer)})
@@ -381,10 +381,10 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
                           bootstrap: int = 1000, command: str | None = None, encoder_objs: dict | None = None) -> dict:
     """The analogy paper's protocol on the test split's who / when / where questions: for each fixed
     encoder (GloVe average, MiniLM, mpnet) the plain cosine and the analogy score with `prototypes` per
-    type drawn from train with `seed` (the trainer's draw), then each trained model (models/analogy.py:
+    type drawn from train with `seed` (the trainer's draw), then each trained model (models/matchers/analogy.py:
     analogy or BiGRU cosine) with its own prototypes. Per type and combined: MAP, MRR, questions and a
     bootstrap 95% interval over questions; combined dev MAP too."""
-    from models.analogy import load_analogy, select_prototypes
+    from models.matchers.analogy import load_analogy, select_prototypes
 
     if data not in DATASETS:
         raise ValueError(f"--data must be one of {', '.join(DATASETS)}, got {data!r}")
@@ -410,7 +410,7 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
             if spec == "glove":
                 enc = GloveAverage()
             else:
-                from models.load import load_encoder
+                from models.encoders.load import load_encoder
 
                 enc = load_encoder(spec)
         enc = encoder_objs[spec] = enc if isinstance(enc, _Memo) else _Memo(enc)

@@ -258,9 +258,9 @@ def _read_tsv_rows(path: Path, encoding: str = "utf-8") -> list[list[str]]:
 
 
 def read_stsb_scores(path: Path) -> list[tuple[float, str, str]]:
-    """Raw STS-B rows -> (score, sentence1, sentence2) (models/pairs.py reads them for training too)."""
-    from models.pairs import PairFileError
-    from models.pairs import read_stsb_scores as read
+    """Raw STS-B rows -> (score, sentence1, sentence2) (training/pairs.py reads them for training too)."""
+    from training.pairs import PairFileError
+    from training.pairs import read_stsb_scores as read
 
     try:
         return read(path)

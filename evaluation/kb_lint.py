@@ -162,7 +162,7 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kb", default=str(DEMO_KB), help="clean KB file (default: the demo KB)")
-    p.add_argument("--encoder", default="minilm", help="encoder spec (models/load.py)")
+    p.add_argument("--encoder", default="minilm", help="encoder spec (models/encoders/load.py)")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--share", type=float, default=0.1, help="share of FAQs corrupted per run")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
@@ -170,12 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="a `faq train analogy` folder: the analogy signal in its space (AUC analogy alone)")
     p.add_argument("--out", help="write OUT.json and OUT.md")
     args = p.parse_args(argv)
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     encoder = MemoEncoder(load_encoder(args.encoder))
     analogy = None
     if args.analogy_model:
-        from models.analogy import load_analogy
+        from models.matchers.analogy import load_analogy
 
         analogy = load_analogy(args.analogy_model)
     res = run(read_kb(args.kb), encoder, [int(s) for s in args.seeds.split(",")], args.share, args.threshold,

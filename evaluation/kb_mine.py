@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             siamese = None
             if args.siamese:
-                from models.siamese import load_siamese
+                from models.matchers.siamese import load_siamese
 
                 siamese = load_siamese(args.siamese)
             res = evaluate(store, gold, tuple(float(s) for s in args.scores.split(",")), embed=encoder.encode,

@@ -142,7 +142,7 @@ def run_eval_match(
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.retriever import Retriever
-    from models.encoder import SharedEncoder
+    from models.encoders.base import SharedEncoder
     from app.pipeline import load_configured_encoder
 
     base = settings or get_settings()

@@ -28,7 +28,7 @@ from models.scoring import best_threshold
 
 
 def _pairs(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
-    from models.pairs import read_pair_file
+    from training.pairs import read_pair_file
 
     pairs = read_pair_file(path)
     if not pairs:
@@ -132,7 +132,7 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
                                                pair_cosines(encoder, d1, d2, batch_size)),
                                   "encoder_id": encoder.id, "seconds": round(time.perf_counter() - t0, 1)}
     for folder in rerankers:
-        from models.reranker import load_reranker
+        from models.matchers.cross_encoder import load_reranker
 
         t0 = time.perf_counter()
         reranker = load_reranker(str(folder))
@@ -146,7 +146,7 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
     # (word representation, max_len) -> (words, word vectors by text): computed once for all models alike
     loaded: dict[tuple[str, int], tuple[Any, dict]] = {}
     for folder in siamese:
-        from models.siamese import load_siamese, read_config
+        from models.matchers.siamese import load_siamese, read_config
 
         t0 = time.perf_counter()
         config = read_config(Path(folder) / "config.json")

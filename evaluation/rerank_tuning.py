@@ -2,7 +2,7 @@
 
 One pass of the dev queries through the matcher with the cross-encoder alone (weight 1) and every one of
 the `rerank_k` candidates kept gives, per candidate, the cross-encoder probability and the first stage's
-probability it pools with (`FaqMatch.first_score`: the build's cosine curve). The pooled score of any weight w (models/reranker.py `pool`) and the answer F1 at its best
+probability it pools with (`FaqMatch.first_score`: the build's cosine curve). The pooled score of any weight w (models/matchers/cross_encoder.py `pool`) and the answer F1 at its best
 threshold then follow without running the model again, so the grid costs one dev pass.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.
 
 def pooled_results(results: Sequence[Any], calibration: Any, weight: float, top_k: int) -> list[Any]:
     """Results of the pure cross-encoder pass re-scored with weight `weight`, re-sorted, cut to top_k."""
-    from models.reranker import pool
+    from models.matchers.cross_encoder import pool
 
     out = []
     for r in results:

@@ -80,7 +80,7 @@ class EncoderMismatch(ValueError):
 
 
 def encoder_runtime(encoder: Any) -> str:
-    """How the encoder runs (models/runtime.py): "torch", "onnx" or "onnx-int8"."""
+    """How the encoder runs (models/encoders/runtime.py): "torch", "onnx" or "onnx-int8"."""
     return str(getattr(encoder, "runtime", "torch"))
 
 

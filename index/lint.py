@@ -152,7 +152,7 @@ def lint_kb(records: Iterable[KbRecord], encoder: Any | None = None, *, threshol
             prototypes: int = DEFAULT_PROTOTYPES, batch_size: int = 64, progress: bool = False,
             analogy: Any | None = None) -> LintReport:
     """Lint a KB (records as `read_kb` or `FaqStore.export_records` give them). Without an encoder only
-    the structural checks run. `analogy`: a model trained for the QA analogy (models/analogy.py
+    the structural checks run. `analogy`: a model trained for the QA analogy (models/matchers/analogy.py
     `AnalogyScorer`, anything with `embed(texts) -> (n, d)`): the analogy signal is then computed in its
     space instead of the encoder's (prototypes are still the nearest FAQs by the encoder)."""
     kb = group_kb(records)

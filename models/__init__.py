@@ -1,5 +1,5 @@
 """Sentence encoders and matching models. `load_encoder(spec)` returns an `Encoder`."""
-from models.encoder import Encoder, pick_device
-from models.load import load_encoder
+from models.encoders.base import Encoder, pick_device
+from models.encoders.load import load_encoder
 
 __all__ = ["Encoder", "load_encoder", "pick_device"]

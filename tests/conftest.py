@@ -78,7 +78,7 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def shared_model_cache(tmp_path_factory) -> Path:
-    """One model cache for the whole run: the encoders' ONNX exports (models/runtime.py) take seconds
+    """One model cache for the whole run: the encoders' ONNX exports (models/encoders/runtime.py) take seconds
     each and are the same for every test."""
     return tmp_path_factory.mktemp("model-cache")
 
@@ -105,7 +105,7 @@ def minilm_encoder():
     import torch
 
     torch.set_num_threads(1)  # the test machine is shared
-    from models.minilm import MiniLMEncoder
+    from models.encoders.pretrained import MiniLMEncoder
 
     return MiniLMEncoder(device="cpu")
 
@@ -253,7 +253,7 @@ def lexical_engine(request) -> tuple[str, str | None]:
 @pytest.fixture(scope="session")
 def real_mpnet_cache(tmp_path_factory):
     """One cache folder for every test that needs the real all-mpnet-base-v2 (reassembled once, on first use)."""
-    from models import mpnet
+    from models.encoders import mpnet
 
     if not mpnet.available(tmp_path_factory.getbasetemp() / "none"):
         pytest.skip("the all-mpnet-base-v2 parts are not installed (scripts/bootstrap.sh installs them)")

@@ -12,7 +12,7 @@ def make_tiny_reranker(path: Path, onnx: bool = True, calibration: dict | None =
     import torch
     from transformers import BertConfig, MPNetConfig
 
-    from models.reranker import BASES, RerankerConfig, build_module, export_onnx, load_tokenizer, save_reranker
+    from models.matchers.cross_encoder import BASES, RerankerConfig, build_module, export_onnx, load_tokenizer, save_reranker
 
     small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     if base == "mpnet":

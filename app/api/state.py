@@ -28,7 +28,7 @@ from app.pipeline import (
 )
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder
-from models.encoder import shared
+from models.encoders.base import shared
 
 log = logging.getLogger(__name__)
 

@@ -309,7 +309,7 @@ def test_a_half_sent_body_whose_client_leaves_is_counted_as_499(built, encoder):
 
 def test_a_bulk_kb_change_is_encoded_in_small_chunks_that_queries_overtake(tmp_path, encoder):  # noqa: F811
     from app.store import KbRecord
-    from models.encoder import BACKGROUND_CHUNK
+    from models.encoders.base import BACKGROUND_CHUNK
 
     settings = make_settings(tmp_path, query_cache_size=0, query_log=False)
     store = make_store(settings)

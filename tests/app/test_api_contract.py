@@ -56,7 +56,7 @@ def encoder(request: pytest.FixtureRequest):
     if enc is None:
         import torch
 
-        from models.minilm import MiniLMEncoder
+        from models.encoders.pretrained import MiniLMEncoder
 
         torch.set_num_threads(1)
         enc = MiniLMEncoder(device="cpu")

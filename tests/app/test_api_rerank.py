@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.main import create_app
-from models.reranker import load_reranker
+from models.matchers.cross_encoder import load_reranker
 from tests.reranker_helpers import make_tiny_reranker
 from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
 

@@ -26,7 +26,7 @@ QUERIES = ["I can't remember my password", "when will my parcel arrive"]
 
 
 def _mmaicm(path):
-    from models.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+    from models.matchers.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
 
     torch.manual_seed(0)
     config = MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)
@@ -34,8 +34,8 @@ def _mmaicm(path):
 
 
 def _analogy(path):
-    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, Prototype
-    from models.mmaicm import Calibration, GloveWords
+    from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, Prototype
+    from models.matchers.mmaicm import Calibration, GloveWords
 
     torch.manual_seed(0)
     protos = [Prototype("who", "who built the lamp ?", "erin built the lamp long ago"),
@@ -46,8 +46,8 @@ def _analogy(path):
 
 
 def _siamese(path):
-    from models.mmaicm import Calibration, GloveWords
-    from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
+    from models.matchers.mmaicm import Calibration, GloveWords
+    from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
 
     torch.manual_seed(0)
     config = SiameseConfig(encoder="conv", filters=8, mlp_hidden=16, mean_pool=True)

@@ -195,13 +195,13 @@ def test_matcher_offline_uses_the_same_arms(tantivy_service, encoder):  # noqa: 
 @pytest.fixture(scope="module")
 def tiny_reranker_dir(tmp_path_factory):
     """A tiny real cross-encoder folder (random weights: scores are meaningless, the code path is real)."""
-    pytest.importorskip("models.reranker")
+    pytest.importorskip("models.matchers.cross_encoder")
     helpers = pytest.importorskip("reranker_helpers")
     return helpers.make_tiny_reranker(tmp_path_factory.mktemp("reranker") / "tiny", onnx=False)
 
 
 def test_rerank_arms_with_a_reranker(tmp_path, encoder, tiny_reranker_dir):  # noqa: F811
-    from models.reranker import load_reranker
+    from models.matchers.cross_encoder import load_reranker
 
     settings = make_settings(tmp_path, reranker=str(tiny_reranker_dir), rerank_k=6)
     store = make_store(settings)

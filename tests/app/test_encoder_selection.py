@@ -8,18 +8,18 @@ from app.api.main import create_app
 from app.settings import Settings
 from index.artifacts import BuildRegistry
 from index.build import build_index
-from models.load import default_msem_dir, load_encoder
+from models.encoders.load import default_msem_dir, load_encoder
 from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (fixture)
 
 
 def test_encoder_spec_precedence(tmp_path, monkeypatch):
-    import models.mpnet
+    import models.encoders.mpnet
 
     from app.pipeline import default_encoder, encoder_spec
 
-    monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: False)
+    monkeypatch.setattr(models.encoders.mpnet, "available", lambda cache_dir=None: False)
     assert encoder_spec(Settings(data_dir=tmp_path)) == "minilm"  # without the mpnet packages: the fast base
-    monkeypatch.setattr(models.mpnet, "available", lambda cache_dir=None: True)
+    monkeypatch.setattr(models.encoders.mpnet, "available", lambda cache_dir=None: True)
     assert encoder_spec(Settings(data_dir=tmp_path)) == "mpnet"  # the accurate base is the default
     assert encoder_spec(Settings(data_dir=tmp_path), {"encoder_spec": "/models/x"}) == "/models/x"
     assert encoder_spec(Settings(data_dir=tmp_path, encoder="/models/y"), {"encoder_spec": "/models/x"}) == "/models/y"

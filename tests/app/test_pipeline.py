@@ -10,7 +10,7 @@ from app.pipeline import (
 )
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
-from models.reranker import pool
+from models.matchers.cross_encoder import pool
 from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
 from tests.reranker_helpers import make_tiny_reranker
 
@@ -62,7 +62,7 @@ def test_faq_reranker_takes_mmaicm_and_cross_encoder_folders_in_order(built, enc
     import torch
 
     from app.pipeline import MmaicmStage
-    from models.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+    from models.matchers.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
 
     settings, retriever, reranker_dir = built
     torch.manual_seed(0)

@@ -15,9 +15,9 @@ from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry
 from index.build import build_index
 from index.retriever import Retriever
 from kb.records import KbRecord
-from models.mmaicm import Calibration, GloveWords
+from models.matchers.mmaicm import Calibration, GloveWords
 from models.scoring import pool
-from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese
+from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese
 from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
 
 

@@ -96,8 +96,8 @@ def test_mine_with_a_siamese_matcher_as_second_opinion(faq_env, tmp_path, capsys
     passes, with 1 none does; the key's proposals stay either way."""
     import torch
 
-    from models.mmaicm import Calibration, GloveWords
-    from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
+    from models.matchers.mmaicm import Calibration, GloveWords
+    from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
 
     torch.manual_seed(0)
     folder = SiameseScorer(SiameseMatcher(SiameseConfig(filters=4, mlp_hidden=8)), GloveWords(),

@@ -14,10 +14,10 @@ TINY = '{"max_q_len": 10, "max_a_len": 14, "filters": 4, "fc_hidden": 8}'
 
 
 def test_train_then_evaluate_on_wikiqa_files(tmp_path, capsys, monkeypatch, minilm_encoder):
-    import models.load
+    import models.encoders.load
 
     # the session's all-MiniLM-L6-v2, loaded once for every test that needs it
-    monkeypatch.setattr(models.load, "load_encoder", lambda spec="minilm", device=None: minilm_encoder)
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec="minilm", device=None: minilm_encoder)
     src = write_wikiqa(tmp_path / "wikiqa", WIKIQA_ROWS * 2)
     model = tmp_path / "model"
     assert main(["train", "mmaicm", "--data", "wikiqa", "--src", str(src), "--out", str(model), "--epochs", "2",

@@ -9,11 +9,11 @@ from tests.models.test_train_msem import FAQS, WIDE, WIDE_USER_QUERIES, write_qu
 
 
 def _quickstart(monkeypatch, faq_env, kb, *extra):
-    import models.load
+    import models.encoders.load
     from cli.main import main
 
     # MiniLM as the default base keeps the test fast (mpnet is the same code path, 5x the compute)
-    monkeypatch.setattr(models.load, "default_encoder_spec", lambda cache_dir=None: "minilm")
+    monkeypatch.setattr(models.encoders.load, "default_encoder_spec", lambda cache_dir=None: "minilm")
     return main(["quickstart", "--kb", str(kb), "--no-serve", "--epochs", "1", *extra])
 
 
@@ -37,7 +37,7 @@ def test_quickstart_without_dev_queries_serves_the_base_and_never_trains(tmp_pat
 
 
 def test_quickstart_with_dev_queries_trains_and_selects_on_them(tmp_path, monkeypatch, faq_env, capsys):
-    from models.encoder import file_sha256
+    from models.encoders.base import file_sha256
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     dev = write_queries(tmp_path / "dev.jsonl", WIDE_USER_QUERIES)

@@ -107,7 +107,7 @@ def test_eval_ab_writes_report_md_json_and_pngs(tmp_path, tiny_ab_files, faq_env
 
 
 def test_eval_ab_runs_all_four_arms_with_a_reranker(tmp_path, tiny_ab_files, faq_env, monkeypatch, capsys):
-    pytest.importorskip("models.reranker")
+    pytest.importorskip("models.matchers.cross_encoder")
     helpers = pytest.importorskip("reranker_helpers")
     from cli.main import main
 

@@ -21,7 +21,7 @@ from evaluation.answer_selection import (
     write_report,
     zscore,
 )
-from models.train_mmaicm import QaList, TrainError, average_precision, evaluable, load_split, read_trecqa, read_wikiqa
+from training.mmaicm import QaList, TrainError, average_precision, evaluable, load_split, read_trecqa, read_wikiqa
 
 # ---------------------------------------------------------------- metrics by hand
 
@@ -207,8 +207,8 @@ def write_wikiqa_rows(rows, folder=None):
 
 def test_run_analogy_selection_counts_and_rows(tmp_path, minilm_encoder):
     from evaluation.answer_selection import format_analogy_markdown, run_analogy_selection
-    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, select_prototypes
-    from models.mmaicm import GloveWords
+    from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, select_prototypes
+    from models.matchers.mmaicm import GloveWords
 
     src = write_wikiqa(tmp_path / "wikiqa", ANALOGY_ROWS)
     words = GloveWords()

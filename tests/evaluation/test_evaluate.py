@@ -113,7 +113,7 @@ def tiny_msem_dir(tmp_path):
     import torch
 
     from models.glove import GloVe
-    from models.msem_encoder import MsemEncoder
+    from models.encoders.msem.encoder import MsemEncoder
 
     torch.set_num_threads(1)
     words = ["password", "reset", "open", "hours", "refund", "money"]
@@ -196,7 +196,7 @@ def test_run_eval_match_rejects_unknown_faq_ids(tmp_path, tiny_msem_dir, capsys)
 
 
 def test_a_shared_encoder_with_memo_encodes_each_text_once():
-    from models.encoder import SharedEncoder, shared
+    from models.encoders.base import SharedEncoder, shared
 
     class Counting:
         id, dim = "counting", 2

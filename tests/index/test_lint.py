@@ -79,8 +79,8 @@ def test_json_shape(minilm_encoder):
 def test_an_analogy_model_moves_the_analogy_numbers_and_nothing_else(minilm_encoder):
     import torch
 
-    from models.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder
-    from models.mmaicm import GloveWords
+    from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder
+    from models.matchers.mmaicm import GloveWords
 
     torch.manual_seed(0)
     model = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8)), GloveWords(), device="cpu")

@@ -1,4 +1,4 @@
-"""Analogy-preserving sentence embeddings (models/analogy.py) and their training (models/train_analogy.py):
+"""Analogy-preserving sentence embeddings (models/matchers/analogy.py) and their training (training/analogy.py):
 the loss by hand, question types, quadruples within a type, best-of-k prototype scoring, the encoder's
 padding, the model folder round trip, a toy set learned in a few steps, resume."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.analogy import (
+from models.matchers.analogy import (
     AnalogyConfig,
     AnalogyScorer,
     BiGruEncoder,
@@ -24,8 +24,8 @@ from models.analogy import (
     question_type,
     select_prototypes,
 )
-from models.train_analogy import CHECKPOINT_FILE, AnalogyData, TrainConfig, Trainer, parse_qa, train_analogy
-from models.train_mmaicm import QaList, TrainError
+from training.analogy import CHECKPOINT_FILE, AnalogyData, TrainConfig, Trainer, parse_qa, train_analogy
+from training.mmaicm import QaList, TrainError
 
 torch.set_num_threads(1)
 

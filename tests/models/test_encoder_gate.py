@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from models.encoder import PriorityGate
+from models.encoders.base import PriorityGate
 
 
 def test_waiters_are_served_by_priority_then_arrival():

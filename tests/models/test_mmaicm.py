@@ -1,4 +1,4 @@
-"""MMAICM (models/mmaicm.py), its training (models/train_mmaicm.py) and its re-ranking stage
+"""MMAICM (models/matchers/mmaicm.py), its training (training/mmaicm.py) and its re-ranking stage
 (app/pipeline.py MmaicmStage): shapes, the attention switch, the hinge loss, a toy QA set learned in a
 few epochs, the model folder round trip, resume."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.mmaicm import (
+from models.matchers.mmaicm import (
     MMAICM,
     Calibration,
     GloveWords,
@@ -23,7 +23,7 @@ from models.mmaicm import (
     hinge_loss,
     load_mmaicm,
 )
-from models.train_mmaicm import (
+from training.mmaicm import (
     CHECKPOINT_FILE,
     QaList,
     TrainConfig,
@@ -220,7 +220,7 @@ def test_glove_words_known_rows_and_stable_hashed_unknowns():
 
 
 def test_minilm_words_drop_the_sentence_markers():
-    from models.mmaicm import MiniLMWords
+    from models.matchers.mmaicm import MiniLMWords
 
     words = MiniLMWords()
     ids = words.text.prepare(["where is the station"], 20)[0]
@@ -395,7 +395,7 @@ def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
 def test_minilm_words_on_onnx_runtime_equal_the_eager_states():
     """The served stage runs MiniLM's states on fp32 ONNX Runtime (FAQ_RERANK_RUNTIME=auto): the same
     numbers the matcher was trained on, up to float rounding."""
-    from models.mmaicm import MiniLMWords
+    from models.matchers.mmaicm import MiniLMWords
 
     texts = ["how do I reset my password", "Refunds are issued within 14 days of purchase."]
     eager = MiniLMWords(runtime="torch").states(texts, 16)

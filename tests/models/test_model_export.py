@@ -8,7 +8,7 @@ import torch
 
 from cli.main import main
 from models.glove import GloVe
-from models.msem_encoder import MsemEncoder
+from models.encoders.msem.encoder import MsemEncoder
 
 
 def test_export_fp16_drops_intent_head_and_keeps_vectors(tmp_path, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import mpnet
+from models.encoders import mpnet
 
 
 def _fake_parts(tmp_path: Path, n: int = 3, weights: bytes = b"w" * 5000) -> tuple[list[Path], dict]:
@@ -88,9 +88,9 @@ def test_a_verified_copy_is_used_without_the_parts(tmp_path, monkeypatch):
 
 
 def test_the_installed_parts_make_the_recorded_model(real_mpnet_cache, monkeypatch):
-    """The real packages: checksums match what models/mpnet.py records, and the model encodes."""
+    """The real packages: checksums match what models/encoders/mpnet.py records, and the model encodes."""
     monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     encoder = load_encoder("mpnet", device="cpu")
     assert encoder.id == "all-mpnet-base-v2" and encoder.dim == 768

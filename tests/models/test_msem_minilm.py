@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.msem import MINILM_DIM, MSEM, MsemConfig, MiniLMTokenStates, WordRepresentation
-from models.msem_encoder import MsemEncoder
-from models.text import MiniLMText, TextEncoder, load_text
-from models.train_msem import CHECKPOINT_FILE, TrainConfig, train_msem
+from models.encoders.msem.model import MINILM_DIM, MSEM, MsemConfig, MiniLMTokenStates, WordRepresentation
+from models.encoders.msem.encoder import MsemEncoder
+from models.encoders.words import MiniLMText, load_text
+from models.text import TextEncoder
+from training.msem import CHECKPOINT_FILE, TrainConfig, train_msem
 from tests.conftest import write_kb_jsonl
 
 torch.set_num_threads(1)
@@ -271,7 +272,7 @@ def test_trainable_mpnet_layers_compute_what_mpnet_computes(tmp_path, real_mpnet
     (MPNetLayer), give mpnet's own sentence vector at creation, also for sentences of different lengths
     padded in one batch."""
     monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     text = MiniLMText(base="mpnet")
     enc = MsemEncoder.create({**TINY, "word_repr": "mpnet", "max_len": 64, "minilm_fusion": 0.5,
@@ -308,7 +309,7 @@ def test_fusion_weight_is_chosen_on_dev_queries_only(tmp_path):
     keep the trained w), the weights stay as they are. Without --dev the held-out KB phrasings are
     measured for information and the trained w stays (they are written like the KB, not like users)."""
     from kb.records import read_kb, read_queries
-    from models.train_msem import FUSION_GRID, prepare_data, tune_fusion
+    from training.msem import FUSION_GRID, prepare_data, tune_fusion
     from tests.models.test_train_msem import WIDE, WIDE_USER_QUERIES, write_queries
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models.glove import GloVe
-from models.msem import MSEM, MsemConfig, dynamic_average_pooling
-from models.msem_encoder import MsemEncoder
+from models.encoders.msem.model import MSEM, MsemConfig, dynamic_average_pooling
+from models.encoders.msem.encoder import MsemEncoder
 from models.text import PAD_ID, UNK_ID, TextEncoder, normalise, tokenize
 
 torch.set_num_threads(1)

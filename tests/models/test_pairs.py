@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kb.records import kb_groups
-from models.pairs import (
+from training.pairs import (
     KbPairSampler,
     Bm25Neighbours,
     Pair,

@@ -1,6 +1,6 @@
-"""The cross-encoder re-ranker (models/reranker.py): pair formatting, batching that does not change a
+"""The cross-encoder re-ranker (models/matchers/cross_encoder.py): pair formatting, batching that does not change a
 pair's score, calibration, save/load/export round trips, and the phase A data rules
-(models/train_reranker.py). Uses a tiny real model (tests/reranker_helpers.py); one test trains a
+(training/cross_encoder.py). Uses a tiny real model (tests/reranker_helpers.py); one test trains a
 1-layer model for a few steps through the real trainer."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from models.reranker import (
+from models.matchers.cross_encoder import (
     RerankerError, encode_pairs, format_pair, load_reranker, load_tokenizer, read_config,
 )
 from tests.reranker_helpers import make_tiny_reranker
@@ -112,7 +112,7 @@ def test_folder_errors_are_clear(tmp_path, tiny):
 
 # -- phase A data --------------------------------------------------------------------------------
 def test_minimal_edits_change_one_thing_and_rewordings_keep_it():
-    from models.train_reranker import augmentation_pairs, perturb, reword
+    from training.cross_encoder import augmentation_pairs, perturb, reword
 
     rng = random.Random(0)
     kinds = {}
@@ -130,7 +130,7 @@ def test_minimal_edits_change_one_thing_and_rewordings_keep_it():
 
 
 def test_edits_cover_the_stress_types_and_keep_converse_comparatives():
-    from models.train_reranker import perturb, reword
+    from training.cross_encoder import perturb, reword
 
     def all_edits(fn, text, n=60):
         return {fn(text, random.Random(seed)) for seed in range(n)} - {None}
@@ -148,7 +148,7 @@ def test_edits_cover_the_stress_types_and_keep_converse_comparatives():
 
 
 def test_mrpc_test_pairs_are_refused(tmp_path):
-    from models.train_reranker import RerankTrainConfig, RerankTrainError, build_phase_a
+    from training.cross_encoder import RerankTrainConfig, RerankTrainError, build_phase_a
 
     mrpc = tmp_path / "mrpc"
     mrpc.mkdir()
@@ -171,7 +171,7 @@ def test_platt_fit_and_threshold():
 
 def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
     """Two phases, a few steps of a 1-layer MiniLM cross-encoder, calibration, save, ONNX export, resume."""
-    from models.train_reranker import RerankTrainConfig, train_reranker
+    from training.cross_encoder import RerankTrainConfig, train_reranker
 
     pairs, stsb = _tiny_training_data(tmp_path)
     cfg = RerankTrainConfig(n_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8, augment=True,
@@ -223,7 +223,7 @@ def test_train_reranker_command_checks_its_arguments(tmp_path, capsys):
 
 
 def test_pool_is_a_weighted_mean_of_log_odds(tiny):
-    from models.reranker import pool
+    from models.matchers.cross_encoder import pool
 
     a, b = np.array([0.9, 0.2, 0.5]), np.array([0.6, 0.7, 0.5])
     np.testing.assert_allclose(pool(a, b, 1.0), a, atol=1e-6)
@@ -299,8 +299,8 @@ def test_training_in_chunks_with_frozen_layers(tmp_path):
     same run; frozen layers come out exactly as pretrained while the layers above them learn."""
     from safetensors.numpy import load_file
 
-    from models.minilm import minilm_path
-    from models.train_reranker import RerankTrainConfig, TrainingPaused, train_reranker
+    from models.encoders.pretrained import minilm_path
+    from training.cross_encoder import RerankTrainConfig, TrainingPaused, train_reranker
 
     pairs, stsb = _tiny_training_data(tmp_path)
     out = tmp_path / "rr"

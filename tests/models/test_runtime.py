@@ -1,4 +1,4 @@
-"""The ONNX encoder runtime (models/runtime.py): export round trip, checksums, runtime choice.
+"""The ONNX encoder runtime (models/encoders/runtime.py): export round trip, checksums, runtime choice.
 
 A tiny random BERT (2 layers, 32 wide, MiniLM's tokenizer) exports in about a second and checks the
 mechanics; the packaged all-MiniLM-L6-v2 (exported once per run, a few seconds) checks the numbers
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import runtime
-from models.runtime import (
+from models.encoders import runtime
+from models.encoders.runtime import (
     FP32_FILE, INT8_FILE, OnnxSentenceEncoder, RuntimeUnavailable, ensure_export, export_valid, resolve_runtime,
 )
 
@@ -30,7 +30,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from models.minilm import minilm_path
+    from models.encoders.pretrained import minilm_path
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
@@ -117,7 +117,7 @@ def test_runtime_choice():
 def test_minilm_onnx_against_pytorch(minilm_encoder, tmp_path_factory):
     """The packaged model: fp32 ONNX equals PyTorch; int8 keeps cosine >= 0.95 per sentence and 0.98 on
     average (measured on 1,000 CLINC150 queries: mean 0.992, min 0.963)."""
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     cache = tmp_path_factory.mktemp("minilm-onnx")
     reference = minilm_encoder.encode(SENTENCES)

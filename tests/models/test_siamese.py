@@ -1,4 +1,4 @@
-"""The Siamese short-text matcher (models/siamese.py) and its training (models/train_siamese.py): normalisation
+"""The Siamese short-text matcher (models/matchers/siamese.py) and its training (training/siamese.py): normalisation
 rules, each encoder's shape and padding, the head's symmetry, the model folder round trip, a toy set learned in
 a few steps, resume."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.siamese import (
+from models.matchers.siamese import (
     ENCODERS,
     SiameseConfig,
     SiameseEncoder,
@@ -22,7 +22,7 @@ from models.siamese import (
     pair_features,
     repair_oov,
 )
-from models.train_siamese import CHECKPOINT_FILE, TrainConfig, TrainError, train_siamese
+from training.siamese import CHECKPOINT_FILE, TrainConfig, TrainError, train_siamese
 
 torch.set_num_threads(1)
 
@@ -202,7 +202,7 @@ def _toy_kb(tmp_path):
 
 
 def test_query_pairs_pair_each_query_with_its_faqs_and_the_nearest_others_best_phrasing(tmp_path):
-    from models.train_siamese import kb_groups, query_pairs
+    from training.siamese import kb_groups, query_pairs
 
     kb, path, _ = _toy_kb(tmp_path)
     groups = kb_groups(path)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models.glove import GloVe
-from models.msem_encoder import MsemEncoder
-from models.train_msem import (
+from models.encoders.msem.encoder import MsemEncoder
+from training.msem import (
     CHECKPOINT_FILE,
     TrainConfig,
     TrainError,
@@ -218,12 +218,12 @@ def test_several_kbs_and_dev_kb_of_unseen_faqs(tmp_path, fake_glove):
 def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, capsys):
     """`faq train msem` starts from models/default when it exists; a --config that changes the
     architecture must say --from-scratch; --from-scratch and --init exclude each other."""
-    import models.load
+    import models.encoders.load
     from cli.main import main
     from cli.train import _default_init
 
     shipped = tmp_path / "shipped"
-    monkeypatch.setattr(models.load, "default_msem_dir", lambda: shipped)
+    monkeypatch.setattr(models.encoders.load, "default_msem_dir", lambda: shipped)
     assert _default_init(None) == (None, None)  # nothing shipped: from scratch
     shipped.mkdir()
     (shipped / "config.json").write_text(json.dumps({"hidden": 150, "word_repr": "minilm"}))
@@ -291,7 +291,7 @@ def write_queries(path, rows):
 def test_without_dev_queries_the_base_is_kept_and_held_out_numbers_are_recorded(tmp_path, fake_glove, monkeypatch):
     """Held-out KB phrasings are written like the KB, not like users: a fine-tune that wins on them is still
     not kept; both numbers are recorded for information."""
-    import models.load
+    import models.encoders.load
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     cfg = tiny_cfg(epochs=3, holdout=0.1)
@@ -304,7 +304,7 @@ def test_without_dev_queries_the_base_is_kept_and_held_out_numbers_are_recorded(
     assert sel["kept"] == "base" and sel["encoder"] == "minilm" and sel["base"] >= 0.9
     assert sel["fine_tuned"] == pytest.approx(summary["best_metric"], abs=1e-4)
     # a base that can only guess: the fine-tune wins on the held-out phrasings and is still not kept
-    monkeypatch.setattr(models.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
     summary = train_msem(kb, tmp_path / "b", config_overrides={**TINY, "word_dim": 8}, train_config=cfg,
                          device="cpu", glove=fake_glove, baseline="constant")
     sel = summary["selection"]
@@ -316,12 +316,12 @@ def test_without_dev_queries_the_base_is_kept_and_held_out_numbers_are_recorded(
 
 
 def test_dev_queries_decide_the_selection(tmp_path, fake_glove, monkeypatch):
-    import models.load
+    import models.encoders.load
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     # one phrasing of every FAQ as it stands in the KB: any encoder that is not constant finds all 12
     dev = write_queries(tmp_path / "dev.jsonl", [(qs[0], f) for f, qs in WIDE.items()] + [("weather on mars", None)])
-    monkeypatch.setattr(models.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
     summary = train_msem(kb, tmp_path / "m", dev_path=dev, config_overrides={**TINY, "word_dim": 8},
                          train_config=tiny_cfg(epochs=2, holdout=0.1), device="cpu", glove=fake_glove,
                          baseline="constant")
@@ -350,13 +350,13 @@ def test_a_bad_dev_file_fails_before_training_and_names_the_file(tmp_path, kb_fi
 
 
 def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys, faq_env):
-    import models.load
-    import models.msem_encoder
+    import models.encoders.load
+    import models.encoders.msem.encoder
 
     from cli.main import main
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", FAQS)
-    monkeypatch.setattr(models.msem_encoder, "load_glove", lambda: fake_glove)
+    monkeypatch.setattr(models.encoders.msem.encoder, "load_glove", lambda: fake_glove)
     config = json.dumps({**TINY, "word_dim": 8})
     assert main(["train", "msem", "--kb", str(kb), "--out", str(tmp_path / "m"), "--from-scratch",
                  "--baseline", "minilm", "--config", config]) == 0
@@ -365,7 +365,7 @@ def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys,
     assert "too thin" in out and "anyway" not in out  # nothing was trained
     # trained without --dev: the base is kept even when the fine-tune wins on the held-out phrasings, and
     # the message says how to serve the fine-tune anyway
-    monkeypatch.setattr(models.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
     wide = write_kb_jsonl(tmp_path / "wide.jsonl", WIDE)
     out_dir = tmp_path / "w"
     assert main(["train", "msem", "--kb", str(wide), "--out", str(out_dir), "--from-scratch", "--epochs", "3",

@@ -14,7 +14,7 @@ Runtimes (`FAQ_ENCODER_RUNTIME`):
 - `onnx-int8`: dynamic int8 (weights int8 per output channel, activations quantised per batch at run
   time). A sentence's vector moves slightly with its batch-mates (the activation scale is the batch's).
 - `onnx`: the same graph in fp32: equal to PyTorch up to float rounding.
-- `torch`: eager PyTorch (models/minilm.py), the reference; the only one on CUDA.
+- `torch`: eager PyTorch (models/encoders/pretrained.py), the reference; the only one on CUDA.
 - `auto`: `torch` on CUDA, else `onnx-int8`.
 
 The exports live in `<model cache>/onnx/<model>-<sha256(weights)[:12]>/` (`model.onnx`, `model.int8.onnx`,
@@ -36,7 +36,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from models.encoder import file_lock, file_sha256, l2_normalise
+from models.encoders.base import file_lock, file_sha256, l2_normalise
 
 RUNTIMES = ("auto", "onnx-int8", "onnx", "torch")
 FP32_FILE = "model.onnx"
@@ -129,7 +129,7 @@ def _read_meta(folder: Path) -> dict | None:
 
 def export_valid(folder: Path, file: str, verify_sha: bool = False) -> bool:
     """`file` exists in `folder` with the size its export.json recorded (and, with `verify_sha`, the
-    sha256). Loads check the size only, as models/mpnet.py does for its cache: the sha256 was checked
+    sha256). Loads check the size only, as models/encoders/mpnet.py does for its cache: the sha256 was checked
     when the file was written, and re-hashing hundreds of MB would cost every start a second or more."""
     meta = _read_meta(folder)
     entry = (meta or {}).get("files", {}).get(file)

@@ -1,5 +1,5 @@
 """The `Encoder` interface every sentence encoder implements, and device selection (`load_encoder`,
-which knows every implementation, is in models/load.py so that they can all import this interface).
+which knows every implementation, is in models/encoders/load.py so that they can all import this interface).
 
 An encoder maps texts to L2-normalised float32 vectors, so cosine similarity is a dot product and
 Annoy's angular distance ranks exactly like cosine.

@@ -1,9 +1,9 @@
-"""Training of the Siamese short-text matcher (`faq train siamese`, models/siamese.py).
+"""Training of the Siamese short-text matcher (`faq train siamese`, models/matchers/siamese.py).
 
 Data: labelled pairs files (`label<TAB>q1<TAB>q2`, as `faq data prepare qqp|mrpc` writes them), any number of
 `--pairs`, and/or a KB (`--kb`): every epoch, for each phrasing, a positive with another phrasing of its FAQ,
 a random negative and a hard negative (one of the 5 nearest phrasings of other FAQs under a sentence encoder,
-`--negatives-encoder`; models/pairs.py `KbPairSampler`), drawn afresh. The dev pairs pick the epoch (lowest
+`--negatives-encoder`; training/pairs.py `KbPairSampler`), drawn afresh. The dev pairs pick the epoch (lowest
 dev log loss, patience in epochs) and, at the end, fit the calibration p = sigmoid(a * logit + b) on the best
 model's dev logits: a `--dev` pairs file, or `--dev-queries` (labelled user queries against the KB, paired
 the way a re-ranking stage sees them: `query_pairs`).
@@ -28,8 +28,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.mmaicm import Calibration
-from models.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
+from models.matchers.mmaicm import Calibration
+from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -59,7 +59,7 @@ class TrainConfig:
 
 
 def read_pairs(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], np.ndarray]:
-    from models.pairs import read_pair_file
+    from training.pairs import read_pair_file
 
     pairs: list[tuple[str, str]] = []
     labels: list[int] = []
@@ -129,7 +129,7 @@ class Trainer:
         cfg.validate()
         self.scorer, self.cfg = scorer, cfg
         self.train_pairs, self.train_labels = train
-        # KB pairs (models/pairs.py KbPairSampler), drawn afresh every epoch on top of the fixed pairs
+        # KB pairs (training/pairs.py KbPairSampler), drawn afresh every epoch on top of the fixed pairs
         self.sampler = sampler
         self.dev_pairs, self.dev_labels = dev
         kb_positives = sampler is not None and any(len(m) > 1 for m in sampler.members)
@@ -252,8 +252,8 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
     `encode(texts) -> L2-normalised vectors`; default all-MiniLM-L6-v2) finds the KB's hard negatives and the
     dev queries' candidates. `states`: a dict of word vectors by text shared between runs over the same
     texts (several encoders trained in a row compute MiniLM's states once)."""
-    from models.mmaicm import make_words
-    from models.pairs import KbPairSampler, encoder_neighbours
+    from models.matchers.mmaicm import make_words
+    from training.pairs import KbPairSampler, encoder_neighbours
 
     config = config or SiameseConfig()
     cfg = cfg or TrainConfig()
@@ -273,7 +273,7 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
     if kb is not None:
         groups = kb_groups(kb)
         if negatives_encoder is None:
-            from models.load import load_encoder
+            from models.encoders.load import load_encoder
 
             negatives_encoder = load_encoder("minilm")
         encode = lambda texts: negatives_encoder.encode(list(texts), batch_size=128)  # noqa: E731

@@ -50,7 +50,7 @@ import numpy as np
 
 from kb.records import kb_groups, read_kb
 from models.scoring import fit_platt, sigmoid
-from models.reranker import (
+from models.matchers.cross_encoder import (
     RerankerConfig, build_module, encode_pairs, export_onnx, load_tokenizer, save_reranker,
 )
 
@@ -121,7 +121,7 @@ class LabelledPair:
 # ---------------------------------------------------------------------------------------------
 def read_stsb(path: str | Path) -> list[LabelledPair]:
     """Raw STS-B csv -> pairs with score / 5 in [0, 1] (parsing shared with `faq data prepare stsb`)."""
-    from models.pairs import PairFileError, read_stsb_scores
+    from training.pairs import PairFileError, read_stsb_scores
 
     try:
         rows = read_stsb_scores(Path(path))
@@ -131,7 +131,7 @@ def read_stsb(path: str | Path) -> list[LabelledPair]:
 
 
 def read_pairs_file(path: str | Path) -> list[LabelledPair]:
-    from models.pairs import read_pair_file
+    from training.pairs import read_pair_file
 
     name = Path(path).parent.name if Path(path).name.startswith("pairs_") else Path(path).stem
     return [LabelledPair(p.q1, p.q2, float(p.label), name) for p in read_pair_file(path)]
@@ -152,7 +152,7 @@ def intent_pairs(groups: dict[str, list[str]], anchors_per_faq: int, rng: random
     if len(pool) < 2:
         return []
     if embed is None:
-        from models.minilm import MiniLMEncoder
+        from models.encoders.pretrained import MiniLMEncoder
 
         embed = MiniLMEncoder().encode
     vecs = np.asarray(embed([q for _, q in pool]), dtype=np.float32)
@@ -465,7 +465,7 @@ class RerankTrainer:
         self.torch = torch
         self.out, self.cfg, self.device, self.meta = out, cfg, device, meta
         self.train_a, self.heldout, self.train_b, self.dev_b = train_a, heldout, train_b, dev_b
-        from models.reranker import BASES
+        from models.matchers.cross_encoder import BASES
 
         self.tokenizer = load_tokenizer(base=cfg.base)
         self.model_config = RerankerConfig(n_layers=cfg.n_layers, max_len=cfg.max_len, pooling=cfg.pooling,
@@ -735,7 +735,7 @@ def train_reranker(out: str | Path, kb_paths: Sequence[str] = (), pair_paths: Se
     """Build the data (or reuse it on --resume), train both phases, calibrate, save, export."""
     import torch
 
-    from models.encoder import pick_device
+    from models.encoders.base import pick_device
 
     cfg = cfg or RerankTrainConfig()
     if not 0.0 <= cfg.fusion_weight <= 1.0:

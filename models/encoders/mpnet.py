@@ -24,7 +24,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from models.encoder import file_lock, file_sha256
+from models.encoders.base import file_lock, file_sha256
 
 MPNET_NAME = "all-mpnet-base-v2"
 N_PARTS = 5

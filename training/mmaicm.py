@@ -14,7 +14,7 @@ each a wrong candidate of the same list (the hard ones: the test ranks exactly t
 probability `random_negative_share` or when the list has none, a candidate of another question's list
 of the same kind (never one of the same FAQ). Adam, batches of `batch_size` triples.
 
-After every epoch: dev MAP, the best epoch saved as a model folder in --out (models/mmaicm.py), and
+After every epoch: dev MAP, the best epoch saved as a model folder in --out (models/matchers/mmaicm.py), and
 `checkpoint.pt` (weights, optimiser, epoch, history, RNG state) so `--resume` continues a cut run.
 At the end the best weights get their logistic calibration p = sigmoid(a * score + b), fitted on the
 dev pairs (the training pairs when there is no dev), and `training.json` records the run.
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.mmaicm import (
+from models.matchers.mmaicm import (
     MMAICM,
     Calibration,
     MmaicmConfig,

@@ -69,11 +69,11 @@ BASE_NAMES = {v["name"]: k for k, v in BASES.items()}
 def base_path(base: str) -> str:
     """The packaged weights of a base (short name): MiniLM's package, or mpnet reassembled into the cache."""
     if base == "minilm":
-        from models.minilm import minilm_path
+        from models.encoders.pretrained import minilm_path
 
         return minilm_path()
     if base == "mpnet":
-        from models.mpnet import mpnet_path
+        from models.encoders.mpnet import mpnet_path
 
         return mpnet_path()
     raise RerankerError(f"unknown base {base!r} (one of {sorted(BASES)})")
@@ -387,7 +387,7 @@ def load_reranker(path: str | Path, runtime: str = "auto", threads: int | None =
         have_ort = True
     except ImportError:
         have_ort = False
-    from models.encoder import pick_device
+    from models.encoders.base import pick_device
 
     device = pick_device(device)
     if runtime == "auto":

@@ -1,4 +1,4 @@
-"""`MsemEncoder`: an MSEM model + its `TextEncoder` behind the `models.encoder.Encoder` interface,
+"""`MsemEncoder`: an MSEM model + its `TextEncoder` behind the `models.encoders.base.Encoder` interface,
 and the on-disk model folder format.
 
 A model folder holds:
@@ -22,11 +22,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.encoder import file_sha256, pick_device
+from models.encoders.base import file_sha256, pick_device
 from models.folder import read_model_config
 from models.glove import GloVe, load_glove
-from models.msem import MSEM, TOKEN_BASES, MsemConfig
-from models.text import MiniLMText, TextEncoder, load_text
+from models.encoders.msem.model import MSEM, TOKEN_BASES, MsemConfig
+from models.encoders.words import MiniLMText, load_text
+from models.text import TextEncoder
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -182,7 +183,7 @@ class MsemEncoder:
              threads: int | None = None) -> "MsemEncoder":
         """Load a model folder in eval mode; fp16 weights come back as fp32 (on CPU, then moved to `device`).
 
-        `runtime` "onnx" / "onnx-int8" (models/runtime.py) runs the frozen base of a token-state model
+        `runtime` "onnx" / "onnx-int8" (models/encoders/runtime.py) runs the frozen base of a token-state model
         (MiniLM, mpnet) on ONNX Runtime; the MSEM layers stay in PyTorch (the GRU and the gated scan are
         a small share of the cost, docs/results.md). A GloVe model, or one that trains the base's top
         layers, has no exported part and runs "torch" whatever is asked: `encoder.runtime` says which."""
@@ -205,8 +206,8 @@ class MsemEncoder:
         encoder = cls(model, text, device=device, name=directory.resolve().name)
         encoder._weights_sha = file_sha256(weights_path)
         if runtime != "torch" and isinstance(text, MiniLMText) and config.minilm_train_layers == 0:
-            from models.mpnet import default_cache_dir
-            from models.runtime import OnnxSentenceEncoder
+            from models.encoders.mpnet import default_cache_dir
+            from models.encoders.runtime import OnnxSentenceEncoder
 
             text.use_runtime(OnnxSentenceEncoder(text.model_path, text.model_name, config.token_dim, runtime,
                                                  default_cache_dir(), threads))

@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.folder import load_weights, read_model_config, write_json
-from models.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words, read_calibration
+from models.matchers.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words, read_calibration
 
 QUESTION_TYPES = ("who", "when", "where")
 OBJECTIVES = ("analogy", "cosine")
@@ -255,7 +255,7 @@ class AnalogyScorer:
                  name: str = "unsaved", device: str | None = None):
         if words.kind != encoder.config.word_repr:
             raise ValueError(f"word_repr={encoder.config.word_repr!r} but the word representation is {words.kind!r}")
-        from models.encoder import pick_device
+        from models.encoders.base import pick_device
 
         self.device = torch.device(pick_device(device))
         self.encoder = encoder.to(self.device)
@@ -336,7 +336,7 @@ class AnalogyScorer:
         return out
 
     def prototypes_for(self, question: str) -> list[Prototype]:
-        t = question_type(question) or "any"  # "any": a KB's untyped phrasings (models/train_analogy.py)
+        t = question_type(question) or "any"  # "any": a KB's untyped phrasings (training/analogy.py)
         own = [p for p in self.prototypes if p.type == t]
         return own or list(self.prototypes)
 

@@ -412,12 +412,12 @@ class MiniLMWords:
     dim = WORD_DIMS["minilm"]
 
     def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
-        from models.text import MiniLMText
+        from models.encoders.words import MiniLMText
 
         self.text = text if text is not None else MiniLMText(device=device, base="minilm")
-        if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/runtime.py): 3-4x faster
-            from models.mpnet import default_cache_dir
-            from models.runtime import OnnxSentenceEncoder
+        if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/encoders/runtime.py): 3-4x faster
+            from models.encoders.mpnet import default_cache_dir
+            from models.encoders.runtime import OnnxSentenceEncoder
 
             self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
                                                       default_cache_dir(), threads=1))
@@ -476,7 +476,7 @@ class MmaicmScorer:
                  name: str = "unsaved", cache_size: int | None = 4096, device: str | None = None):
         if words.kind != model.config.word_repr:
             raise ValueError(f"word_repr={model.config.word_repr!r} but the word representation is {words.kind!r}")
-        from models.encoder import pick_device
+        from models.encoders.base import pick_device
 
         self.device = torch.device(pick_device(device))
         self.model = model.to(self.device)
@@ -615,7 +615,7 @@ class MmaicmScorer:
         the vectors), calibration.json."""
         from safetensors.torch import save_file
 
-        from models.encoder import file_sha256
+        from models.encoders.base import file_sha256
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -661,7 +661,7 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
     """A model folder (`faq train mmaicm`) -> an `MmaicmScorer` in eval mode. `words` reuses an already
     loaded word representation of the same kind; `runtime` runs the MiniLM states ("onnx" is fp32 ONNX
     Runtime: the states the model was trained on, to 1e-4)."""
-    from models.encoder import file_sha256
+    from models.encoders.base import file_sha256
 
     directory = Path(directory)
     config = read_config(directory / CONFIG_FILE)

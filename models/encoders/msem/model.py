@@ -35,14 +35,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from models.encoders.words import TOKEN_BASES
+
 #: width of all-MiniLM-L6-v2's token states (the `word_repr="minilm"` input)
 MINILM_DIM = 384
 #: position embeddings of the MiniLM transformer: the longest wordpiece sequence it can read
 MINILM_MAX_POSITIONS = 512
 #: all-MiniLM-L6-v2's transformer (config.json of the package): layers, heads, FFN width, LayerNorm eps
 MINILM_LAYERS, MINILM_HEADS, MINILM_FFN, MINILM_LN_EPS, MINILM_DROPOUT = 6, 12, 1536, 1e-12, 0.1
-#: the pretrained transformers whose token states can be MSEM's word representation: name, width
-TOKEN_BASES = {"minilm": ("all-MiniLM-L6-v2", MINILM_DIM), "mpnet": ("all-mpnet-base-v2", 768)}
 #: all-mpnet-base-v2's encoder layers (post-LN BERT layers plus a relative position bias shared by all)
 MPNET_LAYERS, MPNET_HEADS, MPNET_FFN, MPNET_LN_EPS, MPNET_BUCKETS, MPNET_MAX_DISTANCE = 12, 12, 3072, 1e-5, 32, 128
 #: layers of each token base (what `minilm_train_layers` can take from the top)
@@ -349,11 +349,11 @@ class MiniLMTokenStates(nn.Module):
     wordpiece states (all-MiniLM-L6-v2, 384 wide, or all-mpnet-base-v2, 768), optionally through a
     Linear(token_dim, word_dim).
 
-    The frozen part of the transformer runs outside this module (`models.text.MiniLMText`): it has
+    The frozen part of the transformer runs outside this module (`models.encoders.words.MiniLMText`): it has
     nothing to learn and nothing to save (a model folder references the package by name), and training
     computes its states once per distinct sentence and caches them. With `minilm_train_layers` N the
     text side stops after layer 6-N and `top` (N MiniLMLayer, initialised from MiniLM's top layers by
-    `models.msem_encoder`) finishes the job here, trainable. States arrive (B, T, 384) with a
+    `models.encoders.msem.encoder`) finishes the job here, trainable. States arrive (B, T, 384) with a
     left-aligned mask; [CLS] and [SEP] are kept as tokens (attentive pooling may use them as summaries).
     """
 

