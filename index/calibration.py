@@ -1,4 +1,6 @@
-"""Score calibration stored in each build: p(match) = sigmoid(a * cos + b).
+"""Score calibration stored in each build: p(match) = sigmoid(a * cos + b), a models/calibration.py
+`Calibration` (the class every calibrated score of the project uses; a build's curves are stored as
+its {a, b, source} dicts).
 
 Where (a, b) come from, in order of preference:
 1. "kb_fit": Platt scaling fitted on the KB itself. Each of a sample of variants plays the user
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
@@ -23,7 +24,8 @@ import numpy as np
 from index.ann import AnnIndex
 from index.answers import ANSWER_RECALL, WEIGHT_GRID, AnswerVectors, combine, nearest_weight
 from models import scoring
-from models.scoring import sigmoid
+from models.calibration import Calibration
+from models.scoring import sigmoid  # noqa: F401  (read from here by the tests)
 from index.pooling import MAX_POOL, pooled_cosine
 
 DEFAULT_A = 12.0
@@ -33,21 +35,6 @@ MIN_NEGATIVES = 10
 DEFAULT_SAMPLE = 2000
 #: L2 strength pulling (a, b) toward the prior; small next to the hundreds of examples a fit uses
 DEFAULT_L2 = 1.0
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """p(match) = sigmoid(a * cos + b)."""
-
-    a: float
-    b: float
-    source: str = "manifest"  # "kb_fit" | "encoder" | "default" when fitted; "manifest" when read back
-
-    def prob(self, cos: np.ndarray | float) -> np.ndarray:
-        return sigmoid(self.a * np.asarray(cos, dtype=np.float64) + self.b)
-
-    def probability(self, cosine: float) -> float:
-        return float(self.prob(cosine))
 
 
 def calibration_for(manifest: dict | None, encoder: object = None, pool: int = 1, answer_weight: float = 0.0) -> Calibration:
@@ -64,7 +51,7 @@ def calibration_for(manifest: dict | None, encoder: object = None, pool: int = 1
         pooled = (cal.get("pooled") or {}).get(str(pool))
         cal = pooled if isinstance(pooled, dict) else cal  # builds before pooled curves: the best-phrasing one
     if isinstance(cal, dict) and cal.get("a") is not None and cal.get("b") is not None:
-        return Calibration(float(cal["a"]), float(cal["b"]))
+        return Calibration(float(cal["a"]), float(cal["b"]), source="manifest")
     return prior_calibration(encoder)
 
 
@@ -165,7 +152,7 @@ def calibrate(
     priors = {w: mixed_prior(prior, w, own_answer) if w > 0 else prior for w in weights}
     fits = {(p, w): _fit(*examples[p, w], priors[w], min_positives, min_negatives, l2) for p, w in examples}
     result = fits[(1, 0.0)]
-    result["prior"] = asdict(prior)
+    result["prior"] = prior.to_dict()
     result["pooled"] = {str(p): fits[(p, 0.0)] for p in pools[1:]}
     if weights != (0.0,):
         result["own_answer_cosine"] = own_answer

@@ -44,7 +44,8 @@ from models.matchers.analogy import (
     load_analogy,
     select_prototypes,
 )
-from models.matchers.mmaicm import Calibration, make_words
+from models.calibration import Calibration
+from models.encoders.words import make_words
 from training.mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
 
 log = logging.getLogger(__name__)

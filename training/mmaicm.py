@@ -38,14 +38,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from models.calibration import Calibration
+from models.encoders.words import make_words
 from models.matchers.mmaicm import (
     MMAICM,
-    Calibration,
     MmaicmConfig,
     MmaicmScorer,
     WEIGHTS_FILE,
     hinge_loss,
-    make_words,
 )
 
 log = logging.getLogger(__name__)

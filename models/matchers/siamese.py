@@ -2,7 +2,7 @@
 2018: "a Siamese network with CNNs, an LSTM and a BiLSTM", section 4). Reading order = data flow:
 
     normalise_tokens   lower case, accents, punctuation, numbers, OOV repair, <= 60 tokens       list[str]
-    word vectors       tokens -> (len, d) frozen rows, outside the nn.Module (models/matchers/mmaicm.py GloveWords;
+    word vectors       tokens -> (len, d) frozen rows, outside the nn.Module (models/encoders/words.py GloveWords;
                        "minilm": MiniLMWords, frozen wordpiece states of the normalised text: ours)
     SiameseEncoder     one encoder for both sentences; variants (parallel extractors, concatenated):
         lstm               LSTM, last state                                   (B,T,d) -> (B,h)
@@ -34,8 +34,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.calibration import Calibration, read_calibration, write_calibration
+from models.encoders.words import WORD_DIMS, make_words, pad_states
 from models.folder import load_weights, read_model_config, write_json
-from models.matchers.mmaicm import CALIBRATION_FILE, WORD_DIMS, Calibration, make_words, read_calibration
 
 ENCODERS = ("lstm", "conv", "conv_lstm", "conv_lstm_bilstm")
 KERNELS = (1, 2, 3)
@@ -282,17 +283,6 @@ def log_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, labels.float())
 
 
-def pad_states(states: Sequence[torch.Tensor], dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-text (len_i, d) rows -> (B, max len (>= 1), d) zero-padded + (B, T) bool mask."""
-    T = max([1, *(int(s.size(0)) for s in states)])
-    x = torch.zeros(len(states), T, dim)
-    mask = torch.zeros(len(states), T, dtype=torch.bool)
-    for i, s in enumerate(states):
-        x[i, : s.size(0)] = s
-        mask[i, : s.size(0)] = True
-    return x, mask
-
-
 # ------------------------------------------------------------------------------------------------
 # the scorer and its model folder
 
@@ -358,16 +348,11 @@ class SiameseScorer:
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]], batch_size: int = 512) -> np.ndarray:
         """P(the two texts mean the same) per pair: the calibrated sigmoid of the logit, float32 (n,)."""
-        from models.scoring import sigmoid
-
         return self.probability(self.raw_scores(pairs, batch_size))
 
     def probability(self, raw: np.ndarray) -> np.ndarray:
         """Logits -> calibrated probabilities, float32."""
-        from models.scoring import sigmoid
-
-        c = self.calibration
-        return sigmoid(c.a * np.asarray(raw, dtype=np.float64) + c.b).astype(np.float32)
+        return self.calibration.prob(raw).astype(np.float32)
 
     # -- serving: one side's sentence vectors computed ahead (a KB's phrasings at index build time) --
 
@@ -433,7 +418,7 @@ class SiameseScorer:
         write_json(directory / CONFIG_FILE,
                     {"format_version": FORMAT_VERSION, "architecture": ARCHITECTURE, **dataclasses.asdict(self.config)})
         write_json(directory / WORDS_FILE, {"format_version": FORMAT_VERSION, **self.words.meta()})
-        write_json(directory / CALIBRATION_FILE, dataclasses.asdict(self.calibration))
+        write_calibration(directory, self.calibration)
         self.name = directory.resolve().name
         self._vector_key = None
         return directory

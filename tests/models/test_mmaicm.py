@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from models.calibration import Calibration
+from models.encoders.words import GloveWords
 from models.matchers.mmaicm import (
     MMAICM,
-    Calibration,
-    GloveWords,
     InteractionMatrix,
     KernelPooling,
     MmaicmConfig,
@@ -220,7 +220,7 @@ def test_glove_words_known_rows_and_stable_hashed_unknowns():
 
 
 def test_minilm_words_drop_the_sentence_markers():
-    from models.matchers.mmaicm import MiniLMWords
+    from models.encoders.words import MiniLMWords
 
     words = MiniLMWords()
     ids = words.text.prepare(["where is the station"], 20)[0]
@@ -345,6 +345,31 @@ def test_cache_is_bounded_and_transparent():
     assert np.array_equal(scorer.score("piano", ["a piano", "a violin", "a cactus", "a glacier"]), first)
 
 
+def test_cache_keeps_the_most_recently_used_texts_none_is_unbounded_and_0_is_off():
+    class Counting(GloveWords):
+        computed: list[str] = []
+
+        def states(self, texts, max_len):
+            self.computed.extend(texts)
+            return super().states(texts, max_len)
+
+    words = Counting()
+    scorer = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), words, cache_size=2)
+    scorer.states(["a", "b"], 5)
+    scorer.states(["a"], 5)  # a used last: c evicts b
+    scorer.states(["c"], 5)
+    assert list(scorer._cache) == [("a", 5), ("c", 5)]
+    words.computed.clear()
+    scorer.states(["a", "b", "c"], 5)
+    assert words.computed == ["b"]
+    unbounded = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), words, cache_size=None)
+    unbounded.fill_cache([f"text {i}" for i in range(50)], 5)
+    assert len(unbounded._cache) == 50
+    off = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), words, cache_size=0)
+    off.states(["a", "b"], 5)
+    assert len(off._cache) == 0
+
+
 def test_models_of_one_word_representation_share_their_word_vectors():
     words = GloveWords()
     first = MmaicmScorer(MMAICM(MmaicmConfig(**SMALL)), words, cache_size=None)
@@ -395,7 +420,7 @@ def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
 def test_minilm_words_on_onnx_runtime_equal_the_eager_states():
     """The served stage runs MiniLM's states on fp32 ONNX Runtime (FAQ_RERANK_RUNTIME=auto): the same
     numbers the matcher was trained on, up to float rounding."""
-    from models.matchers.mmaicm import MiniLMWords
+    from models.encoders.words import MiniLMWords
 
     texts = ["how do I reset my password", "Refunds are issued within 14 days of purchase."]
     eager = MiniLMWords(runtime="torch").states(texts, 16)
