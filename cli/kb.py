@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lint", help="flag FAQs whose answer does not fit their phrasings (swapped, truncated, missing, duplicated)",
         description="Rank the KB's FAQs by how likely their answer is wrong: answer fit against the other FAQs' "
                     "answers (with the encoder), missing / truncated answers, answers or phrasings duplicated "
-                    "across FAQs. Each flag carries its reasons and numbers (index/lint.py).")
+                    "across FAQs. Each flag carries its reasons and numbers (kb/lint.py).")
     p.add_argument("--kb", metavar="FILE", help="lint this KB file (.jsonl or .csv) instead of the configured store")
     p.add_argument("--encoder", metavar="SPEC",
                    help="encoder spec (minilm, mpnet, msem or a model folder); default: the product's configured "
@@ -205,7 +205,8 @@ def format_stats(s: dict[str, Any]) -> str:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from index.lint import DEFAULT_THRESHOLD, format_report, lint_kb
+    from index.build import encode_in_batches
+    from kb.lint import DEFAULT_THRESHOLD, format_report, lint_kb
 
     threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     if not 0.0 <= threshold <= 1.0:
@@ -231,7 +232,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    report = lint_kb(records, encoder, threshold=threshold, progress=not args.no_progress and sys.stderr.isatty())
+    report = lint_kb(records, encoder, threshold=threshold, progress=not args.no_progress and sys.stderr.isatty(),
+                     encode=encode_in_batches)
     top = None if args.top <= 0 else args.top
     if args.out:
         try:

@@ -1,4 +1,4 @@
-"""How well `faq kb lint` (index/lint.py) finds broken FAQs: corrupt a clean KB on purpose and score it.
+"""How well `faq kb lint` (kb/lint.py) finds broken FAQs: corrupt a clean KB on purpose and score it.
 
 Corruptions, each on its own, over several seeds, `--share` of the KB's FAQs each time:
   swap      answers exchanged between pairs of FAQs (an answer pasted under the wrong FAQ)
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from index.lint import DEFAULT_THRESHOLD, lint_kb
+from index.build import encode_in_batches
+from kb.lint import DEFAULT_THRESHOLD, lint_kb
 from kb.records import KbRecord, read_kb
 
 DEMO_KB = Path(__file__).resolve().parents[1] / "app" / "demo" / "faq.jsonl"
@@ -102,7 +103,7 @@ def _scores(report, field: str | None, sign: float = 1.0) -> dict[str, float]:
 def run(records: list[KbRecord], encoder: Any, seeds: Sequence[int], share: float,
         threshold: float = DEFAULT_THRESHOLD, analogy: Any | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    clean = lint_kb(records, encoder, threshold=threshold, analogy=analogy)
+    clean = lint_kb(records, encoder, threshold=threshold, analogy=analogy, encode=encode_in_batches)
     result: dict[str, Any] = {
         "encoder": getattr(encoder, "id", None), "n_faqs": len(clean.faqs), "n_phrasings": clean.n_phrasings,
         "threshold": threshold, "share": share, "seeds": list(seeds),
@@ -114,7 +115,7 @@ def run(records: list[KbRecord], encoder: Any, seeds: Sequence[int], share: floa
         runs = []
         for seed in seeds:
             recs, changed = corrupt(records, kind, share, seed)
-            rep = lint_kb(recs, encoder, threshold=threshold, analogy=analogy)
+            rep = lint_kb(recs, encoder, threshold=threshold, analogy=analogy, encode=encode_in_batches)
             labels = {f.faq_id: int(f.faq_id in changed) for f in rep.faqs}
             ids = list(labels)
             y = [labels[f] for f in ids]

@@ -21,11 +21,12 @@ Cost: the answer segment is searched exactly (one (n_faqs, dim) matrix product p
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from kb.records import is_placeholder
 
 #: weights the build calibrates for; a served weight uses the nearest one (settings restrict it to these)
 WEIGHT_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(19))  # 0.0 .. 0.9
@@ -33,17 +34,6 @@ WEIGHT_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(19))  #
 ANSWER_RECALL = 5
 #: a KB uses answer evidence when at least this share of its FAQs has a real answer
 MIN_REAL_SHARE = 0.5
-_PLACEHOLDER = re.compile(r"^\s*\[[^\]]*\]\s*$")
-
-
-def is_placeholder(answer: str | None) -> bool:
-    """An answer that says nothing about the FAQ: empty, only a bracketed tag such as "[intent: balance]"
-    (what `faq data prepare` writes for datasets without answers), or a single word: intent KBs exported
-    with their label as the answer ("alarm_query", "card-arrival") would otherwise pull every query toward
-    the labels' wording."""
-    if answer is None or not answer.strip() or _PLACEHOLDER.match(answer):
-        return True
-    return len(answer.split()) == 1
 
 
 @dataclass(frozen=True)

@@ -14,26 +14,29 @@ of its phrasings' match: the matcher cannot tell. The lint looks at the KB itsel
   FAQs and the best cosine kept (best-of-k, after the analogy paper). On sentence embeddings that were
   not trained for analogies it separates swapped answers far less well than the fit signals
   (docs/results.md, "KB lint"), so it is in the JSON for inspection but adds nothing to the score.
-- **structure** (no encoder): missing answer (empty or a placeholder, index/answers.py), truncated
+- **structure** (no encoder): missing answer (empty or a placeholder, `is_placeholder`), truncated
   answer (no sentence-final punctuation in a KB whose answers mostly have it, or far shorter than the
   KB's answers), the same answer under several FAQs, the same phrasing under several FAQs.
 
 Each signal gives a score in [0, 1]; a FAQ's score is their noisy-OR, 1 - prod(1 - s), so one strong
 signal flags on its own and weak ones add up. `DEFAULT_THRESHOLD` flags no FAQ of the demo KB with
 either base encoder (measured: evaluation/kb_lint.py).
+
+The encoder is passed in (anything with `id` and `encode(texts, batch_size=, show_progress_bar=)` ->
+L2-normalised rows, as models/ has them), and so is how texts are batched into it (`encode=`), so the
+lint lives with the KB and imports nothing above it.
 """
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from index.answers import is_placeholder
-from kb.records import KbRecord, kb_groups, normalize_question
+from kb.records import KbRecord, is_placeholder, kb_groups, normalize_question
 
 DEFAULT_THRESHOLD = 0.5
 #: prototype pairs per FAQ for the analogy signal (the paper's best p was 30)
@@ -64,6 +67,8 @@ _SENTENCE_END = re.compile(r"""[.!?…)\]"'”’»]\s*$""")
 _FILLER = re.compile(r"^\s*(todo|tbd|tba|n/?a|none|null|fixme|xxx+|lorem ipsum.*|answer|-+|\.+|\?+)\s*[.!:]?\s*$",
                      re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]+")
+#: encode(encoder, texts, batch_size, progress) -> (len(texts), d) L2-normalised vectors
+Encode = Callable[[Any, list[str], int, bool], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -150,11 +155,16 @@ def group_kb(records: Iterable[KbRecord]) -> dict[str, tuple[str, list[str]]]:
 
 def lint_kb(records: Iterable[KbRecord], encoder: Any | None = None, *, threshold: float = DEFAULT_THRESHOLD,
             prototypes: int = DEFAULT_PROTOTYPES, batch_size: int = 64, progress: bool = False,
-            analogy: Any | None = None) -> LintReport:
+            analogy: Any | None = None, encode: Encode | None = None) -> LintReport:
     """Lint a KB (records as `read_kb` or `FaqStore.export_records` give them). Without an encoder only
     the structural checks run. `analogy`: a model trained for the QA analogy (models/matchers/analogy.py
     `AnalogyScorer`, anything with `embed(texts) -> (n, d)`): the analogy signal is then computed in its
-    space instead of the encoder's (prototypes are still the nearest FAQs by the encoder)."""
+    space instead of the encoder's (prototypes are still the nearest FAQs by the encoder).
+
+    `encode(encoder, texts, batch_size, progress)` -> the texts' vectors: pass index/build.py
+    `encode_in_batches` to see the vectors a build of this KB would hold (an int8 runtime's vector moves
+    with its batch-mates, and the fit z-scores magnify such moves); default: the encoder's own batching,
+    all texts in one call."""
     kb = group_kb(records)
     ids = list(kb)
     reasons: dict[str, list[Reason]] = {f: [] for f in ids}
@@ -176,7 +186,8 @@ def lint_kb(records: Iterable[KbRecord], encoder: Any | None = None, *, threshol
         notes.append(f"answer fit needs at least {MIN_FAQS_FOR_FIT} FAQs with an answer and a phrasing "
                      f"({len(fit_ids)} here): not computed")
     else:
-        _fit_and_analogy(kb, fit_ids, encoder, reasons, numbers, prototypes, batch_size, progress, analogy)
+        _fit_and_analogy(kb, fit_ids, encoder, reasons, numbers, prototypes, batch_size, progress, analogy,
+                         encode or _encode)
 
     faqs = []
     for f in ids:
@@ -249,15 +260,25 @@ def _names(ids: Sequence[str], n: int = 3) -> str:
     return shown + (f" (+{len(ids) - n} more)" if len(ids) > n else "")
 
 
+def _encode(encoder: Any, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+    """The default `encode`: one call, the encoder sorts by length and batches itself."""
+    return np.asarray(encoder.encode(texts, batch_size=batch_size, show_progress_bar=progress), dtype=np.float32)
+
+
 def _fit_and_analogy(kb: dict[str, tuple[str, list[str]]], ids: list[str], encoder: Any,
                      reasons: dict[str, list[Reason]], numbers: dict[str, dict[str, Any]],
-                     prototypes: int, batch_size: int, progress: bool, analogy_model: Any | None = None) -> None:
-    from index.build import encode_in_batches
-
+                     prototypes: int, batch_size: int, progress: bool, analogy_model: Any | None = None,
+                     encode: Encode = _encode) -> None:
     n = len(ids)
     questions = [q for f in ids for q in kb[f][1]]
     owner = np.array([i for i, f in enumerate(ids) for _ in kb[f][1]])
-    vecs = encode_in_batches(encoder, questions + [kb[f][0] for f in ids], batch_size, progress)
+    texts = questions + [kb[f][0] for f in ids]
+    vecs = np.asarray(encode(encoder, texts, batch_size, progress), dtype=np.float32)
+    # the fits below are dot products: a vector that is not unit length is refused rather than scored
+    if vecs.shape[0] != len(texts) or not np.all(np.isfinite(vecs)) or \
+            not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
+        raise ValueError(f"encoder {getattr(encoder, 'id', encoder)!r} gave {vecs.shape} vectors for {len(texts)} "
+                         "texts: expected one finite, L2-normalised row per text")
     qv, av = vecs[: len(questions)], vecs[len(questions):]
     counts = np.bincount(owner, minlength=n).astype(np.float64)
     fit = np.zeros((n, n))

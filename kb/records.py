@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -126,6 +127,19 @@ def _utf8_ok(value: str) -> bool:
 def normalize_question(question: str) -> str:
     """Collapse runs of whitespace (incl. newlines) and trim: the form stored and de-duplicated on."""
     return " ".join(question.split())
+
+
+_PLACEHOLDER = re.compile(r"^\s*\[[^\]]*\]\s*$")
+
+
+def is_placeholder(answer: str | None) -> bool:
+    """An answer that says nothing about the FAQ: empty, only a bracketed tag such as "[intent: balance]"
+    (what `faq data prepare` writes for datasets without answers), or a single word: intent KBs exported
+    with their label as the answer ("alarm_query", "card-arrival") would otherwise pull every query toward
+    the labels' wording."""
+    if answer is None or not answer.strip() or _PLACEHOLDER.match(answer):
+        return True
+    return len(answer.split()) == 1
 
 
 def _type_name(value: Any) -> str:

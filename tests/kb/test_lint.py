@@ -1,11 +1,11 @@
-"""index/lint.py on a small real KB with the real MiniLM encoder."""
+"""kb/lint.py on a small real KB with the real MiniLM encoder."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from index.lint import format_report, lint_kb
+from kb.lint import format_report, lint_kb
 from kb.records import KbRecord
 from tests.conftest import INDEX_TEST_FAQS
 
@@ -80,7 +80,7 @@ def test_an_analogy_model_moves_the_analogy_numbers_and_nothing_else(minilm_enco
     import torch
 
     from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder
-    from models.matchers.mmaicm import GloveWords
+    from models.encoders.words import GloveWords
 
     torch.manual_seed(0)
     model = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8)), GloveWords(), device="cpu")
@@ -92,3 +92,28 @@ def test_an_analogy_model_moves_the_analogy_numbers_and_nothing_else(minilm_enco
     after = {f.faq_id: f.numbers["analogy_best_cos"] for f in with_model.faqs}
     assert before.keys() == after.keys() and before != after
     assert all(-1.0 <= v <= 1.0 for v in after.values())
+
+
+def test_encode_is_how_texts_become_vectors(minilm_encoder):
+    """`encode=` is called once with every phrasing and answer (the CLI passes the build's
+    `encode_in_batches`), and its vectors are what the fit is computed on."""
+    from index.build import encode_in_batches
+
+    calls = []
+
+    def encode(encoder, texts, batch_size, progress):
+        calls.append(len(texts))
+        return encode_in_batches(encoder, texts, batch_size, progress)
+
+    records = _records()
+    report = lint_kb(records, minilm_encoder, encode=encode)
+    assert calls == [len(records) + len(INDEX_TEST_FAQS)]
+    assert report.flagged == [] and all("own_fit" in f.numbers for f in report.faqs)
+
+
+def test_vectors_that_are_not_unit_length_are_refused(minilm_encoder):
+    def unnormalised(encoder, texts, batch_size, progress):
+        return 2.0 * encoder.encode(texts, batch_size=batch_size)
+
+    with pytest.raises(ValueError, match="L2-normalised"):
+        lint_kb(_records(), minilm_encoder, encode=unnormalised)
