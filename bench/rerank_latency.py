@@ -120,7 +120,8 @@ def per_tensor_copy(folder: Path, out: Path) -> Path:
 
 def quality(model, stsb_pairs, stress_pairs, qqp_tune, qqp_test) -> dict:
     from evaluation.stress import evaluate_scorer
-    from training.cross_encoder import best_threshold, pearson_spearman
+    from models.scoring import best_threshold
+    from training.cross_encoder import pearson_spearman
 
     out = {}
     if stsb_pairs:

@@ -75,7 +75,8 @@ def _check_dev(kb: str, dev: str) -> str | None:
     `faq train msem --dev` says it; None when it is fine, or when the KB itself does not read (`kb import`
     then says why)."""
     from kb.records import KbValidationError, read_kb
-    from training.msem import TrainError, read_dev_queries
+    from training.loop import TrainError
+    from training.msem import read_dev_queries
 
     try:
         records = read_kb(kb)

@@ -89,7 +89,8 @@ def cmd_reranker(args: argparse.Namespace) -> int:
     from training.pairs import PairFileError, read_pair_file
     from models.matchers.cross_encoder import RerankerError, load_reranker
     from models.scoring import best_threshold
-    from training.cross_encoder import HELDOUT_FILE, RerankTrainError, pearson_spearman, read_stsb, read_written_pairs
+    from training.cross_encoder import HELDOUT_FILE, pearson_spearman, read_stsb, read_written_pairs
+    from training.loop import TrainError
 
     if not args.stsb and not args.qqp_test:
         print("error: give --stsb and/or --qqp-test", file=sys.stderr)
@@ -135,7 +136,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
                 "threshold": threshold, "threshold_source": tune_source, "tune_accuracy": tune_acc,
                 "tune_n": len(tune), "accuracy_at_0.5": float(np.mean((scores >= 0.5).astype(int) == labels)),
             }
-    except (RerankerError, RerankTrainError, PairFileError, ValueError, FileNotFoundError) as exc:
+    except (RerankerError, TrainError, PairFileError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -80,7 +81,8 @@ def _default_init(config: str | None) -> tuple[str | None, str | None]:
     """(init folder, error): the shipped model, unless there is none; a --config that changes the
     architecture cannot fine-tune it and must say --from-scratch."""
     from models.encoders.load import default_msem_dir
-    from training.msem import ARCHITECTURE_FIELDS, TrainError, parse_config_overrides
+    from training.loop import TrainError
+    from training.msem import ARCHITECTURE_FIELDS, parse_config_overrides
 
     shipped = default_msem_dir()
     if not (shipped / "config.json").exists():
@@ -102,8 +104,9 @@ def _default_init(config: str | None) -> tuple[str | None, str | None]:
 
 def cmd_msem(args: argparse.Namespace) -> int:
     from kb.records import KbValidationError
+    from training.loop import TrainError
+    from training.msem import TrainConfig, train_msem
     from training.pairs import PairFileError
-    from training.msem import TrainConfig, TrainError, train_msem
 
     if not args.kb and not args.pairs:
         print("error: give --kb and/or --pairs", file=sys.stderr)
@@ -173,7 +176,7 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
     p = tr_sub.add_parser(
         "reranker",
         help="train the cross-encoder re-ranker (phase A paraphrase pairs -> phase B STS-B regression)",
-        description="Sequential transfer (training/cross_encoder.py): binary equivalence on --pairs / --kb pairs "
+        description="Sequential transfer (training/cross_encoder/): binary equivalence on --pairs / --kb pairs "
         "with hard negatives, then STS-B regression; calibrated on held-out pairs; saved as a folder (+ ONNX int8) "
         "for FAQ_RERANKER=<folder>. Checkpoints every --checkpoint-every steps; Ctrl-C saves one; --resume continues.",
     )
@@ -224,7 +227,8 @@ def cmd_reranker(args: argparse.Namespace) -> int:
     import logging
 
     from models.matchers.cross_encoder import RerankerError, export_onnx
-    from training.cross_encoder import RerankTrainConfig, RerankTrainError, TrainingPaused, train_reranker
+    from training.cross_encoder import RerankTrainConfig, train_reranker
+    from training.loop import TrainError, TrainingPaused
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.export_only:
@@ -259,12 +263,14 @@ def cmd_reranker(args: argparse.Namespace) -> int:
     )
     command = _command_line()
     try:
+        # OMP_NUM_THREADS set: torch already follows it; else FAQ_TORCH_THREADS (default 1) on a CPU
+        cfg.threads = None if os.environ.get("OMP_NUM_THREADS") else int(os.environ.get("FAQ_TORCH_THREADS", "1"))
         summary = train_reranker(args.out, args.kb, args.pairs, args.stsb, cfg, resume=args.resume,
                                  device=args.device, command=command)
     except TrainingPaused as exc:
         print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
         return 3
-    except (RerankTrainError, RerankerError, FileNotFoundError, ValueError) as exc:
+    except (TrainError, RerankerError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"STS-B dev Pearson {summary['stsb_dev_pearson']:.4f} / Spearman {summary['stsb_dev_spearman']:.4f}; "
@@ -313,7 +319,8 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
     import json
 
     from kb.records import KbValidationError
-    from training.mmaicm import TrainConfig, TrainError, parse_config_overrides, train_mmaicm
+    from training.loop import TrainError
+    from training.mmaicm import TrainConfig, parse_config_overrides, train_mmaicm
 
     if not args.data and not args.kb:
         print("error: give --data (with --src) and/or --kb", file=sys.stderr)
@@ -382,7 +389,8 @@ def _register_analogy(tr_sub: argparse._SubParsersAction) -> None:
 def cmd_analogy(args: argparse.Namespace) -> int:
     from kb.records import KbValidationError
     from models.matchers.analogy import AnalogyConfig
-    from training.analogy import TrainConfig, TrainError, train_analogy
+    from training.analogy import TrainConfig, train_analogy
+    from training.loop import TrainError
 
     if not _set_threads(args.threads):
         return 2
@@ -473,9 +481,10 @@ def cmd_siamese(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kb.records import KbValidationError
-    from training.pairs import PairFileError
     from models.matchers.siamese import SiameseConfig
-    from training.siamese import TrainConfig, TrainError, parse_overrides, train_siamese
+    from training.loop import TrainError
+    from training.pairs import PairFileError
+    from training.siamese import TrainConfig, parse_overrides, train_siamese
 
     encoders = list(dict.fromkeys(args.encoder or ["conv"]))
     words = negatives = None

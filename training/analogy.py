@@ -10,9 +10,10 @@ Prototypes: k per type (`--prototypes`), (question, one correct answer) pairs of
 once with the seed and saved with the model; the same prototypes build the training quadruples and
 score at test time (4.1). Quadruples are drawn afresh each epoch (models/matchers/analogy.py QuadrupleSampler).
 
-Adam 1e-3 with weight decay 0.01 (paper, coupled L2 as "L2-regularized loss" says); after every epoch the
-dev MAP, the best epoch saved as the model folder in --out, and `checkpoint.pt` (weights, optimiser,
-epoch, history, RNG) so `--resume` continues a cut run; a re-run without --resume starts over.
+Adam 1e-3 with weight decay 0.01 (paper, coupled L2 as "L2-regularized loss" says); after every epoch (the
+loop of training/loop.py) the dev MAP, the best epoch saved as the model folder in --out, and
+`checkpoint.pt` (weights, optimiser, epoch, history, RNG) so `--resume` continues a cut run; a re-run
+without --resume starts over.
 """
 from __future__ import annotations
 
@@ -20,9 +21,7 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,12 +45,11 @@ from models.matchers.analogy import (
 )
 from models.calibration import Calibration
 from models.encoders.words import make_words
-from training.mmaicm import QaList, TrainError, kb_lists, load_split, mean_average_precision
+from training.loop import TrainError, Trainer
+from training.mmaicm import QaList, kb_lists, load_split, mean_average_precision
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.pt"
-TRAINING_FILE = "training.json"
 SOURCES = ("wikiqa", "trecqa", "kb")
 
 
@@ -122,29 +120,18 @@ class TrainConfig:
             raise TrainError(f"max_minutes must be > 0, got {self.max_minutes}")
 
 
-class Trainer:
-    """One run; `run()` returns the summary written to training.json."""
+class AnalogyTrainer(Trainer):
+    """One run on the shared loop; `run()` returns the summary written to training.json."""
 
     def __init__(self, data: AnalogyData, out_dir: str | Path, cfg: TrainConfig,
                  config: AnalogyConfig | None = None, resume: bool = False, device: str | None = None,
                  command: str | None = None, words: Any = None):
-        cfg.validate()
-        self.data, self.cfg = data, cfg
-        self.out = Path(out_dir)
-        self.command = command or " ".join(shlex.quote(a) for a in sys.argv)
-        self.history: list[dict] = []
-        self.epoch, self.best_metric, self.best_epoch, self.bad_epochs = 0, -math.inf, 0, 0
-        self.stop_reason: str | None = None
-        self.out.mkdir(parents=True, exist_ok=True)
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        checkpoint = None
-        if resume:
-            path = self.out / CHECKPOINT_FILE
-            if not path.is_file():
-                raise TrainError(f"--resume: no checkpoint at {path}")
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        self.data, self.config, self.words, self.device_arg = data, config, words, device
+        super().__init__(out_dir, cfg, resume=resume, command=command)
+
+    def build(self, checkpoint: dict | None) -> None:
+        config, data, cfg = self.config, self.data, self.cfg
+        if checkpoint is not None:
             saved = AnalogyConfig(**checkpoint["model_config"])
             if config is not None and config != saved:
                 changed = sorted(k for k in AnalogyConfig.field_names() if getattr(config, k) != getattr(saved, k))
@@ -158,18 +145,23 @@ class Trainer:
         encoder = BiGruEncoder(config)
         if checkpoint is not None:
             encoder.load_state_dict(checkpoint["model"])
+        words = self.words
         if words is None or words.kind != config.word_repr:
-            words = make_words(config.word_repr, device=device or "cpu")
-        self.scorer = AnalogyScorer(encoder, words, prototypes, name=self.out.resolve().name, device=device)
+            words = make_words(config.word_repr, device=self.device_arg or "cpu")
+        self.scorer = AnalogyScorer(encoder, words, prototypes, name=self.out.resolve().name, device=self.device_arg)
         self.model = self.scorer.encoder
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sampler = QuadrupleSampler(data.train, prototypes, cfg.per_answer, config.objective,
                                         borrow_negatives=str(data.sources.get("qa", "")).startswith("kb:"))
-        if checkpoint is not None:
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            for key in ("epoch", "best_metric", "best_epoch", "bad_epochs", "history"):
-                setattr(self, key, checkpoint[key])
-            torch.set_rng_state(checkpoint["torch_rng"])
+
+    def restore(self, checkpoint: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        super().restore(checkpoint)
+
+    def checkpoint_state(self) -> dict:
+        return {"model": self.model.state_dict(), "model_config": dataclasses.asdict(self.model.config),
+                "prototypes": [dataclasses.asdict(p) for p in self.scorer.prototypes],
+                "optimizer": self.optimizer.state_dict()}
 
     def fill_cache(self) -> float:
         t0 = time.perf_counter()
@@ -207,20 +199,29 @@ class Trainer:
         wrong = int(((energy > threshold) != labels.bool()).sum())
         return float(loss.detach()), wrong
 
-    def train_epoch(self, quads: list, deadline: float | None) -> dict:
-        from tqdm import tqdm
+    # ---- the loop's hooks -----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        mc = self.model.config
+        log.info("training the %s model (%s words, margin %g, %d parameters, %d prototypes): %s", mc.objective,
+                 mc.word_repr, mc.margin, self.model.num_parameters(), len(self.scorer.prototypes),
+                 json.dumps(self.data.describe))
+        self.cache_s = self.fill_cache()
+        if self.epoch == 0 and self.data.dev:
+            # epoch 0 (untrained) is a candidate too: a run that never beats it saves it
+            self.best_metric = self.dev_map()
+            self.scorer.save(self.out)
+            self.history.append({"epoch": 0, "dev_map": round(self.best_metric, 6), "best": True})
+            log.info("epoch 0: dev MAP %.4f", self.best_metric)
 
+    def train_epoch(self) -> dict:
+        quads = self.sampler.sample(random.Random(self.cfg.seed * 1_000_003 + self.epoch))
         self.model.train()
-        total, done, wrong, partial = 0.0, 0, 0, False
+        total, done, wrong = 0.0, 0, 0
         t0 = time.perf_counter()
-        bar = tqdm(total=len(quads), unit="quad", desc=f"epoch {self.epoch + 1}", file=sys.stderr, leave=False,
-                   mininterval=1.0)
+        bar = self.progress(len(quads), "quad")
         try:
-            for start in range(0, len(quads), self.cfg.batch_size):
-                if deadline is not None and time.monotonic() > deadline:
-                    partial = True
-                    break
-                batch = quads[start:start + self.cfg.batch_size]
+            for batch in self.in_time(quads[start:start + self.cfg.batch_size]
+                                      for start in range(0, len(quads), self.cfg.batch_size)):
                 loss, w = self.step(batch)
                 total += loss * len(batch)
                 wrong += w
@@ -231,17 +232,28 @@ class Trainer:
             bar.close()
         seconds = time.perf_counter() - t0
         return {"loss": total / max(done, 1), "wrong_side": wrong / max(done, 1), "quadruples": done,
-                "train_s": round(seconds, 2), "partial": partial}
+                "train_s": round(seconds, 2), "partial": self.partial}
 
-    def save_checkpoint(self) -> None:
-        ck = {"model": self.model.state_dict(), "model_config": dataclasses.asdict(self.model.config),
-              "prototypes": [dataclasses.asdict(p) for p in self.scorer.prototypes],
-              "optimizer": self.optimizer.state_dict(), "epoch": self.epoch, "best_metric": self.best_metric,
-              "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
-              "torch_rng": torch.get_rng_state(), "train_config": dataclasses.asdict(self.cfg)}
-        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
-        torch.save(ck, tmp)
-        os.replace(tmp, self.out / CHECKPOINT_FILE)
+    def evaluate(self, stats: Mapping[str, Any]) -> tuple[str, float]:
+        return ("dev_map", self.dev_map()) if self.data.dev else ("neg_loss", -stats["loss"])
+
+    def save_best(self) -> None:
+        self.scorer.save(self.out)
+
+    def epoch_row(self, stats: Mapping[str, Any], improved: bool, eval_s: float, epoch_s: float) -> dict:
+        return {"epoch": self.epoch, self.metric_name: round(self.metric, 6), "best": improved, **stats}
+
+    def progress_line(self, row: Mapping[str, Any]) -> str:
+        return (f"epoch {self.epoch}: loss {row['loss']:.4f}, wrong side {row['wrong_side']:.3f}, dev MAP "
+                f"{self.metric:.4f}{' *best*' if row['best'] else ''} ({row['quadruples']} quadruples, "
+                f"{row['train_s']:.0f}s)")
+
+    def stop_message(self, kind: str) -> str:
+        if kind in ("trained", "epochs"):
+            return f"reached {self.cfg.epochs} epochs"
+        if kind == "patience":
+            return f"early stop: dev MAP did not improve for {self.cfg.patience} epochs"
+        return super().stop_message(kind)
 
     def calibrate(self) -> Calibration:
         """Platt scaling of the saved (best) model's scores on the dev lists (else the training lists'),
@@ -269,73 +281,19 @@ class Trainer:
         best.save_calibration(self.out)
         return calibration
 
-    def write_report(self, extra: Mapping[str, Any] | None = None) -> dict:
-        summary = {"command": self.command, "data": self.data.describe,
-                   "model_config": dataclasses.asdict(self.model.config), "parameters": self.model.num_parameters(),
-                   "prototypes": len(self.scorer.prototypes), "train_config": dataclasses.asdict(self.cfg),
-                   "torch_threads": torch.get_num_threads(), "epochs_done": self.epoch, "best_epoch": self.best_epoch,
-                   "best_dev_map": None if self.best_metric == -math.inf else self.best_metric,
-                   "stop_reason": self.stop_reason, "history": self.history, **(extra or {})}
-        tmp = self.out / (TRAINING_FILE + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, self.out / TRAINING_FILE)
-        return summary
+    def summary(self) -> dict:
+        return {"command": self.command, "data": self.data.describe,
+                "model_config": dataclasses.asdict(self.model.config), "parameters": self.model.num_parameters(),
+                "prototypes": len(self.scorer.prototypes), "train_config": dataclasses.asdict(self.cfg),
+                "torch_threads": torch.get_num_threads(), "epochs_done": self.epoch, "best_epoch": self.best_epoch,
+                "best_dev_map": None if self.best_metric == -math.inf else self.best_metric,
+                "stop_reason": self.stop_reason, "history": self.history}
 
-    def run(self) -> dict:
-        cfg = self.cfg
-        started = time.monotonic()
-        deadline = started + cfg.max_minutes * 60 if cfg.max_minutes else None
-        mc = self.model.config
-        log.info("training the %s model (%s words, margin %g, %d parameters, %d prototypes): %s", mc.objective,
-                 mc.word_repr, mc.margin, self.model.num_parameters(), len(self.scorer.prototypes),
-                 json.dumps(self.data.describe))
-        cache_s = self.fill_cache()
-        if self.epoch == 0 and self.data.dev:
-            # epoch 0 (untrained) is a candidate too: a run that never beats it saves it
-            self.best_metric = self.dev_map()
-            self.scorer.save(self.out)
-            self.history.append({"epoch": 0, "dev_map": round(self.best_metric, 6), "best": True})
-            log.info("epoch 0: dev MAP %.4f", self.best_metric)
-        try:
-            while self.stop_reason is None and self.epoch < cfg.epochs:
-                if deadline is not None and time.monotonic() > deadline:
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                    break
-                quads = self.sampler.sample(random.Random(cfg.seed * 1_000_003 + self.epoch))
-                stats = self.train_epoch(quads, deadline)
-                if stats["quadruples"] == 0:
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                    break
-                metric = self.dev_map() if self.data.dev else -stats["loss"]
-                self.epoch += 1
-                improved = metric > self.best_metric
-                if improved:
-                    self.best_metric, self.best_epoch, self.bad_epochs = metric, self.epoch, 0
-                    self.scorer.save(self.out)
-                elif not stats["partial"]:
-                    self.bad_epochs += 1
-                self.history.append({"epoch": self.epoch, "dev_map" if self.data.dev else "neg_loss": round(metric, 6),
-                                     "best": improved, **stats})
-                log.info("epoch %d: loss %.4f, wrong side %.3f, dev MAP %.4f%s (%d quadruples, %.0fs)", self.epoch,
-                         stats["loss"], stats["wrong_side"], metric, " *best*" if improved else "",
-                         stats["quadruples"], stats["train_s"])
-                if stats["partial"] or (deadline is not None and time.monotonic() > deadline):
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                elif self.bad_epochs >= cfg.patience:
-                    self.stop_reason = f"early stop: dev MAP did not improve for {cfg.patience} epochs"
-                self.save_checkpoint()
-                self.write_report()
-            if self.stop_reason is None:
-                self.stop_reason = f"reached {cfg.epochs} epochs"
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-            self.save_checkpoint()
-            self.write_report()
-            raise
+    def finish(self) -> dict:
         if not (self.out / "model.safetensors").exists():
             self.scorer.save(self.out)
         calibration = self.calibrate()
-        summary = self.write_report({"word_vectors_s": round(cache_s, 1), "wall_s": round(time.monotonic() - started, 1),
+        summary = self.write_report({"word_vectors_s": round(self.cache_s, 1), "wall_s": round(self.clock.elapsed(), 1),
                                      "calibration": dataclasses.asdict(calibration)})
         log.info("done (%s): best dev MAP %.4f at epoch %d -> %s", self.stop_reason, self.best_metric,
                  self.best_epoch, self.out)
@@ -347,5 +305,5 @@ def train_analogy(out_dir: str | Path, qa: str, config: AnalogyConfig | None = N
                   command: str | None = None) -> dict:
     """Train (or `resume`) an analogy / BiGRU-cosine model into `out_dir`; returns the training summary."""
     cfg = train_config or TrainConfig()
-    return Trainer(prepare_data(qa, seed=cfg.seed), out_dir, cfg, config, resume=resume, device=device,
-                   command=command).run()
+    return AnalogyTrainer(prepare_data(qa, seed=cfg.seed), out_dir, cfg, config, resume=resume, device=device,
+                          command=command).run()

@@ -14,8 +14,9 @@ each a wrong candidate of the same list (the hard ones: the test ranks exactly t
 probability `random_negative_share` or when the list has none, a candidate of another question's list
 of the same kind (never one of the same FAQ). Adam, batches of `batch_size` triples.
 
-After every epoch: dev MAP, the best epoch saved as a model folder in --out (models/matchers/mmaicm.py), and
-`checkpoint.pt` (weights, optimiser, epoch, history, RNG state) so `--resume` continues a cut run.
+After every epoch (the loop of training/loop.py): dev MAP, the best epoch saved as a model folder in --out
+(models/matchers/mmaicm.py), and `checkpoint.pt` (weights, optimiser, epoch, history, RNG state) so
+`--resume` continues a cut run.
 At the end the best weights get their logistic calibration p = sigmoid(a * score + b), fitted on the
 dev pairs (the training pairs when there is no dev), and `training.json` records the run.
 """
@@ -26,10 +27,7 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
-import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +45,10 @@ from models.matchers.mmaicm import (
     WEIGHTS_FILE,
     hinge_loss,
 )
+from training.loop import TrainError, Trainer
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.pt"
-TRAINING_FILE = "training.json"
 DATASETS = ("wikiqa", "trecqa")
 #: dataset -> split -> file name inside the dataset folder
 SPLIT_FILES = {
@@ -60,10 +57,6 @@ SPLIT_FILES = {
 }
 #: KB dev lists: the held-out phrasing's answer among this many other FAQs' answers
 KB_DEV_DISTRACTORS = 19
-
-
-class TrainError(ValueError):
-    """Bad training input (no data, unknown config field, a checkpoint that does not fit)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -352,55 +345,46 @@ def mean_average_precision(lists: Sequence[QaList], scores: np.ndarray) -> float
     return float(np.mean(aps)) if aps else 0.0
 
 
-class Trainer:
-    """One training run; `run()` returns the summary written to training.json."""
+class MmaicmTrainer(Trainer):
+    """One MMAICM run on the shared loop; `run()` returns the summary written to training.json."""
 
     def __init__(self, data: TrainData, out_dir: str | Path, cfg: TrainConfig,
                  config_overrides: Mapping[str, Any] | None = None, resume: bool = False,
                  device: str | None = None, command: str | None = None):
-        cfg.validate()
-        self.data, self.cfg = data, cfg
-        self.out = Path(out_dir)
-        self.command = command or " ".join(shlex.quote(a) for a in sys.argv)
-        self.history: list[dict] = []
-        self.epoch = 0
-        self.best_metric = -math.inf
-        self.best_epoch = 0
-        self.bad_epochs = 0
-        self.stop_reason: str | None = None
-        self.out.mkdir(parents=True, exist_ok=True)
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        checkpoint = None
-        if resume:
-            path = self.out / CHECKPOINT_FILE
-            if not path.is_file():
-                raise TrainError(f"--resume: no checkpoint at {path}")
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        self.data = data
+        self.overrides = dict(config_overrides or {})
+        self.device_arg = device
+        super().__init__(out_dir, cfg, resume=resume, command=command)
+
+    def build(self, checkpoint: dict | None) -> None:
+        if checkpoint is not None:
             config = MmaicmConfig(**checkpoint["model_config"])
-            changed = sorted(k for k, v in (config_overrides or {}).items()
+            changed = sorted(k for k, v in self.overrides.items()
                              if getattr(config, k) != (tuple(v) if k == "kernels" else v))
             if changed:
                 raise TrainError(f"--resume continues the checkpoint's model: {', '.join(changed)} differ from it")
         else:
             try:
-                config = MmaicmConfig(**dict(config_overrides or {}))
+                config = MmaicmConfig(**self.overrides)
             except (TypeError, ValueError) as exc:
                 raise TrainError(str(exc)) from exc
         model = MMAICM(config)
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
+        device = self.device_arg
         self.scorer = MmaicmScorer(model, make_words(config.word_repr, device=device or "cpu"),
                                    name=self.out.resolve().name, cache_size=None, device=device)
         self.model = self.scorer.model
-        self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr)
-        self.sampler = TripleSampler(data.train, cfg.negatives, cfg.random_negative_share)
-        if checkpoint is not None:
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            for key in ("epoch", "best_metric", "best_epoch", "bad_epochs", "history"):
-                setattr(self, key, checkpoint[key])
-            torch.set_rng_state(checkpoint["torch_rng"])
+        self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.lr)
+        self.sampler = TripleSampler(self.data.train, self.cfg.negatives, self.cfg.random_negative_share)
+
+    def restore(self, checkpoint: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        super().restore(checkpoint)
+
+    def checkpoint_state(self) -> dict:
+        return {"model": self.model.state_dict(), "model_config": dataclasses.asdict(self.model.config),
+                "optimizer": self.optimizer.state_dict()}
 
     # ---- helpers --------------------------------------------------------------------------------------
     def fill_cache(self) -> float:
@@ -419,21 +403,31 @@ class Trainer:
         scores = self.scorer.score_pairs(pairs, batch_size=self.cfg.eval_batch_size)
         return "dev_map", mean_average_precision(self.data.dev, scores)
 
-    def train_epoch(self, triples: list[tuple[str, str, str]], deadline: float | None) -> dict:
-        from tqdm import tqdm
+    def evaluate(self, stats: Mapping[str, Any]) -> tuple[str, float]:
+        name, value = self.dev_metric()
+        return (name, -stats["loss"]) if name == "train_loss" else (name, value)
 
+    # ---- the loop's hooks -----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        log.info("training MMAICM (%s, %s, attention %s, %d parameters) on %s: %s", self.model.config.word_repr,
+                 self.model.config.matcher, self.model.config.use_attention, self.model.num_parameters(),
+                 self.scorer.device, json.dumps(self.data.describe))
+        self.cache_s = self.fill_cache()
+        log.info("word vectors of %d texts in %.1fs", len(self.scorer._cache), self.cache_s)
+
+    def train_epoch(self) -> dict:
+        triples = self.sampler.sample(random.Random(self.cfg.seed * 1_000_003 + self.epoch))
+        return self.fit(triples)
+
+    def fit(self, triples: list[tuple[str, str, str]]) -> dict:
         cfg, model, mc = self.cfg, self.model, self.model.config
         model.train()
-        total, n_done, n_violated, partial = 0.0, 0, 0, False
+        total, n_done, n_violated = 0.0, 0, 0
         t0 = time.perf_counter()
-        bar = tqdm(total=len(triples), unit="triple", desc=f"epoch {self.epoch + 1}", file=sys.stderr,
-                   leave=False, mininterval=1.0)
+        bar = self.progress(len(triples), "triple")
         try:
-            for start in range(0, len(triples), cfg.batch_size):
-                if deadline is not None and time.monotonic() > deadline:
-                    partial = True
-                    break
-                batch = triples[start:start + cfg.batch_size]
+            for batch in self.in_time(triples[start:start + cfg.batch_size]
+                                      for start in range(0, len(triples), cfg.batch_size)):
                 n = len(batch)
                 q, q_mask = self.scorer.inputs([t[0] for t in batch], mc.max_q_len)
                 a, a_mask = self.scorer.inputs([t[1] for t in batch] + [t[2] for t in batch], mc.max_a_len)
@@ -454,24 +448,20 @@ class Trainer:
         seconds = time.perf_counter() - t0
         return {"loss": total / max(n_done, 1), "misordered": n_violated / max(n_done, 1), "triples": n_done,
                 "train_s": round(seconds, 2), "triples_per_s": round(n_done / max(seconds, 1e-9), 1),
-                "partial": partial}
+                "partial": self.partial}
 
-    def save_checkpoint(self) -> None:
-        ck = {
-            "model": self.model.state_dict(),
-            "model_config": dataclasses.asdict(self.model.config),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": self.epoch,
-            "best_metric": self.best_metric,
-            "best_epoch": self.best_epoch,
-            "bad_epochs": self.bad_epochs,
-            "history": self.history,
-            "torch_rng": torch.get_rng_state(),
-            "train_config": dataclasses.asdict(self.cfg),
-        }
-        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
-        torch.save(ck, tmp)
-        os.replace(tmp, self.out / CHECKPOINT_FILE)
+    def save_best(self) -> None:
+        self.scorer.save(self.out)
+
+    def epoch_row(self, stats: Mapping[str, Any], improved: bool, eval_s: float, epoch_s: float) -> dict:
+        return {"epoch": self.epoch, "metric_name": self.metric_name, "metric": round(self.metric, 6), "best": improved,
+                "eval_s": round(eval_s, 2), "epoch_s": round(epoch_s, 2),
+                **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in stats.items()}}
+
+    def progress_line(self, row: Mapping[str, Any]) -> str:
+        return (f"epoch {self.epoch}: loss {row['loss']:.4f}, misordered {row['misordered']:.3f}, {self.metric_name} "
+                f"{self.metric:.4f}{' *best*' if row['best'] else ''} | {row['triples']} triples, "
+                f"{row['triples_per_s']:.0f}/s")
 
     def calibrate(self) -> Calibration:
         """Platt scaling of the best model's raw scores on the dev pairs (else the training lists' pairs)."""
@@ -511,73 +501,12 @@ class Trainer:
             "history": self.history,
         }
 
-    def write_report(self, extra: Mapping[str, Any] | None = None) -> dict:
-        summary = {**self.summary(), **(extra or {})}
-        tmp = self.out / (TRAINING_FILE + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, self.out / TRAINING_FILE)
-        return summary
-
-    def run(self) -> dict:
-        cfg = self.cfg
-        started = time.monotonic()
-        deadline = started + cfg.max_minutes * 60 if cfg.max_minutes else None
-        log.info("training MMAICM (%s, %s, attention %s, %d parameters) on %s: %s", self.model.config.word_repr,
-                 self.model.config.matcher, self.model.config.use_attention, self.model.num_parameters(),
-                 self.scorer.device, json.dumps(self.data.describe))
-        cache_s = self.fill_cache()
-        log.info("word vectors of %d texts in %.1fs", len(self.scorer._cache), cache_s)
-        if self.epoch >= cfg.epochs:
-            self.stop_reason = f"already trained {self.epoch} epochs (--epochs {cfg.epochs})"
-        try:
-            while self.stop_reason is None and self.epoch < cfg.epochs:
-                if deadline is not None and time.monotonic() > deadline:
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                    break
-                t_epoch = time.perf_counter()
-                triples = self.sampler.sample(random.Random(cfg.seed * 1_000_003 + self.epoch))
-                stats = self.train_epoch(triples, deadline)
-                if stats["triples"] == 0:
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                    break
-                t = time.perf_counter()
-                metric_name, metric = self.dev_metric()
-                if metric_name == "train_loss":
-                    metric = -stats["loss"]
-                eval_s = time.perf_counter() - t
-                self.epoch += 1
-                improved = metric > self.best_metric
-                if improved:
-                    self.best_metric, self.best_epoch, self.bad_epochs = metric, self.epoch, 0
-                    self.scorer.save(self.out)
-                elif not stats["partial"]:
-                    self.bad_epochs += 1
-                row = {"epoch": self.epoch, "metric_name": metric_name, "metric": round(metric, 6), "best": improved,
-                       "eval_s": round(eval_s, 2), "epoch_s": round(time.perf_counter() - t_epoch, 2),
-                       **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in stats.items()}}
-                self.history.append(row)
-                log.info("epoch %d: loss %.4f, misordered %.3f, %s %.4f%s | %d triples, %.0f/s%s", self.epoch,
-                         stats["loss"], stats["misordered"], metric_name, metric, " *best*" if improved else "",
-                         stats["triples"], stats["triples_per_s"], " (partial: time budget)" if stats["partial"] else "")
-                if stats["partial"] or (deadline is not None and time.monotonic() > deadline):
-                    self.stop_reason = f"time budget of {cfg.max_minutes} minutes reached"
-                elif self.bad_epochs >= cfg.patience:
-                    self.stop_reason = f"early stop: dev {metric_name} did not improve for {cfg.patience} epochs"
-                self.save_checkpoint()
-                self.write_report()
-            if self.stop_reason is None:
-                self.stop_reason = f"reached --epochs {cfg.epochs}"
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-            log.warning("interrupted: saving a checkpoint to %s", self.out / CHECKPOINT_FILE)
-            self.save_checkpoint()
-            self.write_report()
-            raise
+    def finish(self) -> dict:
         if not (self.out / WEIGHTS_FILE).exists():  # nothing trained (budget spent on the word vectors)
             self.scorer.save(self.out)
         calibration = self.calibrate()
-        summary = self.write_report({"calibration": dataclasses.asdict(calibration), "word_vectors_s": round(cache_s, 1),
-                                     "wall_s": round(time.monotonic() - started, 1)})
+        summary = self.write_report({"calibration": dataclasses.asdict(calibration),
+                                     "word_vectors_s": round(self.cache_s, 1), "wall_s": round(self.clock.elapsed(), 1)})
         log.info("done (%s): best %s %.4f at epoch %d; calibration a=%.3f b=%.3f on %s -> %s", self.stop_reason,
                  summary["metric"], self.best_metric, self.best_epoch, calibration.a, calibration.b,
                  calibration.fitted_on, self.out)
@@ -592,5 +521,5 @@ def train_mmaicm(out_dir: str | Path, data: str | None = None, src: str | Path |
     cfg = train_config or TrainConfig()
     overrides = parse_config_overrides(config_overrides)
     prepared = prepare_data(data, src, kb, seed=cfg.seed)
-    return Trainer(prepared, out_dir, cfg, overrides, resume=resume, device=device, command=command).run()
+    return MmaicmTrainer(prepared, out_dir, cfg, overrides, resume=resume, device=device, command=command).run()
 

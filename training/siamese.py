@@ -8,19 +8,17 @@ dev log loss, patience in epochs) and, at the end, fit the calibration p = sigmo
 model's dev logits: a `--dev` pairs file, or `--dev-queries` (labelled user queries against the KB, paired
 the way a re-ranking stage sees them: `query_pairs`).
 
-Adam, log loss, mini-batches drawn afresh each epoch. After every epoch the best model so far is saved as the
-model folder in `out`, and `checkpoint.pt` (weights, optimiser, epoch, history, RNG) so `--resume` continues a
-cut run; a re-run without --resume starts over. `--max-minutes` stops between batches and keeps the best.
+Adam, log loss, mini-batches drawn afresh each epoch. After every epoch (the loop of training/loop.py) the best
+model so far is saved as the model folder in `out`, `checkpoint.pt` (weights, optimiser, epoch, history, RNG)
+so `--resume` continues a cut run, and `train.json` records the run; a re-run without --resume starts over.
+`--max-minutes` stops between batches and keeps the best.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-import math
-import os
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,16 +26,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from kb.records import kb_groups, read_kb, read_queries
 from models.calibration import Calibration
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
+from training.loop import CHECKPOINT_FILE, TrainError, Trainer
 
 log = logging.getLogger(__name__)
-CHECKPOINT_FILE = "checkpoint.pt"
 REPORT_FILE = "train.json"
-
-
-class TrainError(ValueError):
-    """Bad training input (no pairs, one class only, a config that does not fit a resumed run)."""
 
 
 @dataclass
@@ -70,20 +65,6 @@ def read_pairs(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], np.n
     if not pairs:
         raise TrainError(f"no pairs in {', '.join(map(str, paths))}")
     return pairs, np.array(labels, dtype=np.int64)
-
-
-def kb_groups(path: str | Path) -> dict[str, list[str]]:
-    """A KB file -> faq_id -> its distinct phrasings (file order)."""
-    from kb.records import read_kb
-
-    groups: dict[str, list[str]] = {}
-    for r in read_kb(path):
-        qs = groups.setdefault(r.faq_id, [])
-        if r.question not in qs:
-            qs.append(r.question)
-    if len(groups) < 2:
-        raise TrainError(f"{path}: a KB needs at least 2 FAQs to give negative pairs")
-    return groups
 
 
 def query_pairs(queries: Sequence[tuple[str, str | None]], groups: Mapping[str, Sequence[str]],
@@ -123,29 +104,50 @@ def dev_log_loss(scorer: SiameseScorer, pairs: Sequence[tuple[str, str]], labels
     return float(log_loss(logits, torch.from_numpy(labels)))
 
 
-class Trainer:
-    def __init__(self, scorer: SiameseScorer, train: tuple[list, np.ndarray], dev: tuple[list, np.ndarray],
-                 out_dir: str | Path, cfg: TrainConfig, sampler: Any = None):
-        cfg.validate()
-        self.scorer, self.cfg = scorer, cfg
+class SiameseTrainer(Trainer):
+    """One run on the shared loop, the lowest dev log loss the best; `run()` returns the summary written to
+    train.json."""
+
+    report_file = REPORT_FILE
+    higher_is_better = False
+
+    def __init__(self, config: SiameseConfig, words: Any, train: tuple[list, np.ndarray],
+                 dev: tuple[list, np.ndarray], out_dir: str | Path, cfg: TrainConfig, sampler: Any = None,
+                 device: str | None = None, states: dict | None = None, resume: bool = False):
+        self.config, self.words, self.device_arg, self.states = config, words, device, states
         self.train_pairs, self.train_labels = train
         # KB pairs (training/pairs.py KbPairSampler), drawn afresh every epoch on top of the fixed pairs
         self.sampler = sampler
         self.dev_pairs, self.dev_labels = dev
+        self.calibration: Calibration | None = None
+        super().__init__(out_dir, cfg, resume=resume)
+
+    def build(self, checkpoint: dict | None) -> None:
+        sampler = self.sampler
         kb_positives = sampler is not None and any(len(m) > 1 for m in sampler.members)
         labels = set(self.train_labels.tolist()) | ({0, 1} if kb_positives else {0} if sampler is not None else set())
         if len(labels) < 2:
             raise TrainError("training pairs must hold both labels (a KB gives positives only from FAQs with "
                              "two or more phrasings)")
-        self.out = Path(out_dir)
-        self.optimizer = torch.optim.Adam(scorer.model.parameters(), lr=cfg.lr)
-        self.epoch = 0
-        self.best = math.inf
-        self.stale = 0
-        self.history: list[dict] = []
-        self.rng = random.Random(cfg.seed)
+        self.scorer = SiameseScorer(SiameseMatcher(self.config), self.words, device=self.device_arg, states=self.states)
+        self.optimizer = torch.optim.Adam(self.scorer.model.parameters(), lr=self.cfg.lr)
+        self.rng = random.Random(self.cfg.seed)
+        if checkpoint is not None:
+            if checkpoint["model_config"] != dataclasses.asdict(self.scorer.config):
+                raise TrainError(f"{self.out / self.checkpoint_file}: saved with another model config: "
+                                 f"{checkpoint['model_config']}")
+            self.scorer.model.load_state_dict(checkpoint["model"])
 
-    def train_epoch(self, deadline: float | None) -> dict:
+    def restore(self, checkpoint: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.rng.setstate(checkpoint["sampler_rng"])
+        super().restore(checkpoint)
+
+    def checkpoint_state(self) -> dict:
+        return {"model": self.scorer.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "sampler_rng": self.rng.getstate(), "model_config": dataclasses.asdict(self.scorer.config)}
+
+    def train_epoch(self) -> dict:
         model = self.scorer.model
         model.train()
         pairs, labels = self.train_pairs, self.train_labels
@@ -155,15 +157,10 @@ class Trainer:
             labels = np.concatenate([labels, np.array([p.label for p in drawn], dtype=np.int64)])
         order = list(range(len(pairs)))
         self.rng.shuffle(order)
-        total, n, cut = 0.0, 0, False
+        total, n = 0.0, 0
         bs = self.cfg.batch_size
-        for start in range(0, len(order), bs):
-            idx = order[start:start + bs]
-            if len(idx) < 2:  # BatchNorm cannot normalise one row
-                continue
-            if deadline is not None and time.monotonic() > deadline:
-                cut = True
-                break
+        batches = (order[start:start + bs] for start in range(0, len(order), bs))
+        for idx in self.in_time(idx for idx in batches if len(idx) >= 2):  # BatchNorm cannot normalise one row
             logits = self.scorer.logits([pairs[i] for i in idx])
             loss = log_loss(logits, torch.from_numpy(labels[idx]).to(logits.device))
             self.optimizer.zero_grad()
@@ -171,27 +168,23 @@ class Trainer:
             self.optimizer.step()
             total += loss.item() * len(idx)
             n += len(idx)
-        return {"train_log_loss": total / max(n, 1), "pairs": n, "cut": cut}
+        return {"train_log_loss": total / max(n, 1), "pairs": n, "cut": self.partial}
 
-    def save_checkpoint(self) -> None:
-        state = {"model": self.scorer.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "epoch": self.epoch, "best": self.best, "stale": self.stale, "history": self.history,
-                 "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                 "config": dataclasses.asdict(self.scorer.config)}
-        tmp = self.out / (CHECKPOINT_FILE + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.out / CHECKPOINT_FILE)
+    def evaluate(self, stats: Mapping[str, Any]) -> tuple[str, float]:
+        return "dev_log_loss", dev_log_loss(self.scorer, self.dev_pairs, self.dev_labels)
 
-    def load_checkpoint(self) -> None:
-        state = torch.load(self.out / CHECKPOINT_FILE, weights_only=False)
-        if state["config"] != dataclasses.asdict(self.scorer.config):
-            raise TrainError(f"{self.out / CHECKPOINT_FILE}: saved with another model config: {state['config']}")
-        self.scorer.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.best, self.stale = state["epoch"], state["best"], state["stale"]
-        self.history = state["history"]
-        self.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
+    def save_best(self) -> None:
+        self.scorer.calibration = Calibration()
+        self.scorer.save(self.out)
+
+    def epoch_row(self, stats: Mapping[str, Any], improved: bool, eval_s: float, epoch_s: float) -> dict:
+        return {**stats, "epoch": self.epoch, "dev_log_loss": self.metric, "seconds": round(self.clock.elapsed(), 1)}
+
+    def progress_line(self, row: Mapping[str, Any]) -> str:
+        return f"epoch {self.epoch}: train {row['train_log_loss']:.4f} dev {self.metric:.4f} ({row['seconds']:.0f} s)"
+
+    def stop_message(self, kind: str) -> str:
+        return {"trained": "epochs", "budget": "max_minutes"}.get(kind, kind)
 
     def calibrate(self, best: SiameseScorer) -> Calibration:
         from models.scoring import fit_platt
@@ -200,46 +193,23 @@ class Trainer:
         a, b = fit_platt(raw.astype(np.float64), self.dev_labels.astype(np.float64))
         return Calibration(a=a, b=b, fitted_on="dev pairs (those that chose the epoch)", n_pairs=len(raw))
 
-    def run(self) -> dict:
-        self.out.mkdir(parents=True, exist_ok=True)
-        t0 = time.monotonic()
-        deadline = t0 + 60 * self.cfg.max_minutes if self.cfg.max_minutes else None
-        stopped = "epochs"
-        while self.epoch < self.cfg.epochs:
-            row = self.train_epoch(deadline)
-            self.epoch += 1
-            row["epoch"] = self.epoch
-            row["dev_log_loss"] = dev_log_loss(self.scorer, self.dev_pairs, self.dev_labels)
-            row["seconds"] = round(time.monotonic() - t0, 1)
-            self.history.append(row)
-            log.info("epoch %d: train %.4f dev %.4f (%.0f s)", self.epoch, row["train_log_loss"],
-                     row["dev_log_loss"], row["seconds"])
-            if row["dev_log_loss"] < self.best:
-                self.best, self.stale = row["dev_log_loss"], 0
-                self.scorer.calibration = Calibration()
-                self.scorer.save(self.out)
-            else:
-                self.stale += 1
-            self.save_checkpoint()
-            if row["cut"] or (deadline is not None and time.monotonic() > deadline):
-                stopped = "max_minutes"
-                break
-            if self.stale >= self.cfg.patience:
-                stopped = "patience"
-                break
+    def summary(self) -> dict:
+        history = self.history
+        return {"model": str(self.out), "config": dataclasses.asdict(self.scorer.config),
+                "train": dataclasses.asdict(self.cfg), "train_pairs": len(self.train_pairs),
+                "kb_phrasings": len(self.sampler.questions) if self.sampler is not None else 0,
+                "dev_pairs": len(self.dev_pairs), "best_dev_log_loss": self.best_metric,
+                "best_epoch": 1 + min(range(len(history)), key=lambda i: history[i]["dev_log_loss"]) if history else 0,
+                "stopped": self.stop_reason,
+                "calibration": dataclasses.asdict(self.calibration) if self.calibration is not None else None,
+                "parameters": self.scorer.model.num_parameters(), "history": history}
+
+    def finish(self) -> dict:
         best = load_siamese(self.out, device=str(self.scorer.device), words=self.scorer.words)
         best._cache = self.scorer._cache  # the same texts: MiniLM states are the slow part of a run
-        best.calibration = self.calibrate(best)
+        best.calibration = self.calibration = self.calibrate(best)
         best.save(self.out)
-        summary = {"model": str(self.out), "config": dataclasses.asdict(self.scorer.config),
-                   "train": dataclasses.asdict(self.cfg), "train_pairs": len(self.train_pairs),
-                   "kb_phrasings": len(self.sampler.questions) if self.sampler is not None else 0,
-                   "dev_pairs": len(self.dev_pairs), "best_dev_log_loss": self.best,
-                   "best_epoch": 1 + min(range(len(self.history)), key=lambda i: self.history[i]["dev_log_loss"]),
-                   "stopped": stopped, "calibration": dataclasses.asdict(best.calibration),
-                   "parameters": self.scorer.model.num_parameters(), "history": self.history}
-        (self.out / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return summary
+        return self.write_report()
 
 
 def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: str | Path | None = None,
@@ -265,13 +235,12 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
         raise TrainError("dev_queries are paired with a KB's phrasings: give the KB too")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
     train = read_pairs(pairs) if pairs else ([], np.zeros(0, dtype=np.int64))
     sampler = None
     if kb is not None:
-        groups = kb_groups(kb)
+        groups = kb_groups(read_kb(kb))
+        if len(groups) < 2:
+            raise TrainError(f"{kb}: a KB needs at least 2 FAQs to give negative pairs")
         if negatives_encoder is None:
             from models.encoders.load import load_encoder
 
@@ -280,8 +249,6 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
         sampler = KbPairSampler(groups, positives=1, random_negatives=1, hard_negatives=1, hard_pool=5)
         sampler.set_neighbours(encoder_neighbours(encode, k=50))
         if dev_queries is not None:
-            from kb.records import read_queries
-
             labelled = [(q.query, q.faq_id) for q in read_queries(dev_queries)]
             dev_data = query_pairs(labelled, groups, encode)
     if dev is not None:
@@ -290,11 +257,10 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
         raise TrainError("the dev pairs must hold both labels")
     if words is None:
         words = make_words(config.word_repr, device=device or "cpu")
-    scorer = SiameseScorer(SiameseMatcher(config), words, device=device, states=states)
-    trainer = Trainer(scorer, train, dev_data, out_dir, cfg, sampler=sampler)
-    if resume and (Path(out_dir) / CHECKPOINT_FILE).exists():
-        trainer.load_checkpoint()
-    return trainer.run()
+    # a run without a checkpoint to resume starts over
+    resume = resume and (Path(out_dir) / CHECKPOINT_FILE).exists()
+    return SiameseTrainer(config, words, train, dev_data, out_dir, cfg, sampler=sampler, device=device,
+                          states=states, resume=resume).run()
 
 
 def parse_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:

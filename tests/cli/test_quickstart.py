@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import write_kb_jsonl
-from tests.models.test_train_msem import FAQS, WIDE, WIDE_USER_QUERIES, write_queries
+from tests.training.test_train_msem import FAQS, WIDE, WIDE_USER_QUERIES, write_queries
 
 
 def _quickstart(monkeypatch, faq_env, kb, *extra):

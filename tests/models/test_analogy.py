@@ -1,6 +1,6 @@
-"""Analogy-preserving sentence embeddings (models/matchers/analogy.py) and their training (training/analogy.py):
-the loss by hand, question types, quadruples within a type, best-of-k prototype scoring, the encoder's
-padding, the model folder round trip, a toy set learned in a few steps, resume."""
+"""Analogy-preserving sentence embeddings (models/matchers/analogy.py): the loss by hand, question types,
+quadruples within a type, best-of-k prototype scoring, the encoder's padding, the model folder round trip,
+a trained folder as a re-ranking stage (the training itself: tests/training/test_train_analogy.py)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,6 @@ from models.matchers.analogy import (
     AnalogyConfig,
     AnalogyScorer,
     BiGruEncoder,
-    Prototype,
     QuadrupleSampler,
     analogy_energy,
     best_of_prototypes,
@@ -24,8 +23,8 @@ from models.matchers.analogy import (
     question_type,
     select_prototypes,
 )
-from training.analogy import CHECKPOINT_FILE, AnalogyData, TrainConfig, Trainer, parse_qa, train_analogy
-from training.mmaicm import QaList, TrainError
+from training.analogy import AnalogyData, AnalogyTrainer, TrainConfig
+from training.mmaicm import QaList
 
 torch.set_num_threads(1)
 
@@ -147,45 +146,6 @@ def test_save_load_round_trip(tmp_path):
     assert after[0] == pytest.approx(max(energies), abs=1e-5)
 
 
-@pytest.mark.parametrize("objective", ["analogy", "cosine"])
-def test_a_few_steps_lower_the_loss(tmp_path, objective):
-    torch.manual_seed(0)
-    lists = _lists()
-    data = AnalogyData(lists, lists[:4])
-    trainer = Trainer(data, tmp_path / objective, TrainConfig(prototypes=3, batch_size=32, per_answer=2),
-                      AnalogyConfig(hidden=16, dropout=0.0, objective=objective), words=ToyWords(), device="cpu")
-    quads = trainer.sampler.sample(random.Random(0))
-    trainer.model.train()
-    first = trainer.step(quads)[0]
-    for _ in range(30):
-        last = trainer.step(quads)[0]
-    assert last < 0.5 * first
-
-
-def test_training_run_saves_and_resumes(tmp_path):
-    lists = _lists()
-    data = AnalogyData(lists, lists[:4])
-    cfg = TrainConfig(prototypes=3, epochs=2, per_answer=2)
-    summary = Trainer(data, tmp_path, cfg, AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
-    assert summary["epochs_done"] == 2 and (tmp_path / CHECKPOINT_FILE).exists()
-    calibration = json.loads((tmp_path / "calibration.json").read_text())
-    assert calibration["fitted_on"] == "dev" and calibration["n_pairs"] > 0 and summary["calibration"] == calibration
-    assert json.loads((tmp_path / "prototypes.json").read_text())
-    more = Trainer(data, tmp_path, TrainConfig(prototypes=3, epochs=3, per_answer=2), resume=True,
-                   words=ToyWords(), device="cpu").run()
-    assert more["epochs_done"] == 3 and [h["epoch"] for h in more["history"]] == [0, 1, 2, 3]
-    with pytest.raises(TrainError, match="differ"):
-        Trainer(data, tmp_path, cfg, AnalogyConfig(hidden=4), resume=True, words=ToyWords(), device="cpu")
-
-
-def test_parse_qa():
-    assert parse_qa("wikiqa:/data/w") == ("wikiqa", "/data/w")
-    assert parse_qa("kb:faq.jsonl") == ("kb", "faq.jsonl")
-    for bad in ("wikiqa", "squad:/x", "kb:"):
-        with pytest.raises(TrainError):
-            parse_qa(bad)
-
-
 def test_single_answer_lists_get_negatives_of_their_type():
     """A KB's lists hold one answer: the negative is another question's answer of the same type."""
     lists = [QaList(f"who made thing {i} ?", [f"person {i} made it"], [1], group=f"faq{i}") for i in range(4)]
@@ -210,7 +170,7 @@ def test_a_trained_folder_is_a_re_ranking_stage(tmp_path):
     from index.candidates import FaqMatch
 
     lists = _lists()
-    Trainer(AnalogyData(lists, lists[:4]), tmp_path / "m", TrainConfig(prototypes=3, epochs=1, per_answer=2),
+    AnalogyTrainer(AnalogyData(lists, lists[:4]), tmp_path / "m", TrainConfig(prototypes=3, epochs=1, per_answer=2),
             AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
     settings = Settings(data_dir=tmp_path, reranker=str(tmp_path / "m"))
     (stage,) = load_rerank_stages(settings, weight=1.0)

@@ -10,15 +10,8 @@ import torch
 
 from models.glove import GloVe
 from models.encoders.msem.encoder import MsemEncoder
-from training.msem import (
-    CHECKPOINT_FILE,
-    TrainConfig,
-    TrainError,
-    Trainer,
-    extend_vocabulary,
-    parse_config_overrides,
-    train_msem,
-)
+from training.loop import CHECKPOINT_FILE, TrainError
+from training.msem import MsemTrainer, TrainConfig, extend_vocabulary, parse_config_overrides, train_msem
 from tests.conftest import write_kb_jsonl
 
 torch.set_num_threads(1)
@@ -149,15 +142,15 @@ def test_init_extends_vocabulary_and_recreates_intent_head(tmp_path, kb_file, fa
 def test_keyboard_interrupt_saves_checkpoint(tmp_path, kb_file, fake_glove, monkeypatch):
     out = tmp_path / "m"
     calls = {"n": 0}
-    original = Trainer.train_epoch
+    original = MsemTrainer.fit
 
-    def interrupted(self, pairs, deadline):
+    def interrupted(self, pairs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return original(self, pairs, deadline)
+        return original(self, pairs)
 
-    monkeypatch.setattr(Trainer, "train_epoch", interrupted)
+    monkeypatch.setattr(MsemTrainer, "fit", interrupted)
     with pytest.raises(KeyboardInterrupt):
         train_msem(kb_file, out, config_overrides={**TINY, "word_dim": 8}, train_config=tiny_cfg(epochs=5),
                    device="cpu", glove=fake_glove)
