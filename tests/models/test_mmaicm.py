@@ -1,5 +1,5 @@
 """MMAICM (models/matchers/mmaicm.py), its training (training/mmaicm.py) and its re-ranking stage
-(app/pipeline.py MmaicmStage): shapes, the attention switch, the hinge loss, a toy QA set learned in a
+(app/stages/mmaicm.py): shapes, the attention switch, the hinge loss, a toy QA set learned in a
 few epochs, the model folder round trip, resume."""
 from __future__ import annotations
 
@@ -362,11 +362,11 @@ def test_train_mmaicm_rejects_bad_input(tmp_path):
         train_mmaicm(tmp_path / "m", data="wikiqa", src=tmp_path, config_overrides={"nope": 1})
 
 
-# ---------------------------------------------------------------- the re-ranking stage (app/pipeline.py)
+# ---------------------------------------------------------------- the re-ranking stage (app/stages/mmaicm.py)
 
 
 def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
-    from app.pipeline import MmaicmStage, load_mmaicm_stage
+    from app.stages import MmaicmStage, load_mmaicm_stage
     from index.candidates import FaqMatch
     from models.scoring import logit, sigmoid
 
