@@ -7,7 +7,7 @@ Chatbot traffic is head-heavy: a few questions ("opening hours?") make up much o
 draws `--requests` queries from the query file with Zipf(`--zipf`) popularity over a shuffled order
 (rank r is drawn with probability ~ 1/r^s), and re-spells a share of the repeats (`--respell`: other
 case, doubled spaces) the way users retype them. The same sequence is then matched one query at a
-time through the product's pipeline (`build_pipeline`, one built index) twice: with the cache of
+time through the product's pipeline (evaluation/scratch.py: one built index) twice: with the cache of
 `--cache-size` entries and with none. Reports hit rate, latency p50 / p90 / p99 / mean of each pass,
 and checks that every cached answer equals the uncached one. Writes bench/results/cache_replay.{json,md}.
 """
@@ -72,13 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
 
-    from app.pipeline import MatchQuery, build_pipeline, load_configured_encoder
+    from app.pipeline import MatchQuery
     from app.settings import Settings
-    from index.artifacts import BuildRegistry
-    from index.build import build_index
-    from index.retriever import Retriever
-    from kb.records import read_kb, read_queries
-    from migrations.runner import migrated_store
+    from evaluation.scratch import scratch_pipeline
+    from kb.records import read_queries
 
     texts = [q.query for q in read_queries(args.queries)]
     replay = zipf_replay(texts, args.requests, args.zipf, args.respell, args.seed)
@@ -86,16 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(data_dir=Path(tmp), encoder=args.encoder, encoder_runtime=args.runtime,
                             model_cache=Path(os.environ.get("FAQ_MODEL_CACHE") or REPO / "var" / "models"))
         os.environ.setdefault("FAQ_MODEL_CACHE", str(settings.mpnet_cache))
-        store = migrated_store(settings)
-        store.import_records(read_kb(args.kb))
-        encoder = load_configured_encoder(settings)
-        manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=settings.ann_n_trees,
-                               search_k=settings.ann_search_k, progress=False)
-        retriever = Retriever.load(BuildRegistry(settings.index_dir).current_dir()).with_kb(store.snapshot(), encoder)
+        scratch = scratch_pipeline(args.kb, workdir=tmp, settings=settings, cache_size=0)
+        manifest = scratch.manifest
         passes = {}
         answers = {}
         for name, size in (("cache off", 0), (f"cache {args.cache_size}", args.cache_size)):
-            pipeline = build_pipeline(settings, encoder, retriever, cache_size=size)
+            pipeline = scratch.pipeline_with(cache_size=size)
             pipeline.match_many([MatchQuery(replay[0])])  # warm-up (first-call costs), then a clean cache
             pipeline.cache = type(pipeline.cache)(size)
             ms, got = [], []
@@ -109,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {passes[name]}", flush=True)
         on, off = answers[f"cache {args.cache_size}"], answers["cache off"]
         same = sum(a == b for a, b in zip(on, off)) / len(replay)
+        scratch.close()
     result = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info()},

@@ -86,7 +86,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from app.pipeline import MmaicmStage
+    from app.stages import MmaicmStage
     from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, load_mmaicm, make_words
 
     calls, faqs = load_requests(args.candidates, args.seed)

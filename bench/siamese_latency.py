@@ -63,7 +63,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from app.pipeline import SiameseStage, load_siamese_stage
+    from app.stages import SiameseStage, load_siamese_stage
     from index.candidates import FaqMatch
     from kb.records import read_kb, read_queries
 

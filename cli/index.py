@@ -111,7 +111,7 @@ def _warn_if_not_selected(spec: str) -> None:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from app.settings import get_settings
-    from app.pipeline import encoder_spec, load_configured_encoder
+    from app.assembly import encoder_spec, load_configured_encoder
     from migrations.runner import migrated_store
     from index.build import BuildError, BuildInterrupted, build_index, sweep_builds
 
@@ -140,7 +140,7 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
     try:
-        from app.pipeline import vector_stages
+        from app.stages import vector_stages
 
         stages = vector_stages(settings)  # FAQ_RERANKER's Siamese matchers: their phrasing vectors go in the build
     except (OSError, ValueError) as exc:
@@ -199,7 +199,7 @@ def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedba
 
 def _top1_on(settings, encoder, registry, version: str, labels) -> float:
     from app.decision import label_scores, labelled_rows
-    from app.pipeline import build_pipeline, served_model_path
+    from app.assembly import build_pipeline, served_model_path
     from index.decision import load_model
     from index.retriever import Retriever
 
@@ -244,10 +244,10 @@ def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tup
     import numpy as np
 
     from app.decision import fit_stack
-    from app.pipeline import load_rerank_stages
+    from app.stages import load_stages
     from index.decision import WINDOW, decide
 
-    stages = load_rerank_stages(settings)
+    stages = load_stages(settings)
     if len(stages) != 1:
         print(f"  {len(stages)} stages configured: stacking takes one; they stay pooled as configured")
         return None
@@ -270,7 +270,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from datetime import datetime
 
     from app.decision import fit_on_labels, labelled_rows
-    from app.pipeline import build_pipeline, load_configured_encoder
+    from app.assembly import build_pipeline, load_configured_encoder
     from app.settings import get_settings
     from index.decision import PRIOR_STRENGTH, load_model
     from index.retriever import Retriever

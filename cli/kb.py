@@ -224,7 +224,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     else:
         with _open_store() as store:
             records = list(store.export_records())
-    from app.pipeline import load_configured_encoder
+    from app.assembly import load_configured_encoder
 
     settings = get_settings()
     try:
@@ -278,7 +278,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     embed = None
     if args.cluster_cosine is not None:
-        from app.pipeline import load_configured_encoder
+        from app.assembly import load_configured_encoder
 
         try:
             encoder = load_configured_encoder(get_settings(), spec=args.encoder)

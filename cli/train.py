@@ -131,7 +131,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
     baseline = args.baseline
     if baseline is None:
         from app.settings import get_settings
-        from app.pipeline import default_encoder
+        from app.assembly import default_encoder
 
         baseline = default_encoder(get_settings())
     baseline = None if baseline == "none" else baseline

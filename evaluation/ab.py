@@ -3,7 +3,7 @@
 The paper's comparison (Table VIII): ANN retrieval over encoder vectors vs the classic pipeline,
 BM25 recalls 30 candidates that the encoder re-ranks. Every arm runs through the PRODUCT's path, as
 `faq eval match` does: the KB is imported into a scratch store, `faq index build`'s `build_index`
-writes the Annoy index and the lexical index under one version, and the `app.pipeline` pipeline answers
+writes the Annoy index and the lexical index under one version (evaluation/scratch.py), and the pipeline answers
 with `MatchQuery.arm` set, exactly as `/match` does.
 
 Per arm:
@@ -29,10 +29,8 @@ import hashlib
 import json
 import logging
 import math
-import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,7 +38,6 @@ import numpy as np
 
 from app.arms import ARMS, base_arm, uses_reranker
 from evaluation.match import _known_faq_check, keep_first_variants
-from migrations.runner import migrated_store
 from evaluation.metrics import (
     QueryOutcome,
     all_metrics,
@@ -56,7 +53,6 @@ log = logging.getLogger(__name__)
 NDCG_K = 10
 #: FAQs the non-re-ranked arms return in the evaluation (BM25's K = 30 needs the full list for recall@30)
 WORK_DIR = "work"
-FINGERPRINT_FILE = "fingerprint.json"
 DEFAULT_LATENCY_SAMPLE = 200
 BOOTSTRAP_SAMPLES = 1000
 THRESHOLDS = np.round(np.linspace(0.0, 1.0, 101), 2)
@@ -147,28 +143,10 @@ def analysis_fingerprint() -> str:
     return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]
 
 
-@dataclass
-class Prepared:
-    store: Any
-    encoder: Any
-    manifest: dict
-    retriever: Any
-    lexical: Any
-    reused: bool
-    work: Path
-
-
-def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: Path, settings: Any, *,
-            engine: str, es_url: str | None, fresh: bool, batch_size: int, progress: bool,
-            say: Callable[[str], None], variants_per_faq: int | None = None) -> Prepared:
-    """A store with the KB and a current build (Annoy + lexical) in `work`, reused when unchanged."""
-    from index.artifacts import BuildRegistry
-    from index.build import build_index
-    from index.lexical import LexicalUnavailable, open_lexical
-    from index.retriever import Retriever
-
-    work.mkdir(parents=True, exist_ok=True)
-    db_file, index_dir = work / "eval.db", work / "indexes"
+def build_fingerprint(kb_path: str | Path, encoder: Any, spec: str, settings: Any, es_url: str | None,
+                      variants_per_faq: int | None = None) -> dict:
+    """What a reused store and build must have been made from: the KB file, the encoder, the index
+    parameters and the lexical analysis (evaluation/scratch.py reuses a work folder made for an equal one)."""
     fingerprint = {
         "kb_sha256": _sha256(kb_path), "encoder_spec": spec, "encoder_id": encoder.id,
         "n_trees": settings.ann_n_trees, "search_k": settings.ann_search_k, "elasticsearch": bool(es_url),
@@ -176,45 +154,7 @@ def prepare(kb_path: str | Path, records: list, encoder: Any, spec: str, work: P
     }
     if variants_per_faq is not None:  # only when used: work folders of full-KB runs stay reusable
         fingerprint["variants_per_faq"] = variants_per_faq
-    fp_path = work / FINGERPRINT_FILE
-    registry = BuildRegistry(index_dir)
-    reusable = (not fresh and fp_path.is_file() and db_file.is_file() and registry.current() is not None
-                and json.loads(fp_path.read_text()) == fingerprint)
-    store = manifest = lexical = None
-    if reusable:
-        store = migrated_store(settings)
-        manifest = registry.read_manifest(registry.current())
-        lexical = open_lexical(registry.current_dir(), manifest, engine, es_url=es_url,
-                               es_prefix=settings.es_index_prefix, es_timeout_s=30.0)
-        try:
-            reusable = lexical.count() == int(manifest["n_variants"])
-        except LexicalUnavailable as exc:  # e.g. the Elasticsearch index is gone: rebuild everything
-            say(f"not reusing the build in {work}: {exc}")
-            reusable = False
-        if not reusable:
-            lexical.close()
-            store.close()
-    if reusable:
-        say(f"reusing the store and build {manifest['version']} in {work} (same KB, encoder and index parameters)")
-    else:
-        fp_path.unlink(missing_ok=True)
-        db_file.unlink(missing_ok=True)
-        for suffix in ("-wal", "-shm"):
-            Path(str(db_file) + suffix).unlink(missing_ok=True)
-        shutil.rmtree(index_dir, ignore_errors=True)  # query vectors stay: their cache key is encoder + texts
-        store = migrated_store(settings)
-        store.import_records(records)
-        manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
-                               batch_size=min(batch_size, 128), progress=progress, report=say, encoder_spec=spec,
-                               es_url=es_url, es_index_prefix=settings.es_index_prefix)
-        es_block = (manifest.get("lexical") or {}).get("elasticsearch") or {}
-        if engine == "elasticsearch" and "error" in es_block:
-            raise LexicalUnavailable(f"the Elasticsearch index was not built: {es_block['error']}")
-        lexical = open_lexical(registry.current_dir(), manifest, engine, es_url=es_url,
-                               es_prefix=settings.es_index_prefix, es_timeout_s=30.0)
-        fp_path.write_text(json.dumps(fingerprint, indent=2) + "\n")
-    retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-    return Prepared(store, encoder, manifest, retriever, lexical, reusable, work)
+    return fingerprint
 
 
 def encode_cached(encoder: Any, texts: list[str], work: Path, batch_size: int, progress: bool, desc: str) -> np.ndarray:
@@ -324,12 +264,12 @@ def run_eval_ab(
     """Evaluate `arms` on the KB and queries; writes report.md/json and the PNGs into `out_dir`."""
     import torch
 
-    from kb.records import read_kb, read_queries
-    from app.pipeline import build_pipeline, load_rerank_stages
+    from app.assembly import encoder_spec, load_configured_encoder
     from app.settings import get_settings
-    from app.pipeline import encoder_spec
+    from app.stages import load_stages
+    from evaluation.scratch import scratch_pipeline
     from index.lexical import resolve_engine
-    from app.pipeline import load_configured_encoder
+    from kb.records import read_kb, read_queries
 
     say = say or (lambda msg: print(msg, file=sys.stderr))
     base = settings or get_settings()
@@ -359,7 +299,7 @@ def run_eval_ab(
     if any(uses_reranker(a) for a in arms):
         if reranker_path:
             # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
-            rerank_stages = load_rerank_stages(base, reranker_path)
+            rerank_stages = load_stages(base, reranker_path)
         else:
             for arm in [a for a in arms if uses_reranker(a)]:
                 skipped[arm] = "no re-ranker: pass --reranker DIR (or set FAQ_RERANKER)"
@@ -375,12 +315,14 @@ def run_eval_ab(
     t = time.perf_counter()
     encoder = load_configured_encoder(base, spec=spec)
     timings["load_encoder_s"] = time.perf_counter() - t
-    db_file = work / "eval.db"
-    settings_eval = base.model_copy(update={"data_dir": work, "database_url": f"sqlite:///{db_file.as_posix()}"})
 
     t = time.perf_counter()
-    prep = prepare(kb_path, records, encoder, spec, work, settings_eval, engine=engine, es_url=es_url, fresh=fresh,
-                   batch_size=batch_size, progress=progress, say=say, variants_per_faq=variants_per_faq)
+    # the stages encode their phrasings themselves: a reused build may predate them, a fresh one does alike
+    prep = scratch_pipeline(records, workdir=work, settings=base, encoder=encoder, spec=spec, stages=rerank_stages,
+                            store_stage_vectors=False, batch_size=min(batch_size, 128), progress=progress, report=say,
+                            lexical_engine=engine, es_url=es_url, fresh=fresh,
+                            fingerprint=build_fingerprint(kb_path, encoder, spec, base, es_url, variants_per_faq),
+                            lexical_k=lexical_k, rerank_k=rerank_k, cache_size=0)
     timings["prepare_s"] = time.perf_counter() - t
     try:
         t = time.perf_counter()
@@ -388,9 +330,7 @@ def run_eval_ab(
         test_vecs = encode_cached(encoder, [q.query for q in queries], work, batch_size, progress, "test")
         timings["encode_queries_s"] = time.perf_counter() - t
 
-        lexical = prep.lexical
-        matcher = build_pipeline(base, encoder, prep.retriever, lexical=lambda r: lexical, lexical_k=lexical_k,
-                                 stages=rerank_stages, rerank_k=rerank_k, cache_size=0)
+        matcher = prep.pipeline
         # first-stage arms return their whole candidate list (recall@K); re-ranked arms NDCG_K FAQs
         first_stage_k = max(NDCG_K, lexical_k)
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall
@@ -454,7 +394,7 @@ def run_eval_ab(
             "variants_per_faq": variants_per_faq,
             "model": spec, "encoder_id": encoder.id, "pool_variants": matcher.served_pool(prep.retriever),
             "answer_weight": matcher.served_answer_weight(prep.retriever),
-            "lexical": {"engine": engine, "k": lexical_k, "location": getattr(lexical, "location", None),
+            "lexical": {"engine": engine, "k": lexical_k, "location": getattr(prep.lexical, "location", None),
                         "elasticsearch_url": es_block.get("url")},
             "reranker": {"path": reranker_path, "id": rerank_stages[0].id, "rerank_k": rerank_k,
                          "weight": rerank_stages[0].served_weight} if rerank_stages else None,
@@ -476,8 +416,7 @@ def run_eval_ab(
         write_ab_report(report, out, latency)
         return report
     finally:
-        prep.lexical.close()
-        prep.store.close()
+        prep.close()
 
 
 def target_check(report: dict, points: float = 5.0) -> dict | None:

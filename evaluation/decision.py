@@ -73,28 +73,19 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
                seed: int = 0) -> KbData:
     """One KB through the product path -> its `KbData` (queries sampled down to `max_queries` per split)."""
     from app.decision import Decider
-    from app.pipeline import MatchQuery, build_pipeline, load_configured_encoder
+    from app.pipeline import MatchQuery
     from app.settings import get_settings
-    from index.artifacts import BuildRegistry
-    from index.build import build_index
+    from evaluation.scratch import scratch_pipeline
     from index.decision import KbView, read_background, replay, reference_key
-    from index.retriever import Retriever
-    from kb.records import read_kb, read_queries
-    from migrations import runner
+    from kb.records import read_queries
 
     kb_path, splits = kb_files(name, data)
-    base = get_settings()
     work = Path(tempfile.mkdtemp(prefix="faq-decision-"))
+    scratch = None
     try:
-        settings = base.model_copy(update={"data_dir": work, "database_url": f"sqlite:///{(work / 'e.db').as_posix()}"})
-        store = runner.migrated_store(settings)
-        store.import_records(read_kb(kb_path))
-        encoder = load_configured_encoder(base, spec=model)
-        registry = BuildRegistry(work / "indexes")
-        build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
-                    batch_size=batch_size, progress=True)
-        retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-        pipeline = build_pipeline(base, encoder, retriever, cache_size=0)
+        scratch = scratch_pipeline(kb_path, workdir=work, settings=get_settings(), spec=model, batch_size=batch_size,
+                                   progress=True, cache_size=0)
+        store, encoder, retriever, pipeline = scratch.store, scratch.encoder, scratch.retriever, scratch.pipeline
         pipeline.decider = Decider(None)  # the first stage's candidates and its calibrated score, as before
         pool, weight = pipeline.served_pool(retriever), pipeline.served_answer_weight(retriever)
         key = reference_key(pool, weight)
@@ -123,6 +114,8 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
                         weights=(weight,))
         return KbData(name, model, pool, weight, ref, queries, played.queries[key])
     finally:
+        if scratch is not None:
+            scratch.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

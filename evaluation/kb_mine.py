@@ -1,8 +1,7 @@
 """Measure `faq kb mine` on a replayed query log: CLINC150 test queries as traffic.
 
 In a scratch data dir (never the configured one): import the KB, build the index as `faq index build
---encoder minilm` does (`build_index`),
-answer every test query through the real pipeline (build_pipeline over the built index) and log it as
+--encoder minilm` does and answer every test query through the real pipeline (evaluation/scratch.py), log it as
 the service does (faq_id = the answer, score = the best match's score), then run the miner over the
 store. Gold labels are the test file's faq_id (null = out of scope). Reports, per --min-score:
 how many phrasings are proposed and their precision (proposed FAQ == gold), and how the out-of-scope
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -29,30 +27,14 @@ CLUSTER_COSINES = (0.7, 0.8)
 
 def replay(data: Path, workdir: Path, threshold: float) -> tuple[Any, list[tuple[str, str | None]], dict, Any]:
     """Store with the KB and the logged test queries; returns (store, [(query, gold)], timings, encoder)."""
-    os.environ.update({"FAQ_DATA_DIR": str(workdir / "var"), "FAQ_ENCODER": "minilm",
-                       "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}"})
     from app.settings import get_settings
+    from evaluation.scratch import scratch_pipeline
 
-    get_settings.cache_clear()
-    from app.pipeline import build_pipeline, load_configured_encoder
-    from index.artifacts import BuildRegistry
-    from index.build import build_index
-    from index.retriever import Retriever
-    from kb.records import read_kb
-    from migrations.runner import migrated_store
-
-    settings = get_settings()
-    store = migrated_store(settings)
-    encoder = load_configured_encoder(settings, spec="minilm")
-    t0 = time.perf_counter()
-    store.import_records(read_kb(data / "kb.jsonl"))
-    registry = BuildRegistry(settings.index_dir)
-    build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
-                encoder_spec="minilm")
-    t_build = time.perf_counter() - t0
-    # as the service serves it: the build plus the store's KB (answers live there)
-    retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-    pipeline = build_pipeline(settings, encoder, retriever, cache_size=0)
+    # the configured settings with MiniLM, in the work folder (its own store, build and decision model)
+    settings = get_settings().model_copy(update={"data_dir": workdir, "encoder": "minilm"})
+    scratch = scratch_pipeline(data / "kb.jsonl", workdir=workdir, settings=settings, spec="minilm", cache_size=0)
+    store, pipeline, encoder = scratch.store, scratch.pipeline, scratch.encoder
+    t_build = scratch.timings["import_s"] + scratch.timings["index_build_s"]
     gold = [(r["query"], r["faq_id"]) for r in map(json.loads, open(data / "test.jsonl", encoding="utf-8"))]
     t0 = time.perf_counter()
     results = pipeline.match([q for q, _ in gold], top_k=5, threshold=threshold)

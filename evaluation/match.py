@@ -4,7 +4,7 @@ The metrics themselves are in evaluation/metrics.py.
 
 The runner goes through the PRODUCT's own path so the numbers describe what is served: a fresh
 `FaqStore` on a SQLite file in a work folder (Alembic migrations, `import_records`),
-`index.build.build_index` with the chosen encoder (Annoy + calibration), then the pipeline of `app.pipeline.build_pipeline`
+`index.build.build_index` with the chosen encoder (Annoy + calibration), then the pipeline of app/assembly.py `build_pipeline`
 over all queries in batches. The answer threshold is tuned on dev queries (maximising answer F1)
 when a dev file is given, else the default threshold from settings is used.
 """
@@ -35,8 +35,6 @@ from evaluation.metrics import (
 log = logging.getLogger(__name__)
 #: how many FAQs the evaluation asks the matcher for (MRR looks this deep)
 EVAL_TOP_K = 10
-EVAL_DB_FILE = "eval.db"
-EVAL_INDEX_DIR = "indexes"
 
 
 def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: float, top_k: int,
@@ -133,17 +131,12 @@ def run_eval_match(
     `answer_weights`: the answer's share of a FAQ's score (index/answers.py; default settings.answer_weight);
     several values are tried on dev together with the pool sizes, as for `pool_variants`. A KB whose
     answers are placeholders builds without answer evidence and ignores it (the report says so)."""
-    from kb.records import read_kb, read_queries
-    from app.pipeline import build_pipeline, load_rerank_stages
-    from index.calibration import calibration_for
+    from app.assembly import encoder_spec
     from app.settings import get_settings
-    from migrations import runner
-    from app.pipeline import encoder_spec
-    from index.artifacts import BuildRegistry
-    from index.build import build_index
-    from index.retriever import Retriever
-    from models.encoders.base import SharedEncoder
-    from app.pipeline import load_configured_encoder
+    from app.stages import load_stages
+    from evaluation.scratch import scratch_pipeline
+    from index.calibration import calibration_for
+    from kb.records import read_kb, read_queries
 
     base = settings or get_settings()
     spec = model or encoder_spec(base)
@@ -159,52 +152,34 @@ def run_eval_match(
     _known_faq_check(str(queries_path), [q.faq_id for q in queries], faq_ids)
     if dev is not None:
         _known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
+    pools = list(pool_variants) if pool_variants else [base.pool_variants]  # None: by build
+    if len(pools) > 1 and not dev:
+        raise ValueError("several pool_variants values need dev queries to choose from")
+    weights = list(answer_weights) if answer_weights else [float(base.answer_weight)]
+    if len(weights) > 1 and not dev:
+        raise ValueError("several answer weights need dev queries to choose from")
 
     own_tmp = workdir is None
     work = Path(tempfile.mkdtemp(prefix="faq-eval-")) if own_tmp else Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    db_file, index_dir = work / EVAL_DB_FILE, work / EVAL_INDEX_DIR
-    # a fresh store every run: remove only what a previous run of this command created here
-    db_file.unlink(missing_ok=True)
-    shutil.rmtree(index_dir, ignore_errors=True)
-    update: dict[str, Any] = {"data_dir": work, "database_url": f"sqlite:///{db_file.as_posix()}"}
+    update: dict[str, Any] = {}
     if n_trees is not None:
         update["ann_n_trees"] = n_trees
     if search_k is not None:
         update["ann_search_k"] = search_k
-    settings_eval = base.model_copy(update=update)
+    scratch = None
     try:
-        t = time.perf_counter()
-        store = runner.migrated_store(settings_eval)  # a scratch database of its own
-        import_report = store.import_records(records)
-        timings["import_s"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        encoder = load_configured_encoder(base, spec=spec)
-        timings["load_encoder_s"] = time.perf_counter() - t
-
-        stages = load_rerank_stages(base, reranker, rerank_weight) if reranker else []
-        t = time.perf_counter()
-        registry = BuildRegistry(index_dir)
-        manifest = build_index(
-            store, encoder, registry, n_trees=settings_eval.ann_n_trees, search_k=settings_eval.ann_search_k,
-            batch_size=batch_size, progress=progress, stage_vectors=[s for s in stages if hasattr(s, "vector_key")],
-        )
-        timings["index_build_s"] = time.perf_counter() - t
-        retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), encoder)
-        encoder = SharedEncoder(encoder, memo=True)  # dev queries are matched more than once when something is tuned on them
-        pools = list(pool_variants) if pool_variants else [base.pool_variants]  # None: by build
-        if len(pools) > 1 and not dev:
-            raise ValueError("several pool_variants values need dev queries to choose from")
-        weights = list(answer_weights) if answer_weights else [float(base.answer_weight)]
-        if len(weights) > 1 and not dev:
-            raise ValueError("several answer weights need dev queries to choose from")
+        stages = load_stages(base, reranker, rerank_weight) if reranker else []
+        # dev queries are matched more than once when something is tuned on them: the encoder memoises
+        scratch = scratch_pipeline(records, workdir=work, settings=base, settings_update=update, spec=spec,
+                                   stages=stages, batch_size=batch_size, progress=progress, memo=True,
+                                   rerank_k=rerank_k, pool_variants=pools[0], answer_weight=weights[0], cache_size=0)
+        timings.update(scratch.timings)
+        store, manifest, retriever, encoder = scratch.store, scratch.manifest, scratch.retriever, scratch.encoder
+        matcher, import_report = scratch.pipeline, scratch.import_report
         if retriever.answer_vectors is None:
             weights = weights[:1]  # nothing to tune: the build has no answer evidence
         stage = stages[0] if stages else None
         arm = "ann+rerank" if stages else "ann"
-        matcher = build_pipeline(base, encoder, retriever, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],
-                                 answer_weight=weights[0], cache_size=0)
         pool_report = answer_weight_report = None
         if len(pools) > 1 or len(weights) > 1:
             t = time.perf_counter()
@@ -218,9 +193,9 @@ def run_eval_match(
 
             pure_stage = copy.copy(stage)  # the same model alone (weight 1): the grid is pooled offline
             pure_stage.weight = 1.0
-            pure = build_pipeline(base, encoder, retriever, stages=[pure_stage],
-                                  rerank_k=matcher.rerank_k, pool_variants=matcher.pool_variants,
-                                  answer_weight=matcher.answer_weight, cache_size=0)
+            pure = scratch.pipeline_with(stages=[pure_stage], rerank_k=matcher.rerank_k,
+                                         pool_variants=matcher.pool_variants, answer_weight=matcher.answer_weight,
+                                         cache_size=0)
             t = time.perf_counter()
             results, _ = match_all(pure, retriever, [q.query for q in dev], float(base.default_threshold),
                                    max(top_k, matcher.rerank_k), batch_size, "dev (weight grid)", arm=arm)
@@ -296,6 +271,8 @@ def run_eval_match(
         }
         return report
     finally:
+        if scratch is not None:
+            scratch.store.close()
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
 

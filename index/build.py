@@ -333,7 +333,7 @@ def build_index(
     `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
     when given, as index `<es_index_prefix>-<version>`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
-    (`write_stage_vectors`; app/pipeline.py `vector_stages` picks them from FAQ_RERANKER).
+    (`write_stage_vectors`; app/stages `vector_stages` picks them from FAQ_RERANKER).
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:

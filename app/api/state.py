@@ -23,9 +23,9 @@ from typing import Any
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
-from app.pipeline import (
-    NoIndexError, Pipeline, build_pipeline, lexical_engine, load_configured_encoder, load_rerank_stages,
-)
+from app.assembly import build_pipeline, lexical_engine, load_configured_encoder
+from app.pipeline import NoIndexError, Pipeline
+from app.stages import load_stages
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder
 from models.encoders.base import shared
@@ -99,7 +99,7 @@ class ServiceState:
             self.encoder = shared(load_configured_encoder(self.settings, self._current_manifest()))
         stages = []
         try:
-            stages = load_rerank_stages(self.settings)
+            stages = load_stages(self.settings)
         except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
             log.exception("could not load the re-ranker %s", self.settings.reranker)
             self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"

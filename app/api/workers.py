@@ -312,7 +312,7 @@ class MatchBatcher:
                     job.future.set_result(outcome)
 
     def _run_jobs(self, jobs: list[_Job]) -> list[list[MatchResult] | BaseException]:
-        """In a worker thread: one encoder call for all jobs, then one search per retriever."""
+        """In a worker thread: one encoder call for all jobs, then one search per retriever (`Pipeline.run`)."""
         # a request that ended while its job waited for a thread (deadline, client gone) costs nothing
         live = [i for i, job in enumerate(jobs) if not job.future.done()]
         outcomes: list[list[MatchResult] | BaseException] = [asyncio.CancelledError()] * len(jobs)
@@ -321,26 +321,5 @@ class MatchBatcher:
         return outcomes
 
     def _run_live(self, jobs: list[_Job]) -> list[list[MatchResult] | BaseException]:
-        queries = [q for job in jobs for q in job.queries]
-        try:
-            t0 = time.perf_counter()
-            vecs = self.matcher.encode([q.query for q in queries])
-            encode_ms = (time.perf_counter() - t0) * 1000.0
-        except Exception as exc:
-            return [exc] * len(jobs)
-        if self.metrics:
-            self.metrics.encode_batch.observe(len(queries))
-        outcomes: list[list[MatchResult] | BaseException] = []
-        offset = 0
-        for job in jobs:
-            n = len(job.queries)
-            try:
-                results = self.matcher.rank(
-                    job.queries, vecs[offset: offset + n], job.retriever, encode_ms=encode_ms, started=job.submitted
-                )
-                self.matcher.remember(job.queries, job.retriever, results)
-                outcomes.append(results)
-            except Exception as exc:
-                outcomes.append(exc)
-            offset += n
-        return outcomes
+        on_encode = self.metrics.encode_batch.observe if self.metrics else None
+        return self.matcher.run([(job.queries, job.retriever, job.submitted) for job in jobs], on_encode=on_encode)

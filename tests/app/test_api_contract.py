@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.api.main import create_app
-from app.pipeline import Pipeline, build_pipeline
+from app.assembly import build_pipeline
+from app.pipeline import Pipeline
 from index.candidates import group_hits, retrieve_depth
 from app.settings import Settings
 from app.store import FaqStore, KbRecord

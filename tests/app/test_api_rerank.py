@@ -76,7 +76,7 @@ def test_rerank_k_is_validated():
 
 def test_rerank_runtime_setting_picks_fp32_onnx(tmp_path, encoder, reranker_dir):
     with _client(tmp_path, encoder, reranker=str(reranker_dir), rerank_k=6, rerank_runtime="onnx") as client:
-        assert client.app.state.service.stages[0].reranker.runtime.name == "onnx"
+        assert client.app.state.service.stages[0].scorer.runtime.name == "onnx"
         query = "I can't remember my password"
         matches = client.post("/match", json={"query": query, "top_k": 3, "rerank": True}).json()["matches"]
         expected = load_reranker(reranker_dir, runtime="onnx").score(query, [m["question"] for m in matches])

@@ -1,7 +1,8 @@
 """`faq serve` with FAQ_RERANKER naming each kind of re-ranking folder: a `faq train reranker` cross-encoder,
 a `faq train mmaicm` matcher, a `faq train analogy` model and a `faq train siamese` matcher. The service
-must start (ServiceState asks the pipeline for its stages: only the cross-encoder stage has a `.reranker`),
-serve `rerank: true` with the folder's stage, and answer 409 when the folder does not load.
+must start (ServiceState asks the pipeline for its stages),
+serve `rerank: true` with the folder's stage, and answer 409 when the folder does not load; all four
+comma-separated in one FAQ_RERANKER chain in that order.
 
 Real parts: a temporary SQLite store, MiniLM, one Annoy build (carrying the Siamese matcher's phrasing
 vectors, as `faq index build` with that folder in FAQ_RERANKER does), and tiny seeded folders written by
@@ -16,7 +17,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.api.main import create_app
-from app.pipeline import AnalogyStage, CrossEncoderStage, MmaicmStage, SiameseStage, vector_stages
+from app.stages import AnalogyStage, CrossEncoderStage, MmaicmStage, SiameseStage, vector_stages
 from index.artifacts import BuildRegistry
 from index.build import build_index
 from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
@@ -122,3 +123,34 @@ def test_a_broken_folder_of_any_kind_is_a_409_not_a_crash(kind, served, encoder,
         assert client.post("/match", json={"query": "refund"}).status_code == 200
         r = client.post("/match", json={"query": "refund", "rerank": True})
         assert r.status_code == 409 and "could not be loaded" in r.json()["error"]
+
+
+CHAIN = ["cross-encoder", "siamese", "analogy", "mmaicm"]  # the last pools (fusion weight 0.5) with the ones before
+
+
+def test_comma_separated_folders_chain_every_kind_in_order(served, encoder, folders):  # noqa: F811
+    """FAQ_RERANKER="a,b,...": one stage per folder in that order, each pooling with the score the one
+    before it left; the chain answers otherwise than its last stage alone."""
+    chain = ",".join(str(folders[kind]) for kind in CHAIN)
+    with _client(served, encoder, str(folders[CHAIN[-1]])) as client:
+        alone = [client.post("/match", json={"query": q, "top_k": 5, "rerank": True}).json() for q in QUERIES]
+    with _client(served, encoder, chain) as client:
+        service = client.app.state.service
+        assert service.reranker_problem is None
+        assert [type(s) for s in service.stages] == [KINDS[kind][1] for kind in CHAIN]
+        moved, bodies = False, []
+        for query, last in zip(QUERIES, alone):
+            r = client.post("/match", json={"query": query, "top_k": 5, "rerank": True})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            bodies.append(body)
+            assert body["arm"] == "ann+rerank" and body["timings_ms"]["rerank"] > 0
+            scores = [m["score"] for m in body["matches"]]
+            assert len(scores) == 5 and all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
+            by_id = {m["faq_id"]: m["score"] for m in last["matches"]}
+            moved |= any(abs(m["score"] - by_id[m["faq_id"]]) > 1e-4 for m in body["matches"] if m["faq_id"] in by_id)
+        assert moved, "the stages before the last one must change what the last one pools with"
+        batch = client.post("/match/batch", json={"queries": [{"query": q, "rerank": True} for q in QUERIES]})
+        assert batch.status_code == 200, batch.text
+        assert [[m["faq_id"] for m in res["matches"]] for res in batch.json()["results"]] == \
+            [[m["faq_id"] for m in body["matches"]] for body in bodies]

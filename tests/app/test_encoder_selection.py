@@ -15,7 +15,7 @@ from tests.app.test_api_contract import encoder, make_settings, make_store  # no
 def test_encoder_spec_precedence(tmp_path, monkeypatch):
     import models.encoders.mpnet
 
-    from app.pipeline import default_encoder, encoder_spec
+    from app.assembly import default_encoder, encoder_spec
 
     monkeypatch.setattr(models.encoders.mpnet, "available", lambda cache_dir=None: False)
     assert encoder_spec(Settings(data_dir=tmp_path)) == "minilm"  # without the mpnet packages: the fast base
@@ -55,7 +55,7 @@ def test_service_follows_the_build_runtime_and_refuses_int8_against_fp32(tmp_pat
                                                                          shared_model_cache):
     """A build records how its encoder ran; the service follows it, and an explicit runtime whose vectors
     differ (int8 vs fp32) is refused with the setting that fixes it."""
-    from app.pipeline import encoder_runtime
+    from app.assembly import encoder_runtime
 
     settings = make_settings(tmp_path, encoder=None)
     store = make_store(settings)

@@ -1,13 +1,16 @@
-"""app/pipeline.py: the one place the request path is assembled, and its re-ranking stage contract.
+"""app/pipeline.py and app/assembly.py: the request path, its one entry point for encoded work (`run`),
+the settings it is assembled from, the re-ranking stage contract and the query cache.
 Real parts throughout: MiniLM, a built Annoy index, a tiny real cross-encoder folder."""
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
-from app.pipeline import (
-    CrossEncoderStage, MatchQuery, NoRerankerError, build_pipeline, load_rerank_stages,
-)
+from app.assembly import build_pipeline
+from app.pipeline import MatchQuery, NoRerankerError
+from app.stages import CrossEncoderStage, load_stages
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
 from models.matchers.cross_encoder import pool
@@ -39,16 +42,16 @@ def test_rerank_arms_need_a_stage_and_stages_chain(built, encoder):  # noqa: F81
     plain = build_pipeline(settings, encoder, retriever)
     with pytest.raises(NoRerankerError, match="FAQ_RERANKER"):
         plain.match_many([MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])
-    assert load_rerank_stages(settings) == []  # no FAQ_RERANKER: no stage
-    [first] = load_rerank_stages(settings, str(reranker_dir), weight=0.5)
-    second = CrossEncoderStage(first.reranker, weight=0.25)
+    assert load_stages(settings) == []  # no FAQ_RERANKER: no stage
+    [first] = load_stages(settings, str(reranker_dir), weight=0.5)
+    second = CrossEncoderStage(first.scorer, weight=0.25)
     assert first.served_weight == 0.5 and first.id.startswith("cross-encoder-minilm-L1")
     chained = build_pipeline(settings, encoder, retriever, stages=[first, second], rerank_k=4)
     curve = settings.model_copy(update={"scoring": "calibration"})  # the first-stage score the stages pool with
     [ann] = build_pipeline(curve, encoder, retriever, rerank_k=4).match_many([MatchQuery("how long is delivery", 4, 0.5, "ann")])
     [res] = chained.match_many([MatchQuery("how long is delivery", 4, 0.5, "ann+rerank")])
     # each stage pools its probability with the score the previous stage left (the first: the calibrated cosine)
-    cross = first.reranker.score("how long is delivery", [m.question for m in ann.matches])
+    cross = first.scorer.score("how long is delivery", [m.question for m in ann.matches])
     prior = np.array([m.score for m in ann.matches])
     expected = pool(cross, pool(cross, prior, 0.5), 0.25)
     got = {m.faq_id: m.score for m in res.matches}
@@ -61,14 +64,14 @@ def test_faq_reranker_takes_mmaicm_and_cross_encoder_folders_in_order(built, enc
     """FAQ_RERANKER="a,b": one stage per folder, in that order, each loaded by what its config says it is."""
     import torch
 
-    from app.pipeline import MmaicmStage
+    from app.stages import MmaicmStage
     from models.matchers.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
 
     settings, retriever, reranker_dir = built
     torch.manual_seed(0)
     MmaicmScorer(MMAICM(MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)), GloveWords(),
                  Calibration(a=2.0, b=0.5, fusion_weight=0.3)).save(tmp_path / "mm")
-    stages = load_rerank_stages(settings.model_copy(update={"reranker": f"{tmp_path / 'mm'}, {reranker_dir}",
+    stages = load_stages(settings.model_copy(update={"reranker": f"{tmp_path / 'mm'}, {reranker_dir}",
                                                             "rerank_weight": 0.4}))
     assert [type(s) for s in stages] == [MmaicmStage, CrossEncoderStage]
     assert [s.served_weight for s in stages] == [0.4, 0.4]
@@ -125,3 +128,54 @@ def test_query_cache_is_emptied_by_another_retriever(built, encoder):  # noqa: F
     [fresh] = p.match_many([MatchQuery("can I get my money back", 3, 0.5)])
     assert len(counting.texts) == 2 and not fresh.cached and p.cache.invalidations == 1
     assert build_pipeline(settings, counting, retriever, cache_size=0).cache.size == 0
+
+
+class BrokenRetriever:
+    """A retriever whose search fails: one group's error, not the others'."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def search(self, vecs, k):
+        raise RuntimeError("search failed")
+
+
+def test_run_encodes_every_group_once_and_isolates_each_groups_error(built, encoder):  # noqa: F811
+    """`Pipeline.run`, the service batcher's one entry point: one encoder call for all groups, each group
+    ranked on its own retriever and remembered; a failing group gets its error, the others their results."""
+    settings, retriever, _ = built
+    counting = CountingEncoder(encoder)
+    p = build_pipeline(settings, counting, retriever, cache_size=16)
+    good = [MatchQuery("how long is delivery", 3, 0.5), MatchQuery("can I get my money back", 3, 0.5)]
+    bad = [MatchQuery("where is my parcel", 3, 0.5)]
+    sizes: list[int] = []
+    submitted = time.perf_counter() - 1.0  # a second in the queue: the total timing counts it
+    first, second, third = p.run([(good, retriever, submitted), (bad, BrokenRetriever(retriever), None),
+                                  (good[:1], retriever, None)], on_encode=sizes.append)
+    assert counting.texts == [q.query for q in good + bad + good[:1]] and sizes == [4]
+    assert isinstance(second, RuntimeError) and "search failed" in str(second)
+    expected = p.match_many(good, retriever=retriever)  # from the cache: `run` remembered them
+    assert all(r.cached for r in expected) and len(counting.texts) == 4
+    assert [[m.faq_id for m in r.matches] for r in first] == [[m.faq_id for m in r.matches] for r in expected]
+    assert [m.faq_id for m in third[0].matches] == [m.faq_id for m in first[0].matches]
+    assert first[0].timings_ms["total"] >= 1000.0 > third[0].timings_ms["total"]
+    assert first[0].timings_ms["encode"] == third[0].timings_ms["encode"] > 0
+
+
+def test_run_gives_an_encoder_failure_to_every_group(built, encoder):  # noqa: F811
+    settings, retriever, _ = built
+
+    class FailingEncoder(CountingEncoder):
+        def encode(self, texts, batch_size=64, show_progress_bar=False):
+            raise OSError("encoder gone")
+
+    p = build_pipeline(settings, FailingEncoder(encoder), retriever)
+    sizes: list[int] = []
+    outcomes = p.run([([MatchQuery("a")], retriever, None), ([MatchQuery("b")], retriever, None)],
+                     on_encode=sizes.append)
+    assert [type(o) for o in outcomes] == [OSError, OSError] and sizes == []
+    with pytest.raises(OSError, match="encoder gone"):
+        p.match_many([MatchQuery("refund please")])

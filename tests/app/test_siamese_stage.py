@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from app.pipeline import MatchQuery, SiameseStage, build_pipeline, load_rerank_stages, vector_stages
+from app.assembly import build_pipeline
+from app.pipeline import MatchQuery
+from app.stages import SiameseStage, load_stages, vector_stages
 from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry
 from index.build import build_index
 from index.retriever import Retriever
@@ -115,7 +117,7 @@ def test_stage_without_stored_vectors_still_scores(tmp_path, encoder, model_dir)
     store = make_store(settings)
     build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
     retriever = Retriever.load(BuildRegistry(settings.index_dir).current_dir()).with_kb(store.snapshot(), encoder)
-    [stage] = load_rerank_stages(settings.model_copy(update={"reranker": str(model_dir)}))
+    [stage] = load_stages(settings.model_copy(update={"reranker": str(model_dir)}))
     assert isinstance(stage, SiameseStage) and stage.served_weight == pytest.approx(0.3)
     [res] = build_pipeline(settings, encoder, retriever, stages=[stage], rerank_k=4).match_many(
         [MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])

@@ -197,7 +197,7 @@ def test_cli_sweep(faq_env, capsys):
 
 BUILD_SCRIPT = textwrap.dedent("""
     import sys, time
-    import app.pipeline
+    import app.assembly
 
     class BlockingEncoder:
         # stands in for a long encode: says it started, then blocks until a signal ends the process
@@ -208,7 +208,7 @@ BUILD_SCRIPT = textwrap.dedent("""
             time.sleep(120)
             raise SystemExit("no signal came")
 
-    app.pipeline.load_configured_encoder = lambda settings, manifest=None, spec=None: BlockingEncoder()
+    app.assembly.load_configured_encoder = lambda settings, manifest=None, spec=None: BlockingEncoder()
     from cli.main import main
     sys.exit(main(["index", "build", "--encoder", "minilm", "--n-trees", "2", "--no-progress"]))
 """)

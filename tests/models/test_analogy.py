@@ -165,7 +165,7 @@ def test_single_answer_lists_get_negatives_of_their_type():
 def test_a_trained_folder_is_a_re_ranking_stage(tmp_path):
     """FAQ_RERANKER pointing at a `faq train analogy` folder gives an AnalogyStage: probabilities from the
     folder's calibration, pooled with the first stage by the weight (0 = the first stage unchanged)."""
-    from app.pipeline import AnalogyStage, load_rerank_stages
+    from app.stages import AnalogyStage, load_stages
     from app.settings import Settings
     from index.candidates import FaqMatch
 
@@ -173,7 +173,7 @@ def test_a_trained_folder_is_a_re_ranking_stage(tmp_path):
     AnalogyTrainer(AnalogyData(lists, lists[:4]), tmp_path / "m", TrainConfig(prototypes=3, epochs=1, per_answer=2),
             AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
     settings = Settings(data_dir=tmp_path, reranker=str(tmp_path / "m"))
-    (stage,) = load_rerank_stages(settings, weight=1.0)
+    (stage,) = load_stages(settings, weight=1.0)
     assert isinstance(stage, AnalogyStage) and stage.id.startswith("analogy:")
     candidates = [FaqMatch("a", "who built the lamp", "erin built the lamp", 0.9, 0.8),
                   FaqMatch("b", "when was it built", "it was built in 1984", 0.2, 0.3)]

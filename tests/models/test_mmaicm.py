@@ -1,4 +1,4 @@
-"""MMAICM (models/matchers/mmaicm.py) and its re-ranking stage (app/pipeline.py MmaicmStage): shapes, the
+"""MMAICM (models/matchers/mmaicm.py) and its re-ranking stage (app/stages/mmaicm.py): shapes, the
 attention switch, the hinge loss, the model folder round trip (its training: tests/training/test_train_mmaicm.py)."""
 from __future__ import annotations
 
@@ -286,11 +286,11 @@ def test_models_of_one_word_representation_share_their_word_vectors():
     assert second._cache is first._cache and np.allclose(second.score("piano", ["a piano", "a violin"]), alone)
 
 
-# ---------------------------------------------------------------- the re-ranking stage (app/pipeline.py)
+# ---------------------------------------------------------------- the re-ranking stage (app/stages/mmaicm.py)
 
 
 def test_mmaicm_stage_pools_with_the_first_stage(tmp_path):
-    from app.pipeline import MmaicmStage, load_mmaicm_stage
+    from app.stages import MmaicmStage, load_mmaicm_stage
     from index.candidates import FaqMatch
     from models.scoring import logit, sigmoid
 

@@ -1,0 +1,97 @@
+"""The one place the matching pipeline is assembled from settings: the encoder a service or a build runs,
+the lexical engine, the decision model served, and `build_pipeline`.
+
+The service (`app/api/state.py`), `faq eval match`, `faq eval ab` (through evaluation/scratch.py) and the
+benchmarks all get their pipeline from `build_pipeline`, so a new option or runtime is wired in here once;
+the re-ranking stages come from app/stages (`load_stages`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from app.decision import Decider
+from app.pipeline import Pipeline
+from app.settings import Settings
+from app.stages import RerankStage
+from index.candidates import RetrieverLike
+from index.decision import load_model
+
+__all__ = [
+    "build_pipeline", "default_encoder", "encoder_runtime", "encoder_spec", "lexical_engine", "load_configured_encoder",
+    "served_model_path",
+]
+
+
+def encoder_spec(settings: Settings, manifest: dict | None = None) -> str:
+    """The encoder to load: FAQ_ENCODER, else the one that built `manifest` (a served index must be
+    queried with its own encoder), else the default."""
+    if settings.encoder:
+        return settings.encoder
+    if (manifest or {}).get("encoder_spec"):
+        return str(manifest["encoder_spec"])
+    return default_encoder(settings)
+
+
+def encoder_runtime(settings: Settings, manifest: dict | None = None) -> str:
+    """The encoder runtime to load: FAQ_ENCODER_RUNTIME, else the one that built `manifest` (builds
+    from before runtimes were recorded ran PyTorch), else "auto"."""
+    if settings.encoder_runtime:
+        return settings.encoder_runtime
+    if manifest:
+        return str(manifest.get("encoder_runtime", "torch"))
+    return "auto"
+
+
+def load_configured_encoder(settings: Settings, manifest: dict | None = None, spec: str | None = None):
+    """The encoder a service or a build runs: `spec` (else `encoder_spec`) on `encoder_runtime`."""
+    from models.encoders.load import load_encoder
+
+    return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
+                        threads=settings.encoder_threads)
+
+
+def default_encoder(settings: Settings) -> str:
+    """The encoder used when none is configured: mpnet, the most accurate zero-shot base measured
+    (docs/results.md), when its packages are installed; else MiniLM. Fine-tuned models are compared
+    with it."""
+    from models.encoders.load import default_encoder_spec
+
+    return default_encoder_spec(settings.mpnet_cache)
+
+
+def lexical_engine(settings: Settings) -> str:
+    """The lexical engine FAQ_LEXICAL_ENGINE names ("auto": Elasticsearch when FAQ_ES_URL is set, else tantivy)."""
+    from index.lexical import resolve_engine
+
+    return resolve_engine(settings.lexical_engine, settings.es_url)
+
+
+def served_model_path(settings: Settings) -> Any:
+    """The decision model file served: FAQ_DECISION_MODEL, else this KB's own (`faq index calibrate`), else
+    None (the shipped cross-KB model)."""
+    if settings.decision_model is not None:
+        if not settings.decision_model.is_file():
+            raise ValueError(f"FAQ_DECISION_MODEL={settings.decision_model}: no such file")
+        return settings.decision_model
+    return settings.kb_decision_model if settings.kb_decision_model.is_file() else None
+
+
+def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
+                   lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
+                   pool_variants: int | None = None, rerank_k: int | None = None,
+                   lexical_k: int | None = None, answer_weight: float | None = None,
+                   cache_size: int | None = None) -> Pipeline:
+    """The matching pipeline: settings give every option a caller does not override."""
+    return Pipeline(
+        encoder, retriever, lexical=lexical,
+        lexical_k=settings.lexical_k if lexical_k is None else lexical_k,
+        stages=stages,
+        rerank_k=settings.rerank_k if rerank_k is None else rerank_k,
+        pool_variants=settings.pool_variants if pool_variants is None else pool_variants,
+        answer_weight=settings.answer_weight if answer_weight is None else answer_weight,
+        cache_size=settings.query_cache_size if cache_size is None else cache_size,
+        decider=Decider(load_model(served_model_path(settings)) if settings.scoring == "model" else None,
+                        oos_share=settings.oos_share,
+                        target_precision=settings.target_precision, default_threshold=settings.default_threshold),
+        scoring=settings.scoring,
+    )
