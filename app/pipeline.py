@@ -21,6 +21,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -755,7 +756,7 @@ def load_configured_encoder(settings: Settings, manifest: dict | None = None, sp
     from models.encoders.load import load_encoder
 
     return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
-                        threads=settings.encoder_threads)
+                        threads=settings.encoder_threads, device=settings.device, cache_dir=settings.mpnet_cache)
 
 
 def default_encoder(settings: Settings) -> str:
@@ -790,28 +791,31 @@ def load_rerank_stages(settings: Settings, path: str | None = None, weight: floa
     stages: list[RerankStage] = []
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
         if architecture_of(folder) == "siamese":
-            stages.append(load_siamese_stage(folder, weight, runtime=settings.rerank_runtime))
+            stages.append(load_siamese_stage(folder, weight, runtime=settings.rerank_runtime, device=settings.device,
+                                             cache_dir=settings.mpnet_cache))
             continue
         if architecture_of(folder) == "analogy":
             from models.matchers.analogy import load_analogy
 
-            stages.append(AnalogyStage(load_analogy(folder), weight))
+            stages.append(AnalogyStage(load_analogy(folder, device=settings.device), weight))
             continue
         if architecture_of(folder) == "mmaicm":
             runtime = settings.rerank_runtime
             if runtime == "auto":  # fp32 ONNX for MiniLM's states: the numbers it was trained on, 3x faster than eager
-                runtime = "onnx" if pick_device() == "cpu" else "torch"
-            stages.append(load_mmaicm_stage(folder, weight, runtime=runtime))
+                runtime = "onnx" if pick_device(settings.device) == "cpu" else "torch"
+            stages.append(load_mmaicm_stage(folder, weight, runtime=runtime, device=settings.device,
+                                            cache_dir=settings.mpnet_cache))
             continue
         from models.matchers.cross_encoder import load_reranker
 
-        reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads)
+        reranker = load_reranker(folder, runtime=settings.rerank_runtime, threads=settings.torch_threads,
+                                 device=settings.device)
         stages.append(CrossEncoderStage(reranker, weight))
     return stages
 
 
 def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "auto",
-                       device: str | None = None) -> SiameseStage:
+                       device: str | None = None, cache_dir: Path | None = None) -> SiameseStage:
     """A `SiameseStage` from a `faq train siamese` folder; "auto" runs it on CUDA when there is one, else on
     the CPU with MiniLM word states (if the model uses them) on fp32 ONNX: the numbers it was trained on,
     several times faster than eager PyTorch."""
@@ -823,7 +827,7 @@ def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "a
         runtime = "torch" if device.startswith("cuda") else "onnx"
     if runtime == "onnx-int8":  # the Siamese head was trained on fp32 states: int8 would shift them
         runtime = "onnx"
-    return SiameseStage(load_siamese(path, device=device, runtime=runtime), weight)
+    return SiameseStage(load_siamese(path, device=device, runtime=runtime, cache_dir=cache_dir), weight)
 
 
 def vector_stages(settings: Settings, path: str | None = None) -> list[SiameseStage]:
@@ -834,17 +838,19 @@ def vector_stages(settings: Settings, path: str | None = None) -> list[SiameseSt
         return []
     from models.folder import architecture_of
 
-    return [load_siamese_stage(folder, runtime=settings.rerank_runtime)
+    return [load_siamese_stage(folder, runtime=settings.rerank_runtime, device=settings.device,
+                               cache_dir=settings.mpnet_cache)
             for folder in (part.strip() for part in spec.split(",") if part.strip())
             if architecture_of(folder) == "siamese"]
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,
-                      device: str | None = None, runtime: str = "torch") -> MmaicmStage:
+                      device: str | None = None, runtime: str = "torch", cache_dir: Path | None = None) -> MmaicmStage:
     """An `MmaicmStage` from a `faq train mmaicm` folder. Raises what loading the folder raises."""
     from models.matchers.mmaicm import load_mmaicm
 
-    return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime), weight=weight, answer_share=answer_share)
+    return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime, cache_dir=cache_dir), weight=weight,
+                       answer_share=answer_share)
 
 
 def served_model_path(settings: Settings) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -29,19 +28,16 @@ CLUSTER_COSINES = (0.7, 0.8)
 
 def replay(data: Path, workdir: Path, threshold: float) -> tuple[Any, list[tuple[str, str | None]], dict, Any]:
     """Store with the KB and the logged test queries; returns (store, [(query, gold)], timings, encoder)."""
-    os.environ.update({"FAQ_DATA_DIR": str(workdir / "var"), "FAQ_ENCODER": "minilm",
-                       "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}"})
-    from app.settings import get_settings
-
-    get_settings.cache_clear()
     from app.pipeline import build_pipeline, load_configured_encoder
+    from app.settings import Settings
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.retriever import Retriever
     from kb.records import read_kb
     from migrations.runner import migrated_store
 
-    settings = get_settings()
+    # the rest of the configuration as the environment says
+    settings = Settings(data_dir=workdir / "var", encoder="minilm", database_url=f"sqlite:///{workdir / 'faq.db'}")
     store = migrated_store(settings)
     encoder = load_configured_encoder(settings, spec="minilm")
     t0 = time.perf_counter()

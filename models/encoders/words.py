@@ -44,7 +44,8 @@ class MiniLMText:
     encode calls.
     """
 
-    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None, base: str = "minilm"):
+    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None, base: str = "minilm",
+                 cache_dir: str | Path | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
@@ -61,7 +62,7 @@ class MiniLMText:
             else:
                 from models.encoders.mpnet import mpnet_path
 
-                model_path = mpnet_path()
+                model_path = mpnet_path(cache_dir)
         self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.transformer = AutoModel.from_pretrained(model_path).eval()
@@ -220,13 +221,14 @@ class MiniLMText:
         (directory / TEXT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "MiniLMText":
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu",
+             cache_dir: str | Path | None = None) -> "MiniLMText":
         path = Path(directory) / TEXT_META_FILE
         meta = _read_text_meta(path)
         kind = meta.get("kind")
         if kind not in TOKEN_BASES or meta.get("model") != TOKEN_BASES[kind][0]:
             raise ValueError(f"{path}: expected kind {' or '.join(TOKEN_BASES)} with its model name, got {meta}")
-        text = cls(device=device, base=kind)
+        text = cls(device=device, base=kind, cache_dir=cache_dir)
         if meta.get("tokenizer_vocab_size") not in (None, text.vocab_size):
             raise ValueError(f"{path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                              f"{text.model_name} has {text.vocab_size}")
@@ -252,13 +254,14 @@ def pad_token_states(states: Sequence[torch.Tensor], device: str | torch.device 
     return {"token_states": out.to(device, non_blocking=nb), "mask": mask.to(device, non_blocking=nb)}
 
 
-def load_text(directory: str | Path, device: str | torch.device = "cpu") -> "TextEncoder | MiniLMText":
+def load_text(directory: str | Path, device: str | torch.device = "cpu",
+              cache_dir: str | Path | None = None) -> "TextEncoder | MiniLMText":
     """The text encoder a model folder holds: `text.json` "kind" "minilm" -> `MiniLMText`, else (or
     absent, as in folders written before the variant existed) the GloVe/char `TextEncoder`."""
     meta = _read_text_meta(Path(directory) / TEXT_META_FILE)
     kind = meta.get("kind", "glove_char")
     if kind in ("minilm", "mpnet"):
-        return MiniLMText.load(directory, device=device)
+        return MiniLMText.load(directory, device=device, cache_dir=cache_dir)
     if kind != "glove_char":
         raise ValueError(f"{Path(directory) / TEXT_META_FILE}: unknown text kind {kind!r}")
     return TextEncoder.load(directory)

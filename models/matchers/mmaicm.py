@@ -411,7 +411,8 @@ class MiniLMWords:
     kind = "minilm"
     dim = WORD_DIMS["minilm"]
 
-    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
+    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch",
+                 cache_dir: str | Path | None = None):
         from models.encoders.words import MiniLMText
 
         self.text = text if text is not None else MiniLMText(device=device, base="minilm")
@@ -420,7 +421,7 @@ class MiniLMWords:
             from models.encoders.runtime import OnnxSentenceEncoder
 
             self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
-                                                      default_cache_dir(), threads=1))
+                                                      cache_dir or default_cache_dir(), threads=1))
         self.runtime = runtime
 
     def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
@@ -436,12 +437,14 @@ class MiniLMWords:
                 "tokenizer_vocab_size": self.text.vocab_size}
 
 
-def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch") -> GloveWords | MiniLMWords:
-    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states; GloVe vectors are a lookup."""
+def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch",
+               cache_dir: str | Path | None = None) -> GloveWords | MiniLMWords:
+    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states (ONNX exports kept in `cache_dir`);
+    GloVe vectors are a lookup."""
     if word_repr == "glove":
         return GloveWords()
     if word_repr == "minilm":
-        return MiniLMWords(device=device, runtime=runtime)
+        return MiniLMWords(device=device, runtime=runtime, cache_dir=cache_dir)
     raise ValueError(f"unknown word_repr {word_repr!r}")
 
 
@@ -657,7 +660,8 @@ def read_calibration(directory: str | Path) -> Calibration:
 
 
 def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: int | None = 4096,
-                words: GloveWords | MiniLMWords | None = None, runtime: str = "torch") -> MmaicmScorer:
+                words: GloveWords | MiniLMWords | None = None, runtime: str = "torch",
+                cache_dir: str | Path | None = None) -> MmaicmScorer:
     """A model folder (`faq train mmaicm`) -> an `MmaicmScorer` in eval mode. `words` reuses an already
     loaded word representation of the same kind; `runtime` runs the MiniLM states ("onnx" is fp32 ONNX
     Runtime: the states the model was trained on, to 1e-4)."""
@@ -670,7 +674,7 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
     if meta.get("kind", config.word_repr) != config.word_repr:
         raise ValueError(f"{meta_path}: kind {meta.get('kind')!r} but config.json says word_repr {config.word_repr!r}")
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime)
+        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime, cache_dir=cache_dir)
     if meta.get("tokenizer_vocab_size") not in (None, getattr(getattr(words, "text", None), "vocab_size", None)):
         raise ValueError(f"{meta_path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                          f"base differs")
