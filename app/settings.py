@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     keep_versions: int = 3
     # Serving.
     admin_token: str | None = None
+    # PyTorch's intra-op threads, set when the service starts (app/api/state.py); also the cross-encoder's
+    # ONNX Runtime threads
     torch_threads: int = 2
     encode_workers: int = 1
     # exact query cache (app/pipeline.py QueryCache): finished results of repeated queries, emptied by
@@ -157,12 +159,12 @@ class Settings(BaseSettings):
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
     rerank_runtime: Runtime = "auto"
 
-    # The choices are checked before their Literal type is, so that the error names the variable.
     @field_validator("device", "model_cache", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value  # set but empty (e.g. compose's ${FAQ_DEVICE:-}): unset
 
+    # The choices are checked before their Literal type is, so that the error names the variable.
     @field_validator("encoder_runtime", mode="before")
     @classmethod
     def _known_encoder_runtime(cls, value: str | None) -> str | None:
