@@ -47,7 +47,7 @@ def load_configured_encoder(settings: Settings, manifest: dict | None = None, sp
     from models.encoders.load import load_encoder
 
     return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
-                        threads=settings.encoder_threads)
+                        threads=settings.encoder_threads, device=settings.device, cache_dir=settings.mpnet_cache)
 
 
 def default_encoder(settings: Settings) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from index.answers import is_placeholder
+from kb.records import is_placeholder
 from index.candidates import FaqMatch
 from index.decision import (
     MIN_TRAFFIC, Candidate, DecisionModel, Reference, decide, expected_precision_at, reference_for,

@@ -1,4 +1,4 @@
-"""`faq kb mine` over a store: the query log and the KB read through FaqStore, the text rules in
+"""`faq kb mine` over a store: the query log and the KB read through FaqStore's parts, the text rules in
 kb/mining.py. Shared by the command (cli/kb.py) and its measurement (evaluation/kb_mine.py)."""
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
     min_agree = DEFAULT_MIN_AGREE if min_agree is None else min_agree
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
-    for r in store.export_records():
+    for r in store.kb.export_records():
         faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
     log = [LoggedQuery(r["query"], r["faq_id"], r["score"], r["feedback_correct"], r["feedback_faq_id"])
-           for r in store.read_query_log(since)]
+           for r in store.query_log.read_query_log(since)]
     stats = MiningStats()
     kb = {f: v[2] for f, v in faqs.items()}
     agree = siamese_agreement(siamese, kb) if siamese is not None else None

@@ -6,16 +6,21 @@ checked, so a bad variable fails at start-up with its name.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
-from typing import Literal
 from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranker
-ARMS = ("ann", "ann+rerank", "lexical", "lexical+rerank")
+Arm = Literal["ann", "ann+rerank", "lexical", "lexical+rerank"]
+ARMS: tuple[str, ...] = get_args(Arm)
+#: how an encoder or a re-ranker runs (models/encoders/runtime.py, models/matchers/cross_encoder.py)
+Runtime = Literal["auto", "onnx-int8", "onnx", "torch"]
+RUNTIMES: tuple[str, ...] = get_args(Runtime)
+LexicalEngine = Literal["auto", "tantivy", "elasticsearch"]
+LEXICAL_ENGINES: tuple[str, ...] = get_args(LexicalEngine)
 
 
 def split_weights(text: str) -> tuple[tuple[str, int], ...]:
@@ -53,14 +58,18 @@ class Settings(BaseSettings):
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
     # and builds use the default (app/pipeline.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
-    # Where all-mpnet-base-v2 is reassembled on first use (models/encoders/mpnet.py); unset: <data_dir>/models.
-    # The ONNX exports of the runtime below are cached there too (<model_cache>/onnx/).
+    # Where all-mpnet-base-v2 is reassembled on first use (models/encoders/mpnet.py); unset: <data_dir>/models
+    # (`mpnet_cache`, what every model load is given). The ONNX exports of the runtime below are cached there
+    # too (<model_cache>/onnx/).
     model_cache: Path | None = None
+    # Where encoders and re-rankers run ("cpu", "cuda", "cuda:1", ...); unset: CUDA when present, else the CPU
+    # (models/encoders/base.py `pick_device`).
+    device: str | None = None
     # How the encoder runs (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8",
     # "onnx" (fp32, equal to PyTorch) or "torch". Unset: builds use "auto" and the service follows the
     # runtime the current index was built with (manifest `encoder_runtime`); a build is never served
     # with int8 vectors when it was built with fp32 ones, or the other way round.
-    encoder_runtime: str | None = None
+    encoder_runtime: Runtime | None = None
     # ONNX Runtime intra-op threads per encoder; unset: one per core
     encoder_threads: int | None = Field(default=None, ge=1, le=256)
 
@@ -73,6 +82,8 @@ class Settings(BaseSettings):
     keep_versions: int = 3
     # Serving.
     admin_token: str | None = None
+    # PyTorch's intra-op threads, set when the service starts (app/api/state.py); also the cross-encoder's
+    # ONNX Runtime threads
     torch_threads: int = 2
     encode_workers: int = 1
     # exact query cache (app/pipeline.py QueryCache): finished results of repeated queries, emptied by
@@ -129,13 +140,13 @@ class Settings(BaseSettings):
     es_url: str | None = None
     # "auto": Elasticsearch when FAQ_ES_URL is set, else the embedded tantivy index; or "tantivy" /
     # "elasticsearch" explicitly. Builds always write the tantivy index (and the ES one with a URL).
-    lexical_engine: str = "auto"
+    lexical_engine: LexicalEngine = "auto"
     lexical_k: int = Field(default=30, ge=1, le=1000)  # BM25 candidates per query (the paper's 30)
     es_index_prefix: str = "faq"  # ES index of a build: "<prefix>-<version>"
     es_timeout_s: float = Field(default=2.0, gt=0)  # per ES request while serving: fail fast -> 503
     # Arms (ARMS above, app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
     # overrides it with a split sticky per session_id.
-    default_arm: str = "ann"
+    default_arm: Arm = "ann"
     ab_split: str | None = None
     # Cross-encoder re-ranker: a folder made by `faq train reranker`; None = none installed, so
     # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
@@ -146,32 +157,38 @@ class Settings(BaseSettings):
     rerank_weight: float | None = Field(default=None, ge=0.0, le=1.0)
     # how the re-ranker runs (models/matchers/cross_encoder.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
-    rerank_runtime: str = "auto"
+    rerank_runtime: Runtime = "auto"
 
+    @field_validator("device", "model_cache", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value  # set but empty (e.g. compose's ${FAQ_DEVICE:-}): unset
+
+    # The choices are checked before their Literal type is, so that the error names the variable.
     @field_validator("encoder_runtime", mode="before")
     @classmethod
     def _known_encoder_runtime(cls, value: str | None) -> str | None:
         if value == "":  # set but empty (e.g. compose's ${FAQ_ENCODER_RUNTIME:-}): unset
             return None
-        if value not in (None, "auto", "onnx-int8", "onnx", "torch"):
+        if value is not None and value not in RUNTIMES:
             raise ValueError(f"FAQ_ENCODER_RUNTIME must be auto, onnx-int8, onnx or torch, got {value!r}")
         return value
 
-    @field_validator("rerank_runtime")
+    @field_validator("rerank_runtime", mode="before")
     @classmethod
     def _known_runtime(cls, value: str) -> str:
-        if value not in ("auto", "onnx-int8", "onnx", "torch"):
+        if value not in RUNTIMES:
             raise ValueError(f"FAQ_RERANK_RUNTIME must be auto, onnx-int8, onnx or torch, got {value!r}")
         return value
 
-    @field_validator("lexical_engine")
+    @field_validator("lexical_engine", mode="before")
     @classmethod
     def _known_engine(cls, value: str) -> str:
-        if value not in ("auto", "tantivy", "elasticsearch"):
+        if value not in LEXICAL_ENGINES:
             raise ValueError(f"FAQ_LEXICAL_ENGINE must be auto, tantivy or elasticsearch, got {value!r}")
         return value
 
-    @field_validator("default_arm")
+    @field_validator("default_arm", mode="before")
     @classmethod
     def _known_arm(cls, value: str) -> str:
         if value not in ARMS:
@@ -196,8 +213,4 @@ class Settings(BaseSettings):
 
 @lru_cache
 def get_settings() -> Settings:
-    settings = Settings()
-    # models/ reads the cache folder from the environment (it never imports app): hand it the one
-    # resolved here, so a value from .env or the data dir reaches every encoder loaded in-process.
-    os.environ.setdefault("FAQ_MODEL_CACHE", str(settings.mpnet_cache))
-    return settings
+    return Settings()

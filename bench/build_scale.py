@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port, rss_mb  # noqa: E402
+from bench.compare import Server, configured_model_cache, free_port, rss_mb  # noqa: E402
 from bench.machine_info import cpu_info  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "build_scale.json"
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         reused = synthetic_kb(pool, n, data / "kb.jsonl")
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAQ_")},
                "FAQ_DATA_DIR": str(data), "FAQ_ENCODER": args.encoder, "FAQ_ENCODER_RUNTIME": args.runtime,
-               "FAQ_MODEL_CACHE": os.environ.get("FAQ_MODEL_CACHE") or str(REPO / "var" / "models"),
+               "FAQ_MODEL_CACHE": str(configured_model_cache()),
                "FAQ_QUERY_CACHE_SIZE": "0", "FAQ_QUERY_LOG": "false"}
         if args.n_trees:
             env["FAQ_ANN_N_TREES"] = str(args.n_trees)

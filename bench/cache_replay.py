@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     replay = zipf_replay(texts, args.requests, args.zipf, args.respell, args.seed)
     with tempfile.TemporaryDirectory(prefix="faq-cache-replay-") as tmp:
         settings = Settings(data_dir=Path(tmp), encoder=args.encoder, encoder_runtime=args.runtime,
-                            model_cache=Path(os.environ.get("FAQ_MODEL_CACHE") or REPO / "var" / "models"))
-        os.environ.setdefault("FAQ_MODEL_CACHE", str(settings.mpnet_cache))
+                            model_cache=Settings().model_cache or REPO / "var" / "models")
         scratch = scratch_pipeline(args.kb, workdir=tmp, settings=settings, cache_size=0)
         manifest = scratch.manifest
         passes = {}

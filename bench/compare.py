@@ -449,6 +449,13 @@ def run_peer(args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
 
 # ---------------------------------------------------------------- main
 
+def configured_model_cache() -> Path:
+    """FAQ_MODEL_CACHE as faq-match's settings read it, else the repository's var/models."""
+    from app.settings import Settings
+
+    return Settings().model_cache or REPO / "var" / "models"
+
+
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.startswith("FAQ_"):
@@ -473,8 +480,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch threads for both systems (default: each its own)")
     p.add_argument("--faq-env", type=_key_value, action="append", default=[], metavar="FAQ_NAME=VALUE",
                    help="extra faq-match setting, repeatable (inherited FAQ_* variables are dropped)")
-    p.add_argument("--model-cache", type=Path,
-                   default=Path(os.environ.get("FAQ_MODEL_CACHE") or REPO / "var" / "models"),
+    p.add_argument("--model-cache", type=Path, default=configured_model_cache(),
                    help="FAQ_MODEL_CACHE for both systems, so mpnet and ONNX exports are not redone per run "
                         "(default: $FAQ_MODEL_CACHE, else var/models)")
     p.add_argument("--build-timeout", type=float, default=3600.0)

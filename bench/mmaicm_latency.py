@@ -87,7 +87,8 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from app.stages import MmaicmStage
-    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, load_mmaicm, make_words
+    from models.encoders.words import make_words
+    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, load_mmaicm
 
     calls, faqs = load_requests(args.candidates, args.seed)
     texts = [a for _, _, a in faqs] + [q for _, q, _ in faqs]

@@ -131,9 +131,10 @@ def sentence_transformer_encoder(model: str, threads: int | None = None) -> tupl
 
         path, name = minilm_path(), "all-MiniLM-L6-v2"
     elif model == "mpnet":
+        from app.settings import Settings
         from models.encoders.mpnet import mpnet_path
 
-        path, name = mpnet_path(), "all-mpnet-base-v2"
+        path, name = mpnet_path(Settings().mpnet_cache), "all-mpnet-base-v2"
     else:
         path, name = model, Path(model).name
     st = SentenceTransformer(path, device="cpu")

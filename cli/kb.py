@@ -291,7 +291,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
         from models.matchers.siamese import load_siamese
 
         try:
-            siamese = load_siamese(args.siamese)
+            siamese = load_siamese(args.siamese, device=get_settings().device)
         except (OSError, ValueError) as exc:
             print(f"error: --siamese {args.siamese}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -45,20 +45,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_onnx(args: argparse.Namespace) -> int:
-    import os
-
     from app.assembly import encoder_spec
     from app.settings import get_settings
     from models.encoders.load import load_encoder
     from models.encoders.runtime import RuntimeUnavailable, export_valid
 
     settings = get_settings()
-    if args.cache:
-        os.environ["FAQ_MODEL_CACHE"] = str(args.cache)
+    cache = Path(args.cache) if args.cache else settings.mpnet_cache
     for spec in args.encoder or [encoder_spec(settings)]:
         for runtime in ("onnx", "onnx-int8"):
             try:
-                encoder = load_encoder(spec, device="cpu", runtime=runtime)
+                encoder = load_encoder(spec, device="cpu", runtime=runtime, cache_dir=cache)
             except (RuntimeUnavailable, ValueError, OSError) as exc:
                 print(f"error: {spec} ({runtime}): {exc}", file=sys.stderr)
                 return 2
@@ -91,6 +88,7 @@ def cmd_mpnet(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from app.settings import get_settings
     from models.encoders.msem.encoder import MsemEncoder
 
     src, out = Path(args.src), Path(args.out)
@@ -100,7 +98,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if out.resolve() == src.resolve():
         print("error: --out must differ from the source folder", file=sys.stderr)
         return 2
-    encoder = MsemEncoder.load(src, device="cpu")
+    cache = get_settings().mpnet_cache  # an MSEM on mpnet's token states loads mpnet from there
+    encoder = MsemEncoder.load(src, device="cpu", cache_dir=cache)
     if args.minilm_fusion is not None:
         import dataclasses
 
@@ -123,7 +122,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         shutil.copy2(src / "training.json", staging / "training.json")
     # the exported vectors must match the source's up to fp16 rounding
     probe = ["how do I reset my password?", "Wo ist mein Paket", "cancel the order I placed yesterday"]
-    exported = MsemEncoder.load(staging, device="cpu")
+    exported = MsemEncoder.load(staging, device="cpu", cache_dir=cache)
     drift = float(np.max(np.abs(encoder.encode(probe) - exported.encode(probe))))
     if drift > 5e-3:
         shutil.rmtree(staging, ignore_errors=True)

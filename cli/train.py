@@ -504,7 +504,7 @@ def cmd_siamese(args: argparse.Namespace) -> int:
         for config in configs:
             out = Path(args.out) / config.encoder if len(configs) > 1 else Path(args.out)
             if words is None:
-                from models.matchers.mmaicm import make_words
+                from models.encoders.words import make_words
 
                 words = make_words(config.word_repr, device=args.device or "cpu")
             summary = train_siamese(out, args.pairs, args.dev, config, cfg, resume=args.resume, words=words,

@@ -216,9 +216,11 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
     paper = paper_lists(test, fakes=fakes, seed=seed)
 
     if encoder_obj is None:
+        from app.settings import get_settings
         from models.encoders.load import load_encoder
 
-        encoder_obj = load_encoder(encoder)
+        settings = get_settings()
+        encoder_obj = load_encoder(encoder, device=settings.device, cache_dir=settings.mpnet_cache)
     cosine = PairScores(encoder_cosine(encoder_obj))
     cos = {"test": cosine.of(test), "paper": cosine.of(paper), "dev": cosine.of(dev), "raw": cosine.of(raw or [])}
     rows: list[dict] = [_row(f"cosine ({getattr(encoder_obj, 'id', encoder)})", "cosine", test, paper, dev, raw, cos)]
@@ -316,7 +318,7 @@ class GloveAverage:
     id = "glove-average:6B-50d"
 
     def __init__(self):
-        from models.matchers.mmaicm import GloveWords
+        from models.encoders.words import GloveWords
 
         self.words = GloveWords()
 
@@ -410,9 +412,11 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
             if spec == "glove":
                 enc = GloveAverage()
             else:
+                from app.settings import get_settings
                 from models.encoders.load import load_encoder
 
-                enc = load_encoder(spec)
+                settings = get_settings()
+                enc = load_encoder(spec, device=settings.device, cache_dir=settings.mpnet_cache)
         enc = encoder_objs[spec] = enc if isinstance(enc, _Memo) else _Memo(enc)
         label = {"glove": "GloVe average", "minilm": "MiniLM", "mpnet": "mpnet"}[spec]
         for analogy in (False, True):

@@ -171,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="a `faq train analogy` folder: the analogy signal in its space (AUC analogy alone)")
     p.add_argument("--out", help="write OUT.json and OUT.md")
     args = p.parse_args(argv)
+    from app.settings import get_settings
     from models.encoders.load import load_encoder
 
-    encoder = MemoEncoder(load_encoder(args.encoder))
+    settings = get_settings()
+    encoder = MemoEncoder(load_encoder(args.encoder, device=settings.device, cache_dir=settings.mpnet_cache))
     analogy = None
     if args.analogy_model:
         from models.matchers.analogy import load_analogy

@@ -27,7 +27,8 @@ import numpy as np
 
 from index import artifacts
 from index.ann import AnnIndex
-from index.answers import AnswerVectors, is_placeholder
+from index.answers import AnswerVectors
+from kb.records import is_placeholder
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,6 @@ _pg_unreachable: str | None = None  # remembered so a missing server costs one c
 
 # ---------------------------------------------------------------- databases
 
-@pytest.fixture(autouse=True)
-def _no_leaked_model_cache(monkeypatch):
-    """app.settings.get_settings() exports FAQ_MODEL_CACHE for models/; undone after every test so one
-    test's data dir never becomes another's model cache."""
-    monkeypatch.delenv("FAQ_MODEL_CACHE", raising=False)
-
-
 @pytest.fixture
 def db_url(tmp_path) -> str:
     return f"sqlite:///{(tmp_path / 'faq.db').as_posix()}"

@@ -38,13 +38,7 @@ import torch
 
 from models.calibration import Calibration
 from models.encoders.words import make_words
-from models.matchers.mmaicm import (
-    MMAICM,
-    MmaicmConfig,
-    MmaicmScorer,
-    WEIGHTS_FILE,
-    hinge_loss,
-)
+from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, WEIGHTS_FILE, hinge_loss
 from training.loop import TrainError, Trainer
 
 log = logging.getLogger(__name__)

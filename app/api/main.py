@@ -1,6 +1,6 @@
 """The FastAPI application factory, error handling and the request-guard middleware.
 
-`create_app(settings, store=None, encoder=None)` builds one app with its own state and metrics
+`create_app(settings, store=None, encoder=None)` builds one app with its own state, housekeeping and metrics
 registry (tests inject an already-loaded encoder and a temporary store; the server loads both from
 settings at startup). `app` (module attribute, created on first access) is what
 `uvicorn app.api.main:app` and `faq serve` run.
@@ -24,7 +24,7 @@ import asyncio
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.housekeeping import Housekeeping
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, ServiceState
@@ -39,6 +40,10 @@ from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
 from index.lexical import LexicalUnavailable
 from app.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from app.store import FaqStore
+    from models.encoders.base import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +137,7 @@ class RequestGuardMiddleware:
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = 10.0,
-                 cancel_paths: tuple[str, ...] = (), on_client_gone: Any = None) -> None:
+                 cancel_paths: tuple[str, ...] = (), on_client_gone: Callable[[], None] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -239,17 +244,21 @@ def _is_json(content_type: str) -> bool:
 
 
 # -- the app factory ----------------------------------------------------------------------------
-def create_app(settings: Settings | None = None, *, store: Any = None, encoder: Any = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, store: FaqStore | None = None,
+               encoder: Encoder | None = None) -> FastAPI:
     settings = settings or get_settings()
     metrics = ServiceMetrics()
     state = ServiceState(settings, store=store, encoder=encoder, metrics=metrics)
+    housekeeping = Housekeeping(state)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.start()
         try:
+            await housekeeping.start()
             yield
         finally:
+            await housekeeping.stop()
             await state.close()
 
     app = FastAPI(
@@ -259,6 +268,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, encoder: 
         lifespan=lifespan,
     )
     app.state.service = state
+    app.state.housekeeping = housekeeping
 
     app.include_router(match.router)
     app.include_router(health.router)

@@ -1,4 +1,4 @@
-"""The running service's state: store, encoder, the served Retriever and pipeline, and the KB poller.
+"""The running service's served state: store, encoder, the served Retriever and pipeline, and the swap.
 
 - `ServiceState.retriever` is THE served retriever. It is never mutated: a reload, a new build or a
   KB change builds a new Retriever off the request path and then replaces this one attribute (an
@@ -6,10 +6,10 @@
   in-flight requests finish on the index they started with.
 - All replacements go through `_swap_lock`, so a slow KB refresh can never overwrite a newer build
   (each replacement reads "what is served now" and the store under the lock).
-- The micro-batching executor and the query-log writer are in workers.py.
-- The KB poller (`_poll_loop`) refreshes the retriever when `store.revision()` changes (e.g. `faq kb import` in another
-  process) and loads a new `current` build when its manifest version changes. Refreshes encode new
-  phrasings through the encoder's background view (small chunks at low priority), off the request path.
+- The micro-batching executor and the query-log writer are in workers.py; the jobs that run beside
+  the requests (the KB poller that calls `load_current_build` / `refresh_kb`, the traffic table, the
+  build sweep, query-log retention) in housekeeping.py. Refreshes encode new phrasings through the
+  encoder's background view (small chunks at low priority), off the request path.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
@@ -28,7 +28,14 @@ from app.pipeline import NoIndexError, Pipeline
 from app.stages import load_stages
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder
-from models.encoders.base import shared
+from models.encoders.base import Encoder, shared
+
+if TYPE_CHECKING:
+    from app.stages import RerankStage
+    from app.store import FaqStore
+    from index.artifacts import BuildRegistry
+    from index.lexical import LexicalIndex
+    from index.retriever import Retriever
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +50,16 @@ class QueryLogDisabled(RuntimeError):
 class ServiceState:
     """Everything a request needs, created once per app by the lifespan."""
 
-    def __init__(self, settings: Settings, *, store: Any = None, encoder: Any = None,
+    def __init__(self, settings: Settings, *, store: FaqStore | None = None, encoder: Encoder | None = None,
                  metrics: ServiceMetrics | None = None):
         self.settings = settings
         self.store = store
         self._owns_store = store is None  # created in open(): closed in close()
         self.encoder = shared(encoder)
         self.metrics = metrics or ServiceMetrics()
-        self.registry: Any = None
+        self.registry: BuildRegistry | None = None
         # the served retriever: replaced (one reference assignment), never mutated
-        self.retriever: Any = None
+        self.retriever: Retriever | None = None
         self.kb_revision: int | None = None  # KB revision the served retriever reflects
         self.loaded_at: datetime | None = None
         self.not_ready_reason: str | None = "starting up"
@@ -61,11 +68,10 @@ class ServiceState:
         self.query_log: QueryLogWriter | None = None
         self._swap_lock = threading.RLock()
         self._delta_cache: dict = {}  # encoded delta variants reused across KB refreshes (see Retriever.with_kb)
-        self._poller: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._failed_version: str | None = None  # a build that could not be loaded: not retried every poll
+        # a build the KB poller could not load: not retried every poll; any successful load clears it
+        self.failed_version: str | None = None
         # lexical arms: the LexicalIndex of each served build version, opened on first use
-        self._lexical: dict[str, Any] = {}
+        self._lexical: dict[str, LexicalIndex] = {}
         self._lexical_lock = threading.Lock()
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
         # the `+rerank` arms run the pipeline's stages (FAQ_RERANKER: see `stages`); none -> those arms answer 409
@@ -83,7 +89,8 @@ class ServiceState:
             return None
 
     def open(self) -> None:
-        """Blocking start-up work (run in a thread by the lifespan): threads, store, encoder, index."""
+        """Blocking start-up work (run in a thread by the lifespan): threads, store, encoder, index.
+        The housekeeping (housekeeping.py) starts after it: sweep, traffic table, KB poller."""
         import torch
 
         from index.artifacts import BuildRegistry
@@ -94,7 +101,6 @@ class ServiceState:
 
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
-        self.sweep_builds()
         if self.encoder is None:
             self.encoder = shared(load_configured_encoder(self.settings, self._current_manifest()))
         stages = []
@@ -110,13 +116,9 @@ class ServiceState:
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
             log.exception("could not load the current index build")
             self.not_ready_reason = f"could not load the current index build: {exc}"
-        self.refresh_traffic(force=True)  # a restart keeps the table its build's traffic had earned
         if self.settings.query_log:
             self.query_log = QueryLogWriter(self.store, self.metrics)
             self.query_log.start()
-        if self.settings.kb_poll_seconds and self.settings.kb_poll_seconds > 0:
-            self._poller = threading.Thread(target=self._poll_loop, name="faq-kb-poller", daemon=True)
-            self._poller.start()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -130,14 +132,11 @@ class ServiceState:
         self.metrics.queued.set_function(lambda: batcher.queued)
 
     async def close(self) -> None:
-        self._stop.set()
         if self.batcher is not None:
             await self.batcher.stop()
         loop = asyncio.get_running_loop()
         if self.query_log is not None:
             await loop.run_in_executor(None, self.query_log.stop)
-        if self._poller is not None:
-            await loop.run_in_executor(None, self._poller.join, 10.0)
         for index in list(self._lexical.values()):
             index.close()
         self._lexical.clear()
@@ -146,7 +145,7 @@ class ServiceState:
 
     # -- readiness ---------------------------------------------------------------------------
     @property
-    def stages(self) -> list[Any]:
+    def stages(self) -> list[RerankStage]:
         """The re-ranking stages the `+rerank` arms run (FAQ_RERANKER: cross-encoder, MMAICM, analogy or
         Siamese folders, in order), as the pipeline holds them; [] = none installed (or none loaded yet)."""
         matcher = self.matcher
@@ -156,7 +155,7 @@ class ServiceState:
     def ready(self) -> bool:
         return self.retriever is not None
 
-    def require_retriever(self) -> Any:
+    def require_retriever(self) -> Retriever:
         retriever = self.retriever  # read once: the request keeps this object
         if retriever is None:
             raise NoIndexError(self.not_ready_reason or NO_INDEX_REASON)
@@ -187,7 +186,7 @@ class ServiceState:
                 raise
             snapshot = self.store.snapshot()
             served = fresh.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
-            self._failed_version = None
+            self.failed_version = None
             self._install(served, snapshot.revision, reason)
             log.info("serving index %s (was %s, %s)", served.version, prev_version, reason)
             return prev_version, served.version
@@ -205,13 +204,13 @@ class ServiceState:
             self._install(served, snapshot.revision, reason)
             return True
 
-    def _background_encoder(self) -> Any:
+    def _background_encoder(self) -> Encoder:
         """The encoder for KB refreshes: in small low-priority chunks, so encoding a bulk import
         never holds the encoder for long while /match requests wait for it."""
         background = getattr(self.encoder, "background", None)
         return background() if background is not None else self.encoder
 
-    def _install(self, retriever: Any, kb_revision: int, reason: str) -> None:
+    def _install(self, retriever: Retriever, kb_revision: int, reason: str) -> None:
         self.retriever = retriever  # the atomic swap
         self.kb_revision = kb_revision
         self.loaded_at = datetime.now(timezone.utc)
@@ -219,94 +218,8 @@ class ServiceState:
         self.metrics.observe_retriever(retriever, kb_revision)
         self.metrics.swaps.labels(reason=reason).inc()
 
-    def poll_once(self) -> None:
-        """One poller step: a new `current` build wins; otherwise follow KB revision changes."""
-        version = self.registry.current()  # reads one symlink: cheap enough every few seconds
-        if version is not None and version != getattr(self.retriever, "version", None) and version != self._failed_version:
-            try:
-                self.load_current_build(reason="new build")
-            except Exception:
-                self._failed_version = version  # logged once; a reload or the next build tries again
-                raise
-            return
-        if self.retriever is not None and self.store.revision() != self.kb_revision:
-            self.refresh_kb(reason="kb poll")
-
-    def _poll_loop(self) -> None:
-        while not self._stop.wait(self.settings.kb_poll_seconds):
-            try:
-                self.poll_once()
-            except Exception:
-                log.exception("KB/index poll failed (will retry)")
-            self.prune_query_log()
-            self.refresh_traffic()
-
-    # -- housekeeping: debris of killed builds, query-log retention ----------------------------------
-    #: the query log is pruned at most this often; several replicas doing it too only find less to delete
-    PRUNE_EVERY_S = 3600.0
-    #: one pass deletes for about this long (then the KB poll gets its turn); a bigger backlog goes on
-    #: at the next poll
-    PRUNE_PASS_S = 2.0
-    _prune_due = 0.0  # time.monotonic() of the next pass
-
-    #: the served build's traffic table is recomputed at most this often
-    TRAFFIC_EVERY_S = 300.0
-    _traffic_due = 0.0
-
-    def refresh_traffic(self, now: float | None = None, force: bool = False) -> int | None:
-        """Give the decider the latest logged top scores of the served build (app/decision.py `set_traffic`),
-        when a refresh is due; returns how many were read, None when none ran. Never raises."""
-        from index.decision import TRAFFIC_WINDOW
-
-        now = time.monotonic() if now is None else now
-        retriever, matcher = self.retriever, self.matcher
-        if (not force and now < self._traffic_due) or retriever is None or matcher is None \
-                or not self.settings.query_log or self.store is None:
-            return None
-        self._traffic_due = now + self.TRAFFIC_EVERY_S
-        try:
-            scores = self.store.recent_scores(str(retriever.version), ("ann", "lexical"), TRAFFIC_WINDOW)
-        except Exception:
-            log.exception("could not read the query log's scores (next try in %.0f s)", self.TRAFFIC_EVERY_S)
-            return None
-        matcher.decider.set_traffic(str(retriever.version), scores)
-        return len(scores)
-
-    def sweep_builds(self) -> None:
-        """Mark builds whose process died failed and remove their staging folders (index.build.sweep_builds:
-        running builds of other processes are left alone). Never stops start-up."""
-        from index.build import sweep_builds
-
-        try:
-            sweep_builds(self.store, self.registry)
-        except Exception:
-            log.exception("could not sweep orphaned index builds")
-
-    def prune_query_log(self, now: float | None = None) -> int | None:
-        """Delete query-log rows older than FAQ_QUERY_LOG_RETENTION_DAYS (0 = keep forever) when a pass
-        is due; returns the rows deleted, None when no pass ran. Never raises."""
-        from datetime import timedelta
-
-        days = int(getattr(self.settings, "query_log_retention_days", 90) or 0)
-        now = time.monotonic() if now is None else now
-        if days <= 0 or now < self._prune_due:
-            return None
-        self._prune_due = now + self.PRUNE_EVERY_S
-        try:
-            result = self.store.prune_query_log(datetime.now(timezone.utc) - timedelta(days=days),
-                                                max_seconds=self.PRUNE_PASS_S)
-        except Exception:
-            log.exception("could not prune the query log (next try in %.0f s)", self.PRUNE_EVERY_S)
-            return None
-        if not result.done:
-            self._prune_due = now
-        if result.deleted:
-            log.info("pruned %d query-log rows older than %d days%s", result.deleted, days,
-                     "" if result.done else " (more to go)")
-        return result.deleted
-
     # -- lexical arms ------------------------------------------------------------------------------
-    def lexical_for(self, retriever: Any) -> Any:
+    def lexical_for(self, retriever: Retriever) -> LexicalIndex:
         """The LexicalIndex of `retriever`'s build version on the configured engine (opened once per
         version; indexes of versions no longer served are closed). Raises LexicalUnavailable."""
         from index.lexical import LexicalUnavailable, open_lexical

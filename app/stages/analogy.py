@@ -76,4 +76,4 @@ def load(path: str, weight: float | None, settings: Settings) -> AnalogyStage:
     """The stage of a `faq train analogy` folder (it runs on PyTorch whatever FAQ_RERANK_RUNTIME says)."""
     from models.matchers.analogy import load_analogy
 
-    return AnalogyStage(load_analogy(path), weight)
+    return AnalogyStage(load_analogy(path, device=settings.device), weight)

@@ -36,5 +36,6 @@ def load(path: str, weight: float | None, settings: Settings) -> CrossEncoderSta
     of no other kind ends here, and the cross-encoder's loader says what is wrong with it."""
     from models.matchers.cross_encoder import load_reranker
 
-    reranker: Any = load_reranker(path, runtime=settings.rerank_runtime, threads=settings.torch_threads)
+    reranker: Any = load_reranker(path, runtime=settings.rerank_runtime, threads=settings.torch_threads,
+                                 device=settings.device)
     return CrossEncoderStage(reranker, weight)

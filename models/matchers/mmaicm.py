@@ -525,7 +525,8 @@ def read_config(path: str | Path) -> MmaicmConfig:
 
 
 def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: int | None = 4096,
-                words: GloveWords | MiniLMWords | None = None, runtime: str = "torch") -> MmaicmScorer:
+                words: GloveWords | MiniLMWords | None = None, runtime: str = "torch",
+                cache_dir: str | Path | None = None) -> MmaicmScorer:
     """A model folder (`faq train mmaicm`) -> an `MmaicmScorer` in eval mode. `words` reuses an already
     loaded word representation of the same kind; `runtime` runs the MiniLM states ("onnx" is fp32 ONNX
     Runtime: the states the model was trained on, to 1e-4)."""
@@ -538,7 +539,7 @@ def load_mmaicm(directory: str | Path, device: str | None = None, cache_size: in
     if meta.get("kind", config.word_repr) != config.word_repr:
         raise ValueError(f"{meta_path}: kind {meta.get('kind')!r} but config.json says word_repr {config.word_repr!r}")
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime)
+        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime, cache_dir=cache_dir)
     if meta.get("tokenizer_vocab_size") not in (None, getattr(getattr(words, "text", None), "vocab_size", None)):
         raise ValueError(f"{meta_path}: saved with a {meta['tokenizer_vocab_size']}-wordpiece tokenizer, the installed "
                          f"base differs")

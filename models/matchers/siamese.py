@@ -433,7 +433,8 @@ def read_config(path: str | Path) -> SiameseConfig:
 
 
 def load_siamese(directory: str | Path, device: str | None = None, words: Any = None,
-                 runtime: str = "torch", states: dict[str, torch.Tensor] | None = None) -> SiameseScorer:
+                 runtime: str = "torch", states: dict[str, torch.Tensor] | None = None,
+                 cache_dir: str | Path | None = None) -> SiameseScorer:
     """A model folder (`faq train siamese`) -> a `SiameseScorer` in eval mode; `words` reuses a loaded word
     representation of the same kind; `runtime` runs MiniLM's states ("torch", "onnx": fp32 ONNX Runtime,
     the same numbers faster on a CPU); `states` shares word vectors by text with other scorers of the same
@@ -442,7 +443,7 @@ def load_siamese(directory: str | Path, device: str | None = None, words: Any = 
     config = read_config(directory / CONFIG_FILE)
     weights = directory / WEIGHTS_FILE
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime)
+        words = make_words(config.word_repr, device=device or "cpu", runtime=runtime, cache_dir=cache_dir)
     model = SiameseMatcher(config)
     load_weights(model, weights)
     model.eval()

@@ -27,7 +27,9 @@ QUERIES = ["I can't remember my password", "when will my parcel arrive"]
 
 
 def _mmaicm(path):
-    from models.matchers.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+    from models.calibration import Calibration
+    from models.encoders.words import GloveWords
+    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer
 
     torch.manual_seed(0)
     config = MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)
@@ -36,7 +38,8 @@ def _mmaicm(path):
 
 def _analogy(path):
     from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, Prototype
-    from models.matchers.mmaicm import Calibration, GloveWords
+    from models.calibration import Calibration
+    from models.encoders.words import GloveWords
 
     torch.manual_seed(0)
     protos = [Prototype("who", "who built the lamp ?", "erin built the lamp long ago"),
@@ -47,7 +50,8 @@ def _analogy(path):
 
 
 def _siamese(path):
-    from models.matchers.mmaicm import Calibration, GloveWords
+    from models.calibration import Calibration
+    from models.encoders.words import GloveWords
     from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
 
     torch.manual_seed(0)

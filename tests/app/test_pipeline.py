@@ -65,7 +65,9 @@ def test_faq_reranker_takes_mmaicm_and_cross_encoder_folders_in_order(built, enc
     import torch
 
     from app.stages import MmaicmStage
-    from models.matchers.mmaicm import MMAICM, Calibration, GloveWords, MmaicmConfig, MmaicmScorer
+    from models.calibration import Calibration
+    from models.encoders.words import GloveWords
+    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer
 
     settings, retriever, reranker_dir = built
     torch.manual_seed(0)

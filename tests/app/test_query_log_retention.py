@@ -1,4 +1,5 @@
-"""Query-log retention: FaqStore.prune_query_log on SQLite and PostgreSQL, and the service's hourly pass."""
+"""Query-log retention: FaqStore.prune_query_log on SQLite and PostgreSQL, and the service's hourly pass
+(app/api/housekeeping.py)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -69,17 +70,21 @@ def test_prune_takes_aware_cutoffs_in_any_zone(store):
 
 
 def test_service_prunes_at_most_once_an_hour(store):
+    from app.api.housekeeping import Housekeeping
     from app.api.state import ServiceState
 
+    def housekeeping(days: int, store=store) -> Housekeeping:
+        return Housekeeping(ServiceState(SimpleNamespace(query_log_retention_days=days), store=store))
+
     log_rows(store, [100, 10, 1])
-    state = ServiceState(SimpleNamespace(query_log_retention_days=30), store=store)
-    assert state.prune_query_log(now=1000.0) == 1
+    hourly = housekeeping(30)
+    assert hourly.prune_query_log(now=1000.0) == 1
     log_rows(store, [200], prefix="later")
-    assert state.prune_query_log(now=1000.0 + 60) is None  # not due yet
-    assert state.prune_query_log(now=1000.0 + state.PRUNE_EVERY_S) == 1
+    assert hourly.prune_query_log(now=1000.0 + 60) is None  # not due yet
+    assert hourly.prune_query_log(now=1000.0 + hourly.PRUNE_EVERY_S) == 1
     assert len(request_ids(store)) == 2
 
-    keep = ServiceState(SimpleNamespace(query_log_retention_days=0), store=store)
+    keep = housekeeping(0)
     log_rows(store, [500], prefix="kept")
     assert keep.prune_query_log(now=0.0) is None and "kept0" in request_ids(store)
 
@@ -87,5 +92,5 @@ def test_service_prunes_at_most_once_an_hour(store):
         def prune_query_log(self, *args, **kwargs):
             raise RuntimeError("database down")
 
-    broken = ServiceState(SimpleNamespace(query_log_retention_days=30), store=BrokenStore())
+    broken = housekeeping(30, store=BrokenStore())
     assert broken.prune_query_log(now=0.0) is None  # logged, never raised into the poller

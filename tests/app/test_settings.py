@@ -39,3 +39,37 @@ def test_the_split_is_normalised_and_sticky(tmp_path):
     assert all(split.assign("same session") == split.assign("same session") for _ in range(3))
     with pytest.raises(ValueError, match="listed twice"):
         split_weights("ann:1,ann:2")
+
+
+def test_device_model_cache_and_torch_threads_reach_the_served_components(faq_env, db_url, shared_model_cache,
+                                                                          monkeypatch):
+    """FAQ_DEVICE, FAQ_MODEL_CACHE and FAQ_TORCH_THREADS from the environment, through a real app start:
+    the encoder is loaded by the service (MiniLM, runtime auto). CUDA is made to look present, so only
+    FAQ_DEVICE=cpu keeps "auto" on the CPU's int8 ONNX; its export is found in FAQ_MODEL_CACHE; the
+    service sets FAQ_TORCH_THREADS."""
+    import torch
+    from fastapi.testclient import TestClient
+
+    from app.api.main import create_app
+    from app.settings import get_settings
+    from migrations import runner
+
+    runner.upgrade(db_url)
+    for name, value in {"FAQ_DEVICE": "cpu", "FAQ_TORCH_THREADS": "1", "FAQ_ENCODER": "minilm",
+                        "FAQ_KB_POLL_SECONDS": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert faq_env.model_cache == shared_model_cache  # FAQ_MODEL_CACHE, set by the fixture
+    get_settings.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    calls: list[int] = []  # the service sets them in its start-up thread: recorded where they are set
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), set_threads(n))[1])
+    try:
+        with TestClient(create_app()) as client:
+            service = client.app.state.service
+            assert (service.settings.device, service.settings.torch_threads) == ("cpu", 1) and calls == [1]
+            assert service.encoder.id == "all-MiniLM-L6-v2" and service.encoder.runtime == "onnx-int8"
+            assert service.encoder.file.is_relative_to(shared_model_cache / "onnx")
+    finally:
+        set_threads(threads)
+        get_settings.cache_clear()

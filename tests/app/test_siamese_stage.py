@@ -17,7 +17,8 @@ from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry
 from index.build import build_index
 from index.retriever import Retriever
 from kb.records import KbRecord
-from models.matchers.mmaicm import Calibration, GloveWords
+from models.calibration import Calibration
+from models.encoders.words import GloveWords
 from models.scoring import pool
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese
 from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)

@@ -96,7 +96,9 @@ def test_mine_with_a_siamese_matcher_as_second_opinion(faq_env, tmp_path, capsys
     passes, with 1 none does; the key's proposals stay either way."""
     import torch
 
-    from models.matchers.mmaicm import Calibration, GloveWords
+    from models.calibration import Calibration
+
+    from models.encoders.words import GloveWords
     from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
 
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ def test_train_then_evaluate_on_wikiqa_files(tmp_path, capsys, monkeypatch, mini
     import models.encoders.load
 
     # the session's all-MiniLM-L6-v2, loaded once for every test that needs it
-    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec="minilm", device=None: minilm_encoder)
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec="minilm", **_: minilm_encoder)
     src = write_wikiqa(tmp_path / "wikiqa", WIKIQA_ROWS * 2)
     model = tmp_path / "model"
     assert main(["train", "mmaicm", "--data", "wikiqa", "--src", str(src), "--out", str(model), "--epochs", "2",

@@ -208,7 +208,7 @@ def write_wikiqa_rows(rows, folder=None):
 def test_run_analogy_selection_counts_and_rows(tmp_path, minilm_encoder):
     from evaluation.answer_selection import format_analogy_markdown, run_analogy_selection
     from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, select_prototypes
-    from models.matchers.mmaicm import GloveWords
+    from models.encoders.words import GloveWords
 
     src = write_wikiqa(tmp_path / "wikiqa", ANALOGY_ROWS)
     words = GloveWords()

@@ -83,16 +83,15 @@ def test_a_verified_copy_is_used_without_the_parts(tmp_path, monkeypatch):
         f.truncate(mpnet.WEIGHTS_SIZE)  # sparse: only the size is checked on load
     monkeypatch.setattr(mpnet, "part_files", lambda: pytest.fail("the parts must not be read again"))
     assert mpnet.mpnet_path(tmp_path) == str(folder) and mpnet.available(tmp_path)
-    monkeypatch.setenv("FAQ_MODEL_CACHE", str(tmp_path))
-    assert mpnet.default_cache_dir() == tmp_path
+    monkeypatch.setenv("FAQ_MODEL_CACHE", str(tmp_path))  # the caller's setting, never read by models/
+    assert mpnet.default_cache_dir() == Path("var") / "models"
 
 
-def test_the_installed_parts_make_the_recorded_model(real_mpnet_cache, monkeypatch):
+def test_the_installed_parts_make_the_recorded_model(real_mpnet_cache):
     """The real packages: checksums match what models/encoders/mpnet.py records, and the model encodes."""
-    monkeypatch.setenv("FAQ_MODEL_CACHE", str(real_mpnet_cache))
     from models.encoders.load import load_encoder
 
-    encoder = load_encoder("mpnet", device="cpu")
+    encoder = load_encoder("mpnet", device="cpu", cache_dir=real_mpnet_cache)
     assert encoder.id == "all-mpnet-base-v2" and encoder.dim == 768
     assert mpnet.is_ready(real_mpnet_cache / "all-mpnet-base-v2")
     v = encoder.encode(["how do I get my money back", "refund please", "my phone screen is cracked"])

@@ -121,13 +121,8 @@ def test_minilm_onnx_against_pytorch(minilm_encoder, tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("minilm-onnx")
     reference = minilm_encoder.encode(SENTENCES)
-    monkey_env = pytest.MonkeyPatch()
-    monkey_env.setenv("FAQ_MODEL_CACHE", str(cache))
-    try:
-        fp32 = load_encoder("minilm", runtime="onnx", threads=1)
-        int8 = load_encoder("minilm", runtime="onnx-int8", threads=1)
-    finally:
-        monkey_env.undo()
+    fp32 = load_encoder("minilm", runtime="onnx", threads=1, cache_dir=cache)
+    int8 = load_encoder("minilm", runtime="onnx-int8", threads=1, cache_dir=cache)
     assert fp32.id == int8.id == minilm_encoder.id and (fp32.runtime, int8.runtime) == ("onnx", "onnx-int8")
     assert (fp32.encode(SENTENCES) * reference).sum(1).min() > 0.9999
     cos = (int8.encode(SENTENCES) * reference).sum(1)

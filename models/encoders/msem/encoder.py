@@ -180,18 +180,19 @@ class MsemEncoder:
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, runtime: str = "torch",
-             threads: int | None = None) -> "MsemEncoder":
+             threads: int | None = None, cache_dir: str | Path | None = None) -> "MsemEncoder":
         """Load a model folder in eval mode; fp16 weights come back as fp32 (on CPU, then moved to `device`).
 
         `runtime` "onnx" / "onnx-int8" (models/encoders/runtime.py) runs the frozen base of a token-state model
         (MiniLM, mpnet) on ONNX Runtime; the MSEM layers stay in PyTorch (the GRU and the gated scan are
         a small share of the cost, docs/results.md). A GloVe model, or one that trains the base's top
-        layers, has no exported part and runs "torch" whatever is asked: `encoder.runtime` says which."""
+        layers, has no exported part and runs "torch" whatever is asked: `encoder.runtime` says which.
+        `cache_dir`: the model cache (mpnet, the exports; None: models/encoders/mpnet.py's default)."""
         from safetensors.torch import load_file
 
         directory = Path(directory)
         config = read_config(directory / CONFIG_FILE)
-        text = load_text(directory)
+        text = load_text(directory, cache_dir=cache_dir)
         weights_path = directory / WEIGHTS_FILE
         if not weights_path.exists():
             raise FileNotFoundError(f"{weights_path}: missing model weights")
@@ -210,7 +211,7 @@ class MsemEncoder:
             from models.encoders.runtime import OnnxSentenceEncoder
 
             text.use_runtime(OnnxSentenceEncoder(text.model_path, text.model_name, config.token_dim, runtime,
-                                                 default_cache_dir(), threads))
+                                                 cache_dir or default_cache_dir(), threads))
             encoder.runtime = runtime
         return encoder
 

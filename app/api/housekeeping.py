@@ -1,0 +1,134 @@
+"""The jobs that run beside the requests, started and stopped by the app's lifespan (app/api/main.py).
+
+At start-up: the sweep of builds whose process died, and the decider's traffic table (a restart keeps
+the table its build's traffic had earned). Then, every FAQ_KB_POLL_SECONDS, the poller thread: a new
+`current` build is loaded (`ServiceState.load_current_build`), else KB revision changes made elsewhere
+(e.g. `faq kb import` in another process) are applied (`ServiceState.refresh_kb`); then the query log
+is pruned when its hourly pass is due (FAQ_QUERY_LOG_RETENTION_DAYS) and the traffic table refreshed
+when due. Every job logs its failure and is tried again later: none stops the service.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+from app.api.state import ServiceState
+
+log = logging.getLogger(__name__)
+
+
+class Housekeeping:
+    #: the query log is pruned at most this often; several replicas doing it too only find less to delete
+    PRUNE_EVERY_S = 3600.0
+    #: one pass deletes for about this long (then the KB poll gets its turn); a bigger backlog goes on
+    #: at the next poll
+    PRUNE_PASS_S = 2.0
+    #: the served build's traffic table is recomputed at most this often
+    TRAFFIC_EVERY_S = 300.0
+
+    def __init__(self, state: ServiceState):
+        self.state = state
+        self._prune_due = 0.0  # time.monotonic() of the next pass
+        self._traffic_due = 0.0
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def open(self) -> None:
+        """Blocking start-up jobs (run in a thread by the lifespan, after ServiceState.open), then the poller."""
+        self.sweep_builds()
+        self.refresh_traffic(force=True)
+        poll_seconds = self.state.settings.kb_poll_seconds
+        if poll_seconds and poll_seconds > 0:
+            self._poller = threading.Thread(target=self._poll_loop, name="faq-kb-poller", daemon=True)
+            self._poller.start()
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.open)
+
+    async def stop(self) -> None:
+        """Stop the poller (waiting up to 10 s for a refresh it is in); before the state closes the store."""
+        self._stop.set()
+        if self._poller is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._poller.join, 10.0)
+
+    # -- the KB poller -----------------------------------------------------------------------
+    def poll_once(self) -> None:
+        """One poller step: a new `current` build wins; otherwise follow KB revision changes."""
+        state = self.state
+        version = state.registry.current()  # reads one symlink: cheap enough every few seconds
+        if version is not None and version != getattr(state.retriever, "version", None) \
+                and version != state.failed_version:
+            try:
+                state.load_current_build(reason="new build")
+            except Exception:
+                state.failed_version = version  # logged once; a reload or the next build tries again
+                raise
+            return
+        if state.retriever is not None and state.store.revision() != state.kb_revision:
+            state.refresh_kb(reason="kb poll")
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.state.settings.kb_poll_seconds):
+            try:
+                self.poll_once()
+            except Exception:
+                log.exception("KB/index poll failed (will retry)")
+            self.prune_query_log()
+            self.refresh_traffic()
+
+    # -- the decider's traffic table ---------------------------------------------------------
+    def refresh_traffic(self, now: float | None = None, force: bool = False) -> int | None:
+        """Give the decider the latest logged top scores of the served build (app/decision.py `set_traffic`),
+        when a refresh is due; returns how many were read, None when none ran. Never raises."""
+        from index.decision import TRAFFIC_WINDOW
+
+        state = self.state
+        now = time.monotonic() if now is None else now
+        retriever, matcher = state.retriever, state.matcher
+        if (not force and now < self._traffic_due) or retriever is None or matcher is None \
+                or not state.settings.query_log or state.store is None:
+            return None
+        self._traffic_due = now + self.TRAFFIC_EVERY_S
+        try:
+            scores = state.store.recent_scores(str(retriever.version), ("ann", "lexical"), TRAFFIC_WINDOW)
+        except Exception:
+            log.exception("could not read the query log's scores (next try in %.0f s)", self.TRAFFIC_EVERY_S)
+            return None
+        matcher.decider.set_traffic(str(retriever.version), scores)
+        return len(scores)
+
+    # -- debris of killed builds, query-log retention ------------------------------------------
+    def sweep_builds(self) -> None:
+        """Mark builds whose process died failed and remove their staging folders (index.build.sweep_builds:
+        running builds of other processes are left alone). Never stops start-up."""
+        from index.build import sweep_builds
+
+        try:
+            sweep_builds(self.state.store, self.state.registry)
+        except Exception:
+            log.exception("could not sweep orphaned index builds")
+
+    def prune_query_log(self, now: float | None = None) -> int | None:
+        """Delete query-log rows older than FAQ_QUERY_LOG_RETENTION_DAYS (0 = keep forever) when a pass
+        is due; returns the rows deleted, None when no pass ran. Never raises."""
+        days = int(getattr(self.state.settings, "query_log_retention_days", 90) or 0)
+        now = time.monotonic() if now is None else now
+        if days <= 0 or now < self._prune_due:
+            return None
+        self._prune_due = now + self.PRUNE_EVERY_S
+        try:
+            result = self.state.store.prune_query_log(datetime.now(timezone.utc) - timedelta(days=days),
+                                                      max_seconds=self.PRUNE_PASS_S)
+        except Exception:
+            log.exception("could not prune the query log (next try in %.0f s)", self.PRUNE_EVERY_S)
+            return None
+        if not result.done:
+            self._prune_due = now
+        if result.deleted:
+            log.info("pruned %d query-log rows older than %d days%s", result.deleted, days,
+                     "" if result.done else " (more to go)")
+        return result.deleted

@@ -1,0 +1,393 @@
+"""The knowledge base: FAQs and their phrasings (question variants), the revision every change bumps,
+bulk import/export of KB records, the admin API's CRUD and the snapshot a served index applies.
+
+Every KB mutation runs in one serialised write transaction that bumps the revision with the change
+(app/store/base.py). Text that no database can hold (kb.records.text_problem) never reaches a
+statement: writes reject it (KbValidationError) and lookups by such a key find nothing.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement, Connection, Row, Text, and_, bindparam, delete, exists, false, func, insert, or_, select,
+    type_coerce, update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from app.db.models import utcnow
+from app.store.base import (
+    StorePart, builds_t, bump_revision, chunks, faqs_t, read_revision, storable, utc, variants_t,
+)
+from app.store.builds import build_dict
+from kb.records import FaqSpec, KbRecord, KbValidationError, check_faq, check_record, group_records
+
+
+class FaqExists(Exception):
+    """create_faq() with a faq_id that is already taken."""
+
+
+class FaqNotFound(Exception):
+    """update_faq() of a faq_id that does not exist."""
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    variant_id: int
+    faq_id: str
+    question: str
+
+
+@dataclass(frozen=True)
+class KbSnapshot:
+    revision: int
+    variants: list[VariantRow]  # ordered by variant_id
+    faqs: dict[str, tuple[str, list[str]]]  # faq_id -> (answer, tags)
+
+
+@dataclass(frozen=True)
+class FaqOut:
+    faq_id: str
+    answer: str
+    tags: list[str]
+    questions: list[str]  # in variant_id order
+    created_at: datetime
+    updated_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, with dry_run, would do). An FAQ counts as updated when its answer,
+    tags or question set changed; deleting an FAQ (sync) also counts its variants as removed."""
+
+    faqs_created: int = 0
+    faqs_updated: int = 0
+    faqs_unchanged: int = 0
+    faqs_deleted: int = 0
+    variants_added: int = 0
+    variants_removed: int = 0
+    variants_unchanged: int = 0
+    revision_before: int = 0
+    revision: int = 0
+    sync: bool = False
+    dry_run: bool = False
+
+    @property
+    def changes(self) -> int:
+        return (self.faqs_created + self.faqs_updated + self.faqs_deleted
+                + self.variants_added + self.variants_removed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "changes": self.changes}
+
+
+def _like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class KbStore(StorePart):
+    # ------------------------------------------------------------ import / export
+
+    @staticmethod
+    def _validate_import(records: Iterable[KbRecord]) -> dict[str, FaqSpec]:
+        """Same checks as read_kb (kb_io.check_record + group_records); raises KbValidationError."""
+        errors: list[str] = []
+        located: list[tuple[str, KbRecord]] = []
+        bad_faq_ids: set[str] = set()
+        for i, raw in enumerate(records, start=1):
+            record, problems = check_record(raw.faq_id, raw.question, raw.answer, raw.tags)
+            if record is None:
+                errors.extend(f"record {i}: {p}" for p in problems)
+                if isinstance(raw.faq_id, str):
+                    bad_faq_ids.add(raw.faq_id.strip())
+            else:
+                located.append((f"record {i}", record))
+        specs, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
+        errors.extend(f"{loc}: {reason}" for loc, reason in group_problems)
+        if errors:
+            raise KbValidationError(errors)
+        return specs
+
+    def import_records(self, records: Iterable[KbRecord], sync: bool = False, dry_run: bool = False) -> ImportReport:
+        """Upsert FAQs and their variants in one transaction; see ImportReport for what is counted.
+
+        Each FAQ in `records` gets the answer and tags given there (tags default to []); its variants
+        are added when missing. With `sync`, variants of those FAQs that are not in `records` and FAQs
+        not in `records` at all are deleted. With `dry_run`, the transaction is rolled back.
+        Validation happens before any write: invalid input raises KbValidationError and changes nothing.
+        Re-importing the same records changes nothing and leaves the revision alone.
+        """
+        specs = self._validate_import(records)
+        report = ImportReport(sync=sync, dry_run=dry_run)
+        now = utcnow()
+        with self._write() as conn:
+            report.revision_before = report.revision = read_revision(conn)
+            existing = self._load_faqs(conn)
+            have: dict[str, dict[str, int]] = {}  # faq_id -> {question: variant id}
+            for vid, faq_id, question in conn.execute(
+                select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question)
+            ).all():
+                have.setdefault(faq_id, {})[question] = vid
+
+            new_faqs: list[dict] = []
+            changed_faqs: list[dict] = []
+            new_variants: list[dict] = []
+            removed_variant_ids: list[int] = []
+            for faq_id, spec in specs.items():
+                current_questions = have.get(faq_id, {})
+                added = [q for q in spec.questions if q not in current_questions]
+                removed: list[int] = []
+                if sync:
+                    wanted = set(spec.questions)
+                    removed = [vid for q, vid in current_questions.items() if q not in wanted]
+                report.variants_added += len(added)
+                report.variants_removed += len(removed)
+                report.variants_unchanged += len(spec.questions) - len(added)
+                new_variants.extend(
+                    {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
+                )
+                removed_variant_ids.extend(removed)
+                current = existing.get(faq_id)
+                if current is None:
+                    report.faqs_created += 1
+                    new_faqs.append({"faq_id": faq_id, "answer": spec.answer, "tags": spec.tags,
+                                     "created_at": now, "updated_at": now})
+                elif current != (spec.answer, spec.tags) or added or removed:
+                    report.faqs_updated += 1
+                    changed_faqs.append({"key": faq_id, "answer": spec.answer, "tags": spec.tags, "updated_at": now})
+                else:
+                    report.faqs_unchanged += 1
+            deleted_faq_ids = [f for f in existing if f not in specs] if sync else []
+            report.faqs_deleted = len(deleted_faq_ids)
+            report.variants_removed += sum(len(have.get(f, {})) for f in deleted_faq_ids)
+
+            if report.changes:
+                self._apply_import(conn, new_faqs, changed_faqs, new_variants, removed_variant_ids, deleted_faq_ids)
+                report.revision = bump_revision(conn)
+            if dry_run:
+                conn.rollback()
+        return report
+
+    @staticmethod
+    def _apply_import(conn: Connection, new_faqs: list[dict], changed_faqs: list[dict], new_variants: list[dict],
+                      removed_variant_ids: list[int], deleted_faq_ids: list[str]) -> None:
+        """Bulk statements only: a handful of executemany calls however large the import."""
+        for chunk in chunks(deleted_faq_ids):  # variants go with them (ON DELETE CASCADE)
+            conn.execute(delete(faqs_t).where(faqs_t.c.faq_id.in_(chunk)))
+        for chunk in chunks(removed_variant_ids):
+            conn.execute(delete(variants_t).where(variants_t.c.id.in_(chunk)))
+        if new_faqs:
+            conn.execute(insert(faqs_t), new_faqs)
+        if changed_faqs:
+            # executemany UPDATE: the SET clause comes from the parameter keys
+            conn.execute(update(faqs_t).where(faqs_t.c.faq_id == bindparam("key")), changed_faqs)
+        if new_variants:
+            conn.execute(insert(variants_t), new_variants)
+
+    @staticmethod
+    def _load_faqs(conn: Connection) -> dict[str, tuple[str, list[str]]]:
+        """faq_id -> (answer, tags). Speed matters here (100k-row KBs are re-read on every change):
+        rows are fetched in one go and tags decoded with json.loads directly, skipping SQLAlchemy's
+        per-value JSON processor (psycopg2 already returns them decoded)."""
+        rows = conn.execute(
+            select(faqs_t.c.faq_id, faqs_t.c.answer, type_coerce(faqs_t.c.tags, Text))
+        ).all()
+        loads = json.loads
+        return {faq_id: (answer, tags if isinstance(tags, list) else loads(tags) if tags else [])
+                for faq_id, answer, tags in rows}
+
+    def _load_kb(self, conn: Connection) -> tuple[dict[str, tuple[str, list[str]]], list[VariantRow]]:
+        faqs = self._load_faqs(conn)
+        rows = conn.execute(
+            select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question).order_by(variants_t.c.id)
+        ).all()
+        return faqs, [VariantRow(vid, faq_id, question) for vid, faq_id, question in rows]
+
+    def export_records(self) -> Iterator[KbRecord]:
+        """Every variant with its FAQ's answer and tags: FAQs in order of their first variant,
+        variants in id order (so an exported file re-imports in the same order)."""
+        with self._read() as conn:
+            faqs, variants = self._load_kb(conn)
+        by_faq: dict[str, list[str]] = {}
+        for v in variants:
+            by_faq.setdefault(v.faq_id, []).append(v.question)
+        for faq_id, questions in by_faq.items():
+            answer, tags = faqs[faq_id]
+            for question in questions:
+                yield KbRecord(faq_id=faq_id, question=question, answer=answer, tags=list(tags))
+
+    def snapshot(self) -> KbSnapshot:
+        with self._read() as conn:
+            revision = read_revision(conn)
+            faqs, variants = self._load_kb(conn)
+        return KbSnapshot(revision=revision, variants=variants, faqs=faqs)
+
+    def revision(self) -> int:
+        with self.engine.connect() as conn:
+            return read_revision(conn)
+
+    def stats(self) -> dict[str, Any]:
+        """KB summary; JSON-serialisable (timestamps as ISO strings)."""
+        with self._read() as conn:
+            revision = read_revision(conn)
+            faq_tags = conn.execute(select(faqs_t.c.faq_id, faqs_t.c.tags)).all()
+            per_faq = dict(conn.execute(
+                select(variants_t.c.faq_id, func.count()).group_by(variants_t.c.faq_id)
+            ).all())
+            last = conn.execute(select(builds_t).order_by(builds_t.c.id.desc()).limit(1)).first()
+        counts = [per_faq.get(faq_id, 0) for faq_id, _ in faq_tags]
+        tag_counts = Counter(tag for _, tags in faq_tags for tag in (tags or []))
+        return {
+            "faqs": len(faq_tags),
+            "variants": sum(counts),
+            "variants_per_faq": (
+                {"min": min(counts), "median": statistics.median(counts), "max": max(counts)} if counts else None
+            ),
+            "faqs_without_variants": sum(1 for c in counts if c == 0),
+            "tags": len(tag_counts),
+            "top_tags": tag_counts.most_common(10),
+            "revision": revision,
+            "last_build": build_dict(last, iso=True) if last is not None else None,
+        }
+
+    # ------------------------------------------------------------ CRUD (admin API)
+
+    def _faq_outs(self, conn: Connection, faq_rows: list[Row]) -> list[FaqOut]:
+        ids = [row.faq_id for row in faq_rows]
+        questions: dict[str, list[str]] = {faq_id: [] for faq_id in ids}
+        for chunk in chunks(ids):
+            for faq_id, question in conn.execute(
+                select(variants_t.c.faq_id, variants_t.c.question)
+                .where(variants_t.c.faq_id.in_(chunk))
+                .order_by(variants_t.c.id)
+            ):
+                questions[faq_id].append(question)
+        return [
+            FaqOut(faq_id=row.faq_id, answer=row.answer, tags=list(row.tags or []), questions=questions[row.faq_id],
+                   created_at=utc(row.created_at), updated_at=utc(row.updated_at))
+            for row in faq_rows
+        ]
+
+    @staticmethod
+    def _search_filter(q: str | None) -> ColumnElement[bool] | None:
+        if not q:
+            return None
+        if not storable(q):  # stored text never contains it (and PostgreSQL refuses to compare with it)
+            return false()
+        pattern = _like_pattern(q)
+        return or_(
+            faqs_t.c.faq_id.ilike(pattern, escape="\\"),
+            faqs_t.c.answer.ilike(pattern, escape="\\"),
+            exists().where(and_(variants_t.c.faq_id == faqs_t.c.faq_id,
+                                variants_t.c.question.ilike(pattern, escape="\\"))),
+        )
+
+    def list_faqs(self, offset: int = 0, limit: int = 50, q: str | None = None) -> list[FaqOut]:
+        """FAQs ordered by faq_id; `q` keeps those whose id, answer or a question contains it (any case)."""
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        stmt = select(faqs_t).order_by(faqs_t.c.faq_id).offset(offset).limit(limit)
+        condition = self._search_filter(q)
+        if condition is not None:
+            stmt = stmt.where(condition)
+        with self._read() as conn:
+            return self._faq_outs(conn, conn.execute(stmt).all())
+
+    def count_faqs(self, q: str | None = None) -> int:
+        stmt = select(func.count()).select_from(faqs_t)
+        condition = self._search_filter(q)
+        if condition is not None:
+            stmt = stmt.where(condition)
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def get_faq(self, faq_id: str) -> FaqOut | None:
+        if not storable(faq_id):
+            return None
+        with self._read() as conn:
+            return self._get(conn, faq_id)
+
+    def _get(self, conn: Connection, faq_id: str) -> FaqOut | None:
+        row = conn.execute(select(faqs_t).where(faqs_t.c.faq_id == faq_id)).first()
+        return self._faq_outs(conn, [row])[0] if row is not None else None
+
+    def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = ()) -> FaqOut:
+        """Raises FaqExists, or KbValidationError for invalid fields (same rules as KB files)."""
+        faq_id, answer, questions, tags = check_faq(faq_id, answer, questions, list(tags or ()))
+        now = utcnow()
+        with self._write() as conn:
+            if conn.execute(select(faqs_t.c.faq_id).where(faqs_t.c.faq_id == faq_id)).first() is not None:
+                raise FaqExists(f"FAQ {faq_id!r} already exists")
+            try:
+                conn.execute(insert(faqs_t).values(faq_id=faq_id, answer=answer, tags=tags,
+                                                   created_at=now, updated_at=now))
+            except IntegrityError as exc:  # only reachable if someone bypasses the store's lock
+                raise FaqExists(f"FAQ {faq_id!r} already exists") from exc
+            conn.execute(insert(variants_t), [
+                {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in questions
+            ])
+            bump_revision(conn)
+            return self._get(conn, faq_id)
+
+    def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
+                   tags: Iterable[str] | None = None) -> FaqOut:
+        """Change the given fields (None: keep). `questions` replaces the whole set; variants that stay
+        keep their ids (so the index need not re-encode them). Raises FaqNotFound / KbValidationError.
+        The revision is bumped only when something actually changed."""
+        faq_id, answer, questions, tags = check_faq(
+            faq_id, answer, None if questions is None else list(questions),
+            None if tags is None else list(tags), partial=True,
+        )
+        now = utcnow()
+        with self._write() as conn:
+            row = conn.execute(select(faqs_t).where(faqs_t.c.faq_id == faq_id)).first()
+            if row is None:
+                raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
+            changes: dict[str, Any] = {}
+            if answer is not None and answer != row.answer:
+                changes["answer"] = answer
+            if tags is not None and tags != list(row.tags or []):
+                changes["tags"] = tags
+            variants_changed = False
+            if questions is not None:
+                current = {q: vid for vid, q in conn.execute(
+                    select(variants_t.c.id, variants_t.c.question).where(variants_t.c.faq_id == faq_id))}
+                removed = [vid for q, vid in current.items() if q not in set(questions)]
+                added = [q for q in questions if q not in current]
+                for chunk in chunks(removed):
+                    conn.execute(delete(variants_t).where(variants_t.c.id.in_(chunk)))
+                if added:
+                    conn.execute(insert(variants_t), [
+                        {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
+                    ])
+                variants_changed = bool(removed or added)
+            if changes or variants_changed:
+                conn.execute(update(faqs_t).where(faqs_t.c.faq_id == faq_id).values(updated_at=now, **changes))
+                bump_revision(conn)
+            return self._get(conn, faq_id)
+
+    def faq_exists(self, faq_id: str) -> bool:
+        if not storable(faq_id):
+            return False
+        with self.engine.connect() as conn:
+            return conn.execute(select(faqs_t.c.faq_id).where(faqs_t.c.faq_id == faq_id)).first() is not None
+
+    def delete_faq(self, faq_id: str) -> bool:
+        """Delete an FAQ and its variants; False when it did not exist."""
+        if not storable(faq_id):
+            return False
+        with self._write() as conn:
+            deleted = conn.execute(delete(faqs_t).where(faqs_t.c.faq_id == faq_id)).rowcount > 0
+            if deleted:
+                bump_revision(conn)
+            return deleted
