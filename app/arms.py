@@ -4,10 +4,10 @@ Four arms answer `/match` (and are compared by `faq eval ab`):
 
 | arm              | recall stage                                    | final score                              |
 |------------------|-------------------------------------------------|------------------------------------------|
-| `ann`            | Annoy over the encoder's vectors                | calibrated cosine sigmoid(a*cos+b)       |
-| `ann+rerank`     | the same, top `rerank_k` FAQs                   | cross-encoder probability                |
-| `lexical`        | BM25 top-K FAQs (K = 30; index/lexical.py)      | calibrated cosine of the BM25 candidates |
-| `lexical+rerank` | the same, top `rerank_k` FAQs                   | cross-encoder probability                |
+| `ann`            | Annoy over the encoder's vectors                | decision model's P(right) (app/decision) |
+| `ann+rerank`     | the same, top `rerank_k` FAQs                   | the re-ranking stages' pooled probability|
+| `lexical`        | BM25 top-K FAQs (K = 30; index/lexical.py)      | the same, over the BM25 candidates       |
+| `lexical+rerank` | the same, top `rerank_k` FAQs                   | the re-ranking stages' pooled probability|
 
 `lexical` is the paper's baseline (Elasticsearch recalls 30 candidates, MSEM re-ranks them): the BM25
 candidates' variants are scored with the SAME stored vectors and calibration the `ann` arm uses, so

@@ -1,7 +1,7 @@
 """All runtime configuration in one place, read from the environment with the `FAQ_` prefix.
 
 Imports only pydantic: what a value means (which encoder a spec loads, which engine "auto" picks) is
-decided by the code that uses it (app/pipeline.py, index/lexical.py); here values are only parsed and
+decided by the code that uses it (app/assembly.py, app/pipeline.py, index/lexical.py); here values are only parsed and
 checked, so a bad variable fails at start-up with its name.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     # Encoder spec: "mpnet" (all-mpnet-base-v2: accurate mode), "minilm" (all-MiniLM-L6-v2: fast mode),
     # "msem" (the general MSEM shipped in models/default) or a model folder from `faq train msem`.
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
-    # and builds use the default (app/pipeline.py `encoder_spec`: mpnet when installed, else minilm).
+    # and builds use the default (app/assembly.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
     # Where all-mpnet-base-v2 is reassembled on first use (models/encoders/mpnet.py); unset: <data_dir>/models
     # (`mpnet_cache`, what every model load is given). The ONNX exports of the runtime below are cached there
@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     # ONNX Runtime threads
     torch_threads: int = 2
     encode_workers: int = 1
-    # exact query cache (app/pipeline.py QueryCache): finished results of repeated queries, emptied by
+    # exact query cache (app/query_cache.py QueryCache): finished results of repeated queries, emptied by
     # every index swap and KB change; 0 = off
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     default_top_k: int = 5

@@ -1,8 +1,9 @@
 """Draw the package layout from the code: docs/architecture.png and the text diagram in docs/architecture.md.
 
 The layers come from the import-linter layers contract in pyproject.toml, the boxes from the packages on
-disk (each package's folders and modules, with their line counts), the arrows from the imports grimp
-finds (how many module-to-module imports go from one package to another). Run after moving code:
+disk (each package's folders and modules; the PNG adds line counts), and each box's "imports ->" line from
+the imports grimp finds (how many module-to-module imports go from one package to another). Run after
+adding, moving or removing a module (tests/test_doc_links.py checks the text diagram):
 
     .venv/bin/python scripts/draw_architecture.py          # rewrites the PNG, prints the text diagram
     .venv/bin/python scripts/draw_architecture.py --check  # exit 1 when docs/architecture.md's diagram is stale
@@ -69,14 +70,29 @@ def packages_order(rows: list[list[str]]):
     return lambda package: order.get(package, len(order))
 
 
+def sub_lines(folder: str, depth: int = 1) -> list[str]:
+    """One indented line per sub-package (two levels deep): its folders and modules."""
+    out = []
+    for name, _ in sorted(parts(folder)):
+        if name.endswith("/") and depth <= 2:
+            inner = f"{folder}/{name.rstrip('/')}"
+            if not parts(inner):
+                continue
+            out.append(f"{'  ' * depth}{inner}/: {', '.join(sorted(n for n, _ in parts(inner)))}")
+            out.extend(sub_lines(inner, depth + 1))
+    return out
+
+
 def text_diagram(rows: list[list[str]], edges: Counter) -> str:
     out = ["```"]
     for row in rows:
         cells = []
-        for package in row:
-            names = ", ".join(name for name, _ in parts(package))
-            cells.append(f"{package}/ ({lines_of(REPO / package):,} lines): {names}")
+        for package in row:  # names only: the checked text must not change with every edit of a file
+            names = ", ".join(sorted(name for name, _ in parts(package)))
+            cells.append(f"{package}/: {names}")
         out.append("  |  ".join(cells))
+        for package in row:
+            out.extend(sub_lines(package))
         targets = sorted({b for (a, b) in edges if a in row})
         if targets and row is not rows[-1]:
             out.append(f"    imports -> {', '.join(targets)}")

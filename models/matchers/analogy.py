@@ -263,7 +263,7 @@ class AnalogyScorer:
         self.encoder = encoder.to(self.device)
         self.words = words
         #: p(answers) = sigmoid(a * score + b), fitted on dev at the end of training (identity until then);
-        #: what a re-ranking stage pools with the first stage (app/pipeline.py AnalogyStage)
+        #: what a re-ranking stage pools with the first stage (app/stages/analogy.py AnalogyStage)
         self.calibration = Calibration()
         self.prototypes = list(prototypes)
         self.name = name

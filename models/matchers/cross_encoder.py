@@ -4,7 +4,7 @@ A bi-encoder compares two independently pooled vectors, so "increase my limit" a
 land next to each other; a cross-encoder reads both texts in one Transformer pass (every layer attends
 across the pair) and can see the one word that flips the meaning. Built as in
 `../shared/papers/stl-cross-encoder-qqp-stsb.txt` (sequential transfer: binary paraphrase pairs, then
-STS-B regression; training lives in training/cross_encoder.py).
+STS-B regression; training lives in training/cross_encoder/).
 
     CrossEncoder      a Transformer body (the first `n_layers` of the base: all-MiniLM-L6-v2's BERT, 6 layers,
                       or all-mpnet-base-v2's MPNet, 12) -> masked mean pool -> Linear heads:
@@ -24,7 +24,7 @@ its batch-mates are (tested).
 Two heads (`sts_head`, ours): the paper replaces the classification head by a regression head in phase
 B; measured here, that regression erased the phase A sensitivity to one flipped word (STS-B scores
 "increase" vs "decrease" as fairly similar), so the default keeps the phase A head for matching and adds
-a regression head for STS-B (phase B rehearses phase A batches; training/cross_encoder.py). A folder with a
+a regression head for STS-B (phase B rehearses phase A batches; training/cross_encoder/). A folder with a
 single head (`sts_head: false`, the paper's recipe) serves its one logit for both.
 
 Calibration: `p = sigmoid(a * match_logit + b)` is fitted after training on held-out binary pairs
