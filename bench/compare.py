@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         for encoder in args.faq_encoder:
             for runtime in args.runtime:
                 systems.append(_guarded(system_name(encoder, runtime), "faq-match",
-                                        lambda: run_faq_match(encoder, runtime, args, tmp, runs_dir)))
+                                        lambda e=encoder, r=runtime: run_faq_match(e, r, args, tmp, runs_dir)))
         if not args.no_peer:
             systems.append(_guarded(f"{PEER} {args.peer_model}", PEER, lambda: run_peer(args, tmp, runs_dir)))
     finally:

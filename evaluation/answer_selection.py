@@ -237,7 +237,7 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
         else:
             first_of_kind[kind] = scorer
         name = Path(folder).resolve().name
-        signal = PairScores(lambda pairs: scorer.score_pairs(pairs, batch_size=batch_size, progress=progress))
+        signal = PairScores(lambda pairs, s=scorer: s.score_pairs(pairs, batch_size=batch_size, progress=progress))
         mm = {"test": signal.of(test), "paper": signal.of(paper), "dev": signal.of(dev), "raw": signal.of(raw or [])}
         config = {k: getattr(scorer.config, k) for k in ("word_repr", "matcher", "use_attention", "context", "alpha")}
         rows.append(_row(name, "mmaicm", test, paper, dev, raw, mm, folder=str(folder), config=config, id=scorer.id))
@@ -420,7 +420,7 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
         enc = encoder_objs[spec] = enc if isinstance(enc, _Memo) else _Memo(enc)
         label = {"glove": "GloVe average", "minilm": "MiniLM", "mpnet": "mpnet"}[spec]
         for analogy in (False, True):
-            f = lambda ls: _vector_scores(enc, ls, protos, analogy)  # noqa: E731
+            f = lambda ls, e=enc, a=analogy: _vector_scores(e, ls, protos, a)  # noqa: E731
             dev_map = float(np.mean([average_precision(x, l.labels) for x, l in zip(f(dev_lists), dev_lists)])) \
                 if dev_lists else None
             rows.append(_typed_row(f"{label} {'analogy (best of k)' if analogy else 'cosine'}",

@@ -197,7 +197,7 @@ def evaluate_kb(model: DecisionModel | None, kb: KbData, split: str | None, thre
     first = np.array([bool(c) and c[0].faq_id == g for _, c, g, _, _ in rows])
     platt = np.array([s for *_, s in rows])
     tops, ps, options = [], [], []
-    for text, cands, gold, _, _ in rows:
+    for text, cands, _gold, _, _ in rows:
         ids, p = top_of(model, text, cands, kb.reference)
         tops.append(ids[0] if ids else None)
         ps.append(float(p[0]) if len(p) else 0.0)

@@ -124,7 +124,7 @@ class LexicalIndex(ABC):
             return str(exc)
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: only engines holding connections override it)
         """Release the engine's resources (connections)."""
 
     def search_variants(self, query: str, size: int) -> list[LexicalHit]:

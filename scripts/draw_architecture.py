@@ -137,7 +137,7 @@ def draw(rows: list[list[str]], edges: Counter, path: Path) -> None:
             centre[package] = (x + box_w / 2, y, y + row_h, box_w)
     # one line per box instead of arrows: which packages below it imports, and how many module imports
     order = packages_order(rows)
-    for package, (x_mid, y, top, box_w) in centre.items():
+    for package, (x_mid, y, _top, box_w) in centre.items():
         targets = sorted((b for (a, b) in edges if a == package), key=order)
         if targets:
             line = "imports ->  " + "   ".join(f"{b} ({edges[(package, b)]})" for b in targets)

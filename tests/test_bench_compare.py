@@ -2,6 +2,7 @@
 bench/compare.py (ratios, summaries, Markdown), with a hashed bag-of-words encoder instead of a model."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import zlib
@@ -185,7 +186,7 @@ def test_markdown_report_has_every_run_and_ratio():
 
 def test_argument_parsing_helpers():
     assert compare.parse_concurrency("1, 32") == [1, 32]
-    with pytest.raises(Exception):
+    with pytest.raises(argparse.ArgumentTypeError, match="1..256"):
         compare.parse_concurrency("0")
     assert compare.parse_list("minilm,mpnet,") == ["minilm", "mpnet"]
     assert compare.parse_build_rate("encoded 100 sentences in 0.2s (455 sentences/s, encoder x)\n"

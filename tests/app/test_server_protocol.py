@@ -2,7 +2,6 @@
 real uvicorn server on loopback; normal and keep-alive requests are unaffected."""
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time

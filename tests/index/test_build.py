@@ -142,7 +142,6 @@ def test_build_rejects_bad_parameters_and_an_empty_kb(store, minilm_encoder, tmp
 
 def test_cli_build_list_verify_activate(faq_env, index_kb_records, capsys, monkeypatch):
     from cli.main import main
-    from app.store import FaqStore
 
     monkeypatch.setenv("FAQ_ENCODER", "minilm")
     monkeypatch.setenv("FAQ_TORCH_THREADS", "1")

@@ -102,7 +102,7 @@ def test_replay_leaves_each_phrasing_out_and_references_the_background():
     assert ref.n_background == 20 and ref.heldout[50] > ref.background[50]
     held = [q for q in played.queries["1/0.50"] if q[2] is not None]
     assert len(held) == 12
-    for text, cands, own in held:
+    for _text, cands, own in held:
         mine = [c for c in cands if c.faq_id == own]
         assert mine and mine[0].n_phrasings == 2  # itself left out
         assert "topic" + own[-1] in mine[0].words  # its answer's and other phrasings' words

@@ -104,7 +104,7 @@ def test_quadruples_stay_within_a_type_with_correct_labels():
     quads = QuadrupleSampler(lists, protos, per_answer=2).sample(random.Random(0))
     by_question = {l.question: l for l in lists}
     assert quads and sum(y for *_, y in quads) == len(quads) / 2
-    for qp, ap, q, a, y in quads:
+    for qp, _ap, q, a, y in quads:
         assert question_type(qp) == question_type(q) and qp != q
         l = by_question[q]
         assert l.labels[l.candidates.index(a)] == y
@@ -157,7 +157,7 @@ def test_single_answer_lists_get_negatives_of_their_type():
     negatives = [x for x in quads if x[4] == 0]
     assert negatives and len(negatives) == len(quads) / 2
     answers = {l.question: l.candidates[0] for l in lists}
-    for qp, ap, q, a, y in negatives:
+    for _qp, _ap, q, a, _y in negatives:
         assert a != answers[q]
         assert (a in {"it rained in 1990", "it snowed in 1991"}) == (question_type(q) == "when")
 

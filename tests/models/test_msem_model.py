@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.glove import GloVe
-from models.encoders.msem.model import MSEM, MsemConfig, dynamic_average_pooling
+from models.encoders.msem.model import MsemConfig, dynamic_average_pooling
 from models.encoders.msem.encoder import MsemEncoder
 from models.text import PAD_ID, UNK_ID, TextEncoder, normalise, tokenize
 
