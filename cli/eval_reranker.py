@@ -59,17 +59,19 @@ def cmd_stress(args: argparse.Namespace) -> int:
     from models.matchers.cross_encoder import RerankerError, load_reranker
 
     scorers: dict = {}
+    settings = get_settings()
+    device, cache_dir = settings.device, settings.mpnet_cache  # FAQ_DEVICE, FAQ_MODEL_CACHE
     msem = args.msem or (str(default_msem_dir()) if (default_msem_dir() / "config.json").exists() else None)
     try:
-        scorers["MSEM cosine"] = cosine_scorer(load_encoder(msem)) if msem else None
-        scorers["all-MiniLM-L6-v2 cosine"] = cosine_scorer(load_encoder("minilm"))
-        rerankers = args.reranker or ([get_settings().reranker] if get_settings().reranker else [])
+        scorers["MSEM cosine"] = cosine_scorer(load_encoder(msem, device=device, cache_dir=cache_dir)) if msem else None
+        scorers["all-MiniLM-L6-v2 cosine"] = cosine_scorer(load_encoder("minilm", device=device, cache_dir=cache_dir))
+        rerankers = args.reranker or ([settings.reranker] if settings.reranker else [])
         if not rerankers:
             print("note: no --reranker and no FAQ_RERANKER: the cross-encoder column is n/a", file=sys.stderr)
             scorers["cross-encoder"] = None
         for spec in rerankers:
             name, path = _named(spec)
-            model = load_reranker(path, runtime=args.runtime)
+            model = load_reranker(path, runtime=args.runtime, device=device)
             scorers[name] = lambda pairs, m=model: np.asarray(m.score_pairs(pairs), dtype=np.float64)
         report = run_stress(scorers, args.suite or STRESS_FILE)
     except (RerankerError, ValueError, FileNotFoundError) as exc:
@@ -86,6 +88,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
 def cmd_reranker(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from app.settings import get_settings
     from training.pairs import PairFileError, read_pair_file
     from models.matchers.cross_encoder import RerankerError, load_reranker
     from models.scoring import best_threshold
@@ -99,7 +102,7 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         print("error: --limit must be >= 10", file=sys.stderr)
         return 2
     try:
-        model = load_reranker(args.reranker, runtime=args.runtime)
+        model = load_reranker(args.reranker, runtime=args.runtime, device=get_settings().device)  # FAQ_DEVICE
         report: dict = {"reranker": args.reranker, "runtime": model.runtime.name, "id": model.id}
         if args.stsb:
             pairs = read_stsb(Path(args.stsb) / "sts-test.csv")[: args.limit]

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
+from pathlib import Path
 
 
 def _command_line() -> str | None:
@@ -23,6 +23,16 @@ def _set_threads(threads: int | None) -> bool:
 
     torch.set_num_threads(threads)
     return True
+
+
+def _model_settings(device: str | None) -> tuple[str | None, Path]:
+    """(device, model cache) of a training command: its --device when given, else FAQ_DEVICE; the cache is
+    FAQ_MODEL_CACHE (mpnet and the ONNX exports), as for the service."""
+    from app.settings import get_settings
+
+    settings = get_settings()
+    return device or settings.device, settings.mpnet_cache
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     tr = subparsers.add_parser("train", help="train models")
@@ -128,6 +138,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
         patience=args.patience, seed=args.seed, max_minutes=args.max_minutes, hard_refresh_every=args.hard_refresh,
     )
     command = _command_line()
+    device, cache_dir = _model_settings(args.device)
     baseline = args.baseline
     if baseline is None:
         from app.settings import get_settings
@@ -146,8 +157,8 @@ def cmd_msem(args: argparse.Namespace) -> int:
     try:
         summary = train_msem(
             args.kb, args.out, pairs_path=args.pairs, dev_path=args.dev, dev_kb_path=args.dev_kb, init_dir=init,
-            config_overrides=args.config, train_config=cfg, resume=args.resume, device=args.device, command=command,
-            baseline=baseline, fusion_grid=grid,
+            config_overrides=args.config, train_config=cfg, resume=args.resume, device=device, command=command,
+            baseline=baseline, fusion_grid=grid, cache_dir=cache_dir,
         )
     except (TrainError, KbValidationError, PairFileError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -226,6 +237,7 @@ def _register_reranker(tr_sub: argparse._SubParsersAction) -> None:
 def cmd_reranker(args: argparse.Namespace) -> int:
     import logging
 
+    from app.settings import get_settings
     from models.matchers.cross_encoder import RerankerError, export_onnx
     from training.cross_encoder import RerankTrainConfig, train_reranker
     from training.loop import TrainError, TrainingPaused
@@ -262,11 +274,14 @@ def cmd_reranker(args: argparse.Namespace) -> int:
         sts_head=not args.paper_head, rehearse_batch=args.rehearse_batch, frozen_layers=args.frozen_layers, stop_after_minutes=args.stop_after_minutes,
     )
     command = _command_line()
+    settings = get_settings()
+    # FAQ_TORCH_THREADS when set (its default of 2 is the service's); else the trainer's own 1 on a CPU
+    if "torch_threads" in settings.model_fields_set:
+        cfg.threads = settings.torch_threads
+    device, cache_dir = _model_settings(args.device)
     try:
-        # OMP_NUM_THREADS set: torch already follows it; else FAQ_TORCH_THREADS (default 1) on a CPU
-        cfg.threads = None if os.environ.get("OMP_NUM_THREADS") else int(os.environ.get("FAQ_TORCH_THREADS", "1"))
         summary = train_reranker(args.out, args.kb, args.pairs, args.stsb, cfg, resume=args.resume,
-                                 device=args.device, command=command)
+                                 device=device, command=command, cache_dir=cache_dir)
     except TrainingPaused as exc:
         print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
         return 3
@@ -342,8 +357,10 @@ def cmd_mmaicm(args: argparse.Namespace) -> int:
                           random_negative_share=args.random_negatives, patience=args.patience, seed=args.seed,
                           max_minutes=args.max_minutes)
         command = _command_line()
+        device, cache_dir = _model_settings(args.device)
         summary = train_mmaicm(args.out, data=args.data, src=args.src, kb=args.kb, config_overrides=overrides,
-                               train_config=cfg, resume=args.resume, device=args.device, command=command)
+                               train_config=cfg, resume=args.resume, device=device, command=command,
+                               cache_dir=cache_dir)
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -401,8 +418,9 @@ def cmd_analogy(args: argparse.Namespace) -> int:
                           per_answer=args.per_answer, patience=args.patience, weight_decay=args.weight_decay, seed=args.seed,
                           max_minutes=args.max_minutes)
         command = _command_line()
-        summary = train_analogy(args.out, args.qa, config, cfg, resume=args.resume, device=args.device,
-                                command=command)
+        device, cache_dir = _model_settings(args.device)
+        summary = train_analogy(args.out, args.qa, config, cfg, resume=args.resume, device=device,
+                                command=command, cache_dir=cache_dir)
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -453,8 +471,6 @@ def _register_siamese(tr_sub: argparse._SubParsersAction) -> None:
 
 def _read_word_cache(path: str | None, words: str, max_len: int) -> dict:
     """`--word-cache`: text -> word vectors saved by an earlier run with the same word representation."""
-    from pathlib import Path
-
     if not path or not Path(path).is_file():
         return {}
     import torch
@@ -478,8 +494,6 @@ def _write_word_cache(path: str | None, words: str, max_len: int, states: dict) 
 
 
 def cmd_siamese(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from kb.records import KbValidationError
     from models.matchers.siamese import SiameseConfig
     from training.loop import TrainError
@@ -488,6 +502,7 @@ def cmd_siamese(args: argparse.Namespace) -> int:
 
     encoders = list(dict.fromkeys(args.encoder or ["conv"]))
     words = negatives = None
+    device, cache_dir = _model_settings(args.device)
     try:
         cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
                           seed=args.seed, max_minutes=args.max_minutes, threads=args.threads)
@@ -500,16 +515,16 @@ def cmd_siamese(args: argparse.Namespace) -> int:
         if args.kb:
             from models.encoders.load import load_encoder
 
-            negatives = load_encoder(args.negatives_encoder, threads=args.threads)
+            negatives = load_encoder(args.negatives_encoder, device=device, threads=args.threads, cache_dir=cache_dir)
         for config in configs:
             out = Path(args.out) / config.encoder if len(configs) > 1 else Path(args.out)
             if words is None:
                 from models.encoders.words import make_words
 
-                words = make_words(config.word_repr, device=args.device or "cpu")
+                words = make_words(config.word_repr, device=device or "cpu", cache_dir=cache_dir)
             summary = train_siamese(out, args.pairs, args.dev, config, cfg, resume=args.resume, words=words,
-                                    device=args.device, kb=args.kb, dev_queries=args.dev_queries,
-                                    negatives_encoder=negatives, states=states)
+                                    device=device, kb=args.kb, dev_queries=args.dev_queries,
+                                    negatives_encoder=negatives, states=states, cache_dir=cache_dir)
             print(f"{config.encoder}: {summary['stopped']}: best dev log loss {summary['best_dev_log_loss']:.4f} at "
                   f"epoch {summary['best_epoch']} of {len(summary['history'])}; model saved in {out}")
             if len(states) > cached:

@@ -125,8 +125,9 @@ class AnalogyTrainer(Trainer):
 
     def __init__(self, data: AnalogyData, out_dir: str | Path, cfg: TrainConfig,
                  config: AnalogyConfig | None = None, resume: bool = False, device: str | None = None,
-                 command: str | None = None, words: Any = None):
+                 command: str | None = None, words: Any = None, cache_dir: str | Path | None = None):
         self.data, self.config, self.words, self.device_arg = data, config, words, device
+        self.cache_dir = cache_dir
         super().__init__(out_dir, cfg, resume=resume, command=command)
 
     def build(self, checkpoint: dict | None) -> None:
@@ -147,7 +148,7 @@ class AnalogyTrainer(Trainer):
             encoder.load_state_dict(checkpoint["model"])
         words = self.words
         if words is None or words.kind != config.word_repr:
-            words = make_words(config.word_repr, device=self.device_arg or "cpu")
+            words = make_words(config.word_repr, device=self.device_arg or "cpu", cache_dir=self.cache_dir)
         self.scorer = AnalogyScorer(encoder, words, prototypes, name=self.out.resolve().name, device=self.device_arg)
         self.model = self.scorer.encoder
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -302,8 +303,10 @@ class AnalogyTrainer(Trainer):
 
 def train_analogy(out_dir: str | Path, qa: str, config: AnalogyConfig | None = None,
                   train_config: TrainConfig | None = None, resume: bool = False, device: str | None = None,
-                  command: str | None = None) -> dict:
-    """Train (or `resume`) an analogy / BiGRU-cosine model into `out_dir`; returns the training summary."""
+                  command: str | None = None, cache_dir: str | Path | None = None) -> dict:
+    """Train (or `resume`) an analogy / BiGRU-cosine model into `out_dir`; returns the training summary.
+    `device` (None: the CPU) and `cache_dir` (the model cache; None: var/models) go to the word
+    representation's load."""
     cfg = train_config or TrainConfig()
     return AnalogyTrainer(prepare_data(qa, seed=cfg.seed), out_dir, cfg, config, resume=resume, device=device,
-                          command=command).run()
+                          command=command, cache_dir=cache_dir).run()

@@ -344,10 +344,10 @@ class MmaicmTrainer(Trainer):
 
     def __init__(self, data: TrainData, out_dir: str | Path, cfg: TrainConfig,
                  config_overrides: Mapping[str, Any] | None = None, resume: bool = False,
-                 device: str | None = None, command: str | None = None):
+                 device: str | None = None, command: str | None = None, cache_dir: str | Path | None = None):
         self.data = data
         self.overrides = dict(config_overrides or {})
-        self.device_arg = device
+        self.device_arg, self.cache_dir = device, cache_dir
         super().__init__(out_dir, cfg, resume=resume, command=command)
 
     def build(self, checkpoint: dict | None) -> None:
@@ -366,8 +366,8 @@ class MmaicmTrainer(Trainer):
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
         device = self.device_arg
-        self.scorer = MmaicmScorer(model, make_words(config.word_repr, device=device or "cpu"),
-                                   name=self.out.resolve().name, cache_size=None, device=device)
+        words = make_words(config.word_repr, device=device or "cpu", cache_dir=self.cache_dir)
+        self.scorer = MmaicmScorer(model, words, name=self.out.resolve().name, cache_size=None, device=device)
         self.model = self.scorer.model
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.lr)
         self.sampler = TripleSampler(self.data.train, self.cfg.negatives, self.cfg.random_negative_share)
@@ -510,10 +510,12 @@ class MmaicmTrainer(Trainer):
 def train_mmaicm(out_dir: str | Path, data: str | None = None, src: str | Path | None = None,
                  kb: str | Path | None = None, config_overrides: str | Mapping[str, Any] | None = None,
                  train_config: TrainConfig | None = None, resume: bool = False, device: str | None = None,
-                 command: str | None = None) -> dict:
-    """Train (or `resume`) an MMAICM into `out_dir`; returns the training summary."""
+                 command: str | None = None, cache_dir: str | Path | None = None) -> dict:
+    """Train (or `resume`) an MMAICM into `out_dir`; returns the training summary. `device` (None: the CPU)
+    and `cache_dir` (the model cache; None: var/models) go to the word representation's load."""
     cfg = train_config or TrainConfig()
     overrides = parse_config_overrides(config_overrides)
     prepared = prepare_data(data, src, kb, seed=cfg.seed)
-    return MmaicmTrainer(prepared, out_dir, cfg, overrides, resume=resume, device=device, command=command).run()
+    return MmaicmTrainer(prepared, out_dir, cfg, overrides, resume=resume, device=device, command=command,
+                         cache_dir=cache_dir).run()
 

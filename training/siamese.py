@@ -113,8 +113,10 @@ class SiameseTrainer(Trainer):
 
     def __init__(self, config: SiameseConfig, words: Any, train: tuple[list, np.ndarray],
                  dev: tuple[list, np.ndarray], out_dir: str | Path, cfg: TrainConfig, sampler: Any = None,
-                 device: str | None = None, states: dict | None = None, resume: bool = False):
+                 device: str | None = None, states: dict | None = None, resume: bool = False,
+                 cache_dir: str | Path | None = None):
         self.config, self.words, self.device_arg, self.states = config, words, device, states
+        self.cache_dir = cache_dir
         self.train_pairs, self.train_labels = train
         # KB pairs (training/pairs.py KbPairSampler), drawn afresh every epoch on top of the fixed pairs
         self.sampler = sampler
@@ -205,7 +207,7 @@ class SiameseTrainer(Trainer):
                 "parameters": self.scorer.model.num_parameters(), "history": history}
 
     def finish(self) -> dict:
-        best = load_siamese(self.out, device=str(self.scorer.device), words=self.scorer.words)
+        best = load_siamese(self.out, device=str(self.scorer.device), words=self.scorer.words, cache_dir=self.cache_dir)
         best._cache = self.scorer._cache  # the same texts: MiniLM states are the slow part of a run
         best.calibration = self.calibration = self.calibrate(best)
         best.save(self.out)
@@ -216,12 +218,14 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
                   config: SiameseConfig | None = None, cfg: TrainConfig | None = None, resume: bool = False,
                   words: Any = None, device: str | None = None, *, kb: str | Path | None = None,
                   dev_queries: str | Path | None = None, negatives_encoder: Any = None,
-                  states: dict | None = None) -> dict:
+                  states: dict | None = None, cache_dir: str | Path | None = None) -> dict:
     """Train on `pairs` files and/or `kb`'s phrasings, pick the epoch and calibrate on `dev` pairs or on
     `dev_queries` against `kb`; the model folder is `out_dir`. `negatives_encoder` (anything with
     `encode(texts) -> L2-normalised vectors`; default all-MiniLM-L6-v2) finds the KB's hard negatives and the
     dev queries' candidates. `states`: a dict of word vectors by text shared between runs over the same
-    texts (several encoders trained in a row compute MiniLM's states once)."""
+    texts (several encoders trained in a row compute MiniLM's states once). `device` (None: the CPU for the
+    model, CUDA when present for the default negatives encoder) and `cache_dir` (the model cache: mpnet and
+    the ONNX exports; None: var/models) go to every model this loads."""
     from models.encoders.words import make_words
     from training.pairs import KbPairSampler, encoder_neighbours
 
@@ -244,7 +248,7 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
         if negatives_encoder is None:
             from models.encoders.load import load_encoder
 
-            negatives_encoder = load_encoder("minilm")
+            negatives_encoder = load_encoder("minilm", device=device, cache_dir=cache_dir)
         encode = lambda texts: negatives_encoder.encode(list(texts), batch_size=128)  # noqa: E731
         sampler = KbPairSampler(groups, positives=1, random_negatives=1, hard_negatives=1, hard_pool=5)
         sampler.set_neighbours(encoder_neighbours(encode, k=50))
@@ -256,11 +260,11 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
     if len(set(dev_data[1].tolist())) < 2:
         raise TrainError("the dev pairs must hold both labels")
     if words is None:
-        words = make_words(config.word_repr, device=device or "cpu")
+        words = make_words(config.word_repr, device=device or "cpu", cache_dir=cache_dir)
     # a run without a checkpoint to resume starts over
     resume = resume and (Path(out_dir) / CHECKPOINT_FILE).exists()
     return SiameseTrainer(config, words, train, dev_data, out_dir, cfg, sampler=sampler, device=device,
-                          states=states, resume=resume).run()
+                          states=states, resume=resume, cache_dir=cache_dir).run()
 
 
 def parse_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:

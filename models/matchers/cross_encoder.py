@@ -67,8 +67,9 @@ BASES = {
 BASE_NAMES = {v["name"]: k for k, v in BASES.items()}
 
 
-def base_path(base: str) -> str:
-    """The packaged weights of a base (short name): MiniLM's package, or mpnet reassembled into the cache."""
+def base_path(base: str, cache_dir: str | Path | None = None) -> str:
+    """The packaged weights of a base (short name): MiniLM's package, or mpnet reassembled into the model
+    cache `cache_dir` (None: models/encoders/mpnet.py's default)."""
     if base == "minilm":
         from models.encoders.pretrained import minilm_path
 
@@ -76,7 +77,7 @@ def base_path(base: str) -> str:
     if base == "mpnet":
         from models.encoders.mpnet import mpnet_path
 
-        return mpnet_path()
+        return mpnet_path(cache_dir)
     raise RerankerError(f"unknown base {base!r} (one of {sorted(BASES)})")
 
 
@@ -124,9 +125,10 @@ def _torch():
     return torch
 
 
-def build_module(config: RerankerConfig, init_from_base: bool = False):
+def build_module(config: RerankerConfig, init_from_base: bool = False, cache_dir: str | Path | None = None):
     """The `CrossEncoder` nn.Module for `config`; with `init_from_base`, the body is the first `n_layers`
-    layers of the packaged base model (`config.base`; the heads are new)."""
+    layers of the packaged base model (`config.base`, mpnet found in the model cache `cache_dir`; the heads
+    are new)."""
     _offline()
     torch = _torch()
     from torch import nn
@@ -163,7 +165,7 @@ def build_module(config: RerankerConfig, init_from_base: bool = False):
     config.validate()
     if init_from_base:
         body = AutoModel.from_pretrained(
-            base_path(BASE_NAMES[config.base]), num_hidden_layers=config.n_layers, add_pooling_layer=False,
+            base_path(BASE_NAMES[config.base], cache_dir), num_hidden_layers=config.n_layers, add_pooling_layer=False,
             attn_implementation="eager",
         )
         config.bert = body.config.to_dict()
@@ -180,12 +182,13 @@ def build_module(config: RerankerConfig, init_from_base: bool = False):
 # ---------------------------------------------------------------------------------------------
 # pair formatting
 # ---------------------------------------------------------------------------------------------
-def load_tokenizer(path: str | Path | None = None, base: str = "minilm"):
-    """The base's tokenizer: from a re-ranker folder, else from the packaged base (short name)."""
+def load_tokenizer(path: str | Path | None = None, base: str = "minilm", cache_dir: str | Path | None = None):
+    """The base's tokenizer: from a re-ranker folder, else from the packaged base (short name; mpnet's in
+    the model cache `cache_dir`)."""
     _offline()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path if path is not None else base_path(base)))
+    return AutoTokenizer.from_pretrained(str(path if path is not None else base_path(base, cache_dir)))
 
 
 def encode_pairs(tokenizer, queries: Sequence[str], candidates: Sequence[str], max_len: int) -> dict[str, np.ndarray]:

@@ -297,7 +297,7 @@ def test_without_dev_queries_the_base_is_kept_and_held_out_numbers_are_recorded(
     assert sel["kept"] == "base" and sel["encoder"] == "minilm" and sel["base"] >= 0.9
     assert sel["fine_tuned"] == pytest.approx(summary["best_metric"], abs=1e-4)
     # a base that can only guess: the fine-tune wins on the held-out phrasings and is still not kept
-    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, **_: ConstantEncoder())
     summary = train_msem(kb, tmp_path / "b", config_overrides={**TINY, "word_dim": 8}, train_config=cfg,
                          device="cpu", glove=fake_glove, baseline="constant")
     sel = summary["selection"]
@@ -314,7 +314,7 @@ def test_dev_queries_decide_the_selection(tmp_path, fake_glove, monkeypatch):
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     # one phrasing of every FAQ as it stands in the KB: any encoder that is not constant finds all 12
     dev = write_queries(tmp_path / "dev.jsonl", [(qs[0], f) for f, qs in WIDE.items()] + [("weather on mars", None)])
-    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, **_: ConstantEncoder())
     summary = train_msem(kb, tmp_path / "m", dev_path=dev, config_overrides={**TINY, "word_dim": 8},
                          train_config=tiny_cfg(epochs=2, holdout=0.1), device="cpu", glove=fake_glove,
                          baseline="constant")
@@ -358,7 +358,7 @@ def test_cli_says_which_model_it_kept(tmp_path, fake_glove, monkeypatch, capsys,
     assert "too thin" in out and "anyway" not in out  # nothing was trained
     # trained without --dev: the base is kept even when the fine-tune wins on the held-out phrasings, and
     # the message says how to serve the fine-tune anyway
-    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, device=None: ConstantEncoder())
+    monkeypatch.setattr(models.encoders.load, "load_encoder", lambda spec, **_: ConstantEncoder())
     wide = write_kb_jsonl(tmp_path / "wide.jsonl", WIDE)
     out_dir = tmp_path / "w"
     assert main(["train", "msem", "--kb", str(wide), "--out", str(out_dir), "--from-scratch", "--epochs", "3",

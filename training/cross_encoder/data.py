@@ -41,10 +41,10 @@ def read_pairs_file(path: str | Path) -> list[LabelledPair]:
 
 
 def intent_pairs(groups: dict[str, list[str]], anchors_per_faq: int, rng: random.Random, source: str,
-                 embed=None) -> list[tuple[LabelledPair, LabelledPair]]:
+                 embed=None, device: str | None = None) -> list[tuple[LabelledPair, LabelledPair]]:
     """(positive, hard negative) per sampled anchor. Hard negative = the anchor's nearest neighbour
-    (cosine of `embed` vectors, MiniLM by default) among other FAQs' sampled variants, drawn from
-    the 3 nearest so that one confusable FAQ does not supply every negative."""
+    (cosine of `embed` vectors, MiniLM on `device` by default) among other FAQs' sampled variants, drawn
+    from the 3 nearest so that one confusable FAQ does not supply every negative."""
     pool: list[tuple[str, str]] = []
     for faq_id in sorted(groups):
         variants = groups[faq_id]
@@ -57,7 +57,7 @@ def intent_pairs(groups: dict[str, list[str]], anchors_per_faq: int, rng: random
     if embed is None:
         from models.encoders.pretrained import MiniLMEncoder
 
-        embed = MiniLMEncoder().encode
+        embed = MiniLMEncoder(device=device).encode
     vecs = np.asarray(embed([q for _, q in pool]), dtype=np.float32)
     faq_of = np.array([f for f, _ in pool])
     out = []

@@ -79,7 +79,7 @@ class RerankTrainConfig:
     # was the worst setting on both (dev answer F1 0.514 / 0.357 vs 0.899 / 0.904 at 0.3)
     fusion_weight: float = 0.3
     # torch intra-op threads on a CPU, at most torch's own count (`faq train reranker` takes it from
-    # FAQ_TORCH_THREADS); None leaves torch's setting, as when OMP_NUM_THREADS is set
+    # FAQ_TORCH_THREADS when that is set); None leaves torch's setting
     threads: int | None = 1
 
     def validate(self) -> None:
@@ -91,8 +91,8 @@ class RerankTrainConfig:
 
 
 def build_phase_a(kb_paths: Sequence[str], pair_paths: Sequence[str], cfg: RerankTrainConfig,
-                  embed=None) -> tuple[list[LabelledPair], list[LabelledPair], dict]:
-    """(train pairs, held-out pairs, per-source counts)."""
+                  embed=None, device: str | None = None) -> tuple[list[LabelledPair], list[LabelledPair], dict]:
+    """(train pairs, held-out pairs, per-source counts); `device` runs the default `embed` (MiniLM)."""
     rng = random.Random(cfg.seed)
     train: list[LabelledPair] = []
     heldout: list[LabelledPair] = []
@@ -109,7 +109,7 @@ def build_phase_a(kb_paths: Sequence[str], pair_paths: Sequence[str], cfg: Reran
     for path in kb_paths:
         groups = kb_groups(read_kb(path))
         source = Path(path).parent.name or Path(path).stem
-        both = intent_pairs(groups, cfg.anchors_per_faq, rng, source, embed=embed)
+        both = intent_pairs(groups, cfg.anchors_per_faq, rng, source, embed=embed, device=device)
         rng.shuffle(both)
         n_hold = int(len(both) * cfg.holdout_fraction)
         for pos, neg in both[:n_hold]:
@@ -158,11 +158,13 @@ def _batches(pairs: Sequence[LabelledPair], batch_size: int, seed: int) -> list[
 class RerankTrainer(Trainer):
     """Phase A, then phase B, then calibration and export, on the shared loop's checkpoint, clock and
     interrupt handling; a checkpoint every `checkpoint_every` steps. The budget (`max_minutes`) spans the
-    resumed invocations of one run: the checkpoint carries the time spent."""
+    resumed invocations of one run: the checkpoint carries the time spent. `cache_dir`: the model cache
+    the base is found in (mpnet; None: models/encoders/mpnet.py's default)."""
 
     def __init__(self, out: Path, cfg: RerankTrainConfig, train_a: list[LabelledPair], heldout: list[LabelledPair],
-                 train_b: list[LabelledPair], dev_b: list[LabelledPair], device: str, resume: bool, meta: dict):
-        self.device, self.meta = device, meta
+                 train_b: list[LabelledPair], dev_b: list[LabelledPair], device: str, resume: bool, meta: dict,
+                 cache_dir: str | Path | None = None):
+        self.device, self.meta, self.cache_dir = device, meta, cache_dir
         self.train_a, self.heldout, self.train_b, self.dev_b = train_a, heldout, train_b, dev_b
         self.phase = "A"
         self.step_in_epoch = 0
@@ -174,11 +176,11 @@ class RerankTrainer(Trainer):
         from models.matchers.cross_encoder import BASES
 
         cfg = self.cfg
-        self.tokenizer = load_tokenizer(base=cfg.base)
+        self.tokenizer = load_tokenizer(base=cfg.base, cache_dir=self.cache_dir)
         self.model_config = RerankerConfig(n_layers=cfg.n_layers, max_len=cfg.max_len, pooling=cfg.pooling,
                                            sts_head=cfg.sts_head, fusion_weight=cfg.fusion_weight,
                                            base=BASES[cfg.base]["name"])
-        self.module = build_module(self.model_config, init_from_base=True).to(self.device)
+        self.module = build_module(self.model_config, init_from_base=True, cache_dir=self.cache_dir).to(self.device)
         if cfg.frozen_layers:
             body = self.module.bert
             for part in [body.embeddings, *body.encoder.layer[:cfg.frozen_layers]]:
@@ -399,8 +401,11 @@ class RerankTrainer(Trainer):
 
 def train_reranker(out: str | Path, kb_paths: Sequence[str] = (), pair_paths: Sequence[str] = (),
                    stsb_dir: str | Path | None = None, cfg: RerankTrainConfig | None = None, resume: bool = False,
-                   device: str | None = None, command: str | None = None, embed=None) -> dict:
-    """Build the data (or reuse it on --resume), train both phases, calibrate, save, export."""
+                   device: str | None = None, command: str | None = None, embed=None,
+                   cache_dir: str | Path | None = None) -> dict:
+    """Build the data (or reuse it on --resume), train both phases, calibrate, save, export. `device`
+    (None: CUDA when present) runs every model here; `cache_dir` is the model cache the base is found in
+    (mpnet; None: var/models): `faq train reranker` passes FAQ_DEVICE and FAQ_MODEL_CACHE."""
     from models.encoders.base import pick_device
 
     cfg = cfg or RerankTrainConfig()
@@ -426,7 +431,7 @@ def train_reranker(out: str | Path, kb_paths: Sequence[str] = (), pair_paths: Se
         if resume:
             raise TrainError(f"--resume: {pairs_file} missing (the run never got past data preparation)")
         log.info("building phase A pairs ...")
-        train_a, heldout, counts = build_phase_a(list(kb_paths), list(pair_paths), cfg, embed=embed)
+        train_a, heldout, counts = build_phase_a(list(kb_paths), list(pair_paths), cfg, embed=embed, device=device)
         write_pairs(pairs_file, train_a)
         write_pairs(held_file, heldout)
         meta_file.write_text(json.dumps(counts, indent=2) + "\n")
@@ -434,5 +439,5 @@ def train_reranker(out: str | Path, kb_paths: Sequence[str] = (), pair_paths: Se
     meta = {"command": command, "device": device, "torch_threads": torch.get_num_threads(),
             "data": {"phase_a": counts, "phase_a_pairs": len(train_a), "heldout_pairs": len(heldout),
                      "phase_b_pairs": len(train_b), "stsb_dir": str(stsb_dir)}}
-    trainer = RerankTrainer(out, cfg, train_a, heldout, train_b, dev_b, device, resume, meta)
+    trainer = RerankTrainer(out, cfg, train_a, heldout, train_b, dev_b, device, resume, meta, cache_dir=cache_dir)
     return trainer.run()

@@ -41,7 +41,7 @@ FUSION_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def tune_fusion(data: TrainData, out_dir: str | Path, grid: Sequence[float] = FUSION_GRID,
-                device: str | None = None) -> dict | None:
+                device: str | None = None, cache_dir: str | Path | None = None) -> dict | None:
     """Choose the model's `minilm_fusion` w (how much of the base's own sentence vector the output
     keeps) on the --dev queries and rewrite config.json with it; returns what was tried, or None when
     the model has no fusion or too few queries. Without --dev the held-out KB phrasings are measured
@@ -49,7 +49,7 @@ def tune_fusion(data: TrainData, out_dir: str | Path, grid: Sequence[float] = FU
     w moves the model towards or away from the base). No weight changes: the fused vector is
     [sqrt(1-w)·û ; sqrt(w)·m̂], so one encode at the trained w gives every w's cosines."""
     out = Path(out_dir)
-    encoder = MsemEncoder.load(out, device=device)
+    encoder = MsemEncoder.load(out, device=device, cache_dir=cache_dir)
     cfg = encoder.config
     what, queries, kb = selection_queries(data)
     if not cfg.uses_token_states or cfg.minilm_fusion <= 0 or len(queries) < MIN_SELECTION_QUERIES or not grid:
@@ -107,13 +107,14 @@ def no_dev_reason(baseline: str) -> str:
 
 
 def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: str | None = None,
-                 thin_reason: str | None = None, tuned_top1: float | None = None) -> dict:
+                 thin_reason: str | None = None, tuned_top1: float | None = None,
+                 cache_dir: str | Path | None = None) -> dict:
     """Compare the trained model in `out_dir` with the zero-shot `baseline` encoder on the same labelled
     user queries (--dev); write and return `selection.json` {kept: "fine-tuned" | "base", encoder: the spec
     to serve, ...}. Only --dev queries decide: without them the base is kept, and both models' top-1 on the
     held-out KB phrasings is recorded for information (phrasings written like the KB flattered a fine-tune
     that was worse on real user queries). `tuned_top1`: the model's top-1 on those queries when training
-    already measured it (it is then not encoded again)."""
+    already measured it (it is then not encoded again). `cache_dir`: the model cache both loads use."""
     from models.encoders.load import load_encoder
 
     out = Path(out_dir)
@@ -127,9 +128,9 @@ def select_model(data: TrainData, out_dir: str | Path, baseline: str, device: st
             f"only {len(queries)} in-scope {what} to compare on (at least {MIN_SELECTION_QUERIES} needed): "
             f"without a measurement the base is kept; label more user queries for --dev")}
     else:
-        base_top1 = retrieval_top1(load_encoder(baseline, device=device).encode, queries, kb)
+        base_top1 = retrieval_top1(load_encoder(baseline, device=device, cache_dir=cache_dir).encode, queries, kb)
         if tuned_top1 is None:
-            tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device).encode, queries, kb)
+            tuned_top1 = retrieval_top1(MsemEncoder.load(out, device=device, cache_dir=cache_dir).encode, queries, kb)
         better = tuned_top1 > base_top1
         measured = (f"top-1 on {len(queries)} {what}: fine-tuned {tuned_top1:.4f} "
                     f"{'>' if better else '<='} zero-shot {baseline} {base_top1:.4f}")

@@ -78,12 +78,14 @@ class MsemTrainer(Trainer):
         command: str | None = None,
         sources: Mapping[str, Any] | None = None,
         glove: Any = None,
+        cache_dir: str | Path | None = None,
     ):
         self.data = data
         self.overrides = dict(config_overrides or {})
         self.init_dir = str(init_dir) if init_dir else None
         self.sources = dict(sources or {})
         self.device_arg, self.glove = device, glove
+        self.cache_dir = cache_dir  # the model cache of mpnet's states (None: models/encoders/mpnet.py's default)
         self.optimizer_kind = "adam"
         self.vocab_stats: dict[str, int] = {}
         super().__init__(out_dir, cfg, resume=resume, command=command)
@@ -106,7 +108,7 @@ class MsemTrainer(Trainer):
         data, cfg, device = self.data, self.cfg, self.device_arg
         intents = {"n_intents": data.classes.n_classes if data.classes.n_classes > 1 else 0}
         if checkpoint is not None:
-            text = load_text(self.out / CHECKPOINT_TEXT_DIR)
+            text = load_text(self.out / CHECKPOINT_TEXT_DIR, cache_dir=self.cache_dir)
             model = MSEM(MsemConfig(**checkpoint["model_config"]))
             model.load_state_dict(checkpoint["model"])
             if model.config.n_intents != intents["n_intents"]:
@@ -116,7 +118,7 @@ class MsemTrainer(Trainer):
                 )
             self.encoder = MsemEncoder(model, text, device=device, name=self.out.resolve().name)
         elif self.init_dir:
-            base = MsemEncoder.load(self.init_dir, device=device)
+            base = MsemEncoder.load(self.init_dir, device=device, cache_dir=self.cache_dir)
             if base.config.uses_token_states:
                 self.encoder = reconfigure_heads(base, {**self.overrides, **intents})
             else:
@@ -125,7 +127,8 @@ class MsemTrainer(Trainer):
                 )
         else:
             self.encoder = MsemEncoder.create(
-                {**self.overrides, **intents}, self._all_texts(), device=device, glove=self.glove, seed=cfg.seed
+                {**self.overrides, **intents}, self._all_texts(), device=device, glove=self.glove, seed=cfg.seed,
+                cache_dir=self.cache_dir,
             )
         self.model: MSEM = self.encoder.model
         self.device = self.encoder.device
@@ -435,6 +438,7 @@ def train_msem(
     dev_kb_path: str | Path | None = None,
     baseline: str | None = None,
     fusion_grid: Sequence[float] = (),
+    cache_dir: str | Path | None = None,
 ) -> dict:
     """Read the files, build the data, train; returns the training summary.
 
@@ -443,7 +447,9 @@ def train_msem(
     `out_dir`) says which one to serve; without dev queries that is the baseline (the held-out KB
     phrasings are measured for information only), and a KB too thin to learn from is not trained on at
     all. With `fusion_grid`, a token-state model's fusion weight is first chosen on the dev queries
-    (`tune_fusion`; without them the trained weight stays).
+    (`tune_fusion`; without them the trained weight stays). `device` and `cache_dir` (the model cache:
+    mpnet and the ONNX exports; None: var/models) go to every model this loads (FAQ_DEVICE, FAQ_MODEL_CACHE
+    for `faq train msem`).
 
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
@@ -468,17 +474,18 @@ def train_msem(
     thin = thin_kb_reason(data.groups) if baseline and data.groups and not pairs else None
     if thin is not None:
         log.warning("not fine-tuning: %s; the zero-shot %s is used", thin, baseline)
-        return {"selection": select_model(data, out_dir, baseline, device, thin_reason=thin), "trained": False}
+        return {"selection": select_model(data, out_dir, baseline, device, thin_reason=thin, cache_dir=cache_dir),
+                "trained": False}
     trainer = MsemTrainer(data, out_dir, cfg, overrides, init_dir=init_dir, resume=resume, device=device,
-                           command=command, sources=sources, glove=glove)
+                           command=command, sources=sources, glove=glove, cache_dir=cache_dir)
     summary = trainer.run()
     summary["trained"] = True
     # the best epoch's dev / held-out top-1 is the selection's measure of the saved model already
     measured = summary["best_metric"] if summary.get("metric") in ("dev_top1", "heldout_top1") else None
-    if fusion_grid and (tuned := tune_fusion(data, out_dir, fusion_grid, device)) is not None:
+    if fusion_grid and (tuned := tune_fusion(data, out_dir, fusion_grid, device, cache_dir=cache_dir)) is not None:
         summary["fusion"] = tuned
         measured = tuned["top1_by_w"][f"{tuned['chosen_w']:g}"]
     if baseline:
-        summary["selection"] = select_model(data, out_dir, baseline, device, tuned_top1=measured)
+        summary["selection"] = select_model(data, out_dir, baseline, device, tuned_top1=measured, cache_dir=cache_dir)
         log.info("selection: kept the %s model (%s)", summary["selection"]["kept"], summary["selection"]["reason"])
     return summary

@@ -228,12 +228,14 @@ class MsemEncoder:
         glove_top_n: int = 20_000,
         seed: int | None = None,
         minilm: MiniLMText | None = None,
+        cache_dir: str | Path | None = None,
     ) -> "MsemEncoder":
         """A fresh MSEM for a training corpus: vocabulary from `texts` (see `TextEncoder.build`), GloVe
         rows for the words GloVe knows, random vectors (GloVe's scale) for <unk> and the other words.
 
         `{"word_repr": "minilm"}` builds the MiniLM-states variant instead (no vocabulary, no GloVe;
-        `texts` is not read; `minilm` passes an already loaded `MiniLMText`).
+        `texts` is not read; `minilm` passes an already loaded `MiniLMText`; `cache_dir` is the model cache
+        mpnet is found in, None: models/encoders/mpnet.py's default).
         The model is in training mode. `glove` defaults to the packaged GloVe 6B-50d; `glove_top_n` adds GloVe's most frequent words
         (within `max_words`) so queries with words unseen in training still get pretrained vectors.
         """
@@ -247,7 +249,7 @@ class MsemEncoder:
         if seed is not None:
             torch.manual_seed(seed)
         if overrides.get("word_repr", "glove_char") in TOKEN_BASES:
-            return cls._create_minilm(overrides, device, minilm)
+            return cls._create_minilm(overrides, device, minilm, cache_dir)
         glove = glove if glove is not None else load_glove()
         word_dim = overrides.get("word_dim", glove.dim)
         if word_dim != glove.dim:
@@ -276,12 +278,13 @@ class MsemEncoder:
 
     @classmethod
     def _create_minilm(
-        cls, overrides: Mapping[str, Any], device: str | None, minilm: MiniLMText | None
+        cls, overrides: Mapping[str, Any], device: str | None, minilm: MiniLMText | None,
+        cache_dir: str | Path | None = None,
     ) -> "MsemEncoder":
         """The minilm variant: no vocabulary to build (MiniLM's wordpieces), `word_dim` defaults to 384
         (the states go to the BiGRU as they are). `minilm` reuses an already loaded MiniLMText."""
         base = overrides["word_repr"]
-        text = minilm if minilm is not None else MiniLMText(base=base)
+        text = minilm if minilm is not None else MiniLMText(base=base, cache_dir=cache_dir)
         config = MsemConfig(
             word_vocab_size=text.vocab_size,
             char_vocab_size=2,
