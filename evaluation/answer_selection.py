@@ -231,7 +231,8 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
 
         kind = read_config(Path(folder) / "config.json").word_repr
         shared = first_of_kind.get(kind)
-        scorer = load_mmaicm(folder, cache_size=None, words=shared.words if shared else None)
+        scorer = load_mmaicm(folder, cache_size=None, words=shared.words if shared else None,
+                             device=get_settings().device, cache_dir=get_settings().mpnet_cache)
         if shared is not None:
             scorer.share_cache(shared)
         else:
@@ -428,7 +429,7 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
                                    dev_map, encoder=getattr(enc, "id", spec), prototypes=len(protos) if analogy else None))
     words: dict[str, Any] = {}
     for folder in models:
-        scorer = load_analogy(folder)
+        scorer = load_analogy(folder, device=get_settings().device)
         if scorer.words.kind in words:  # one GloVe table / MiniLM per kind and one word-vector cache
             scorer.words, scorer._cache = words[scorer.words.kind]
         else:

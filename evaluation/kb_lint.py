@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.analogy_model:
         from models.matchers.analogy import load_analogy
 
-        analogy = load_analogy(args.analogy_model)
+        analogy = load_analogy(args.analogy_model, device=get_settings().device)
     res = run(read_kb(args.kb), encoder, [int(s) for s in args.seeds.split(",")], args.share, args.threshold,
               analogy=analogy)
     res["analogy_model"] = args.analogy_model

@@ -158,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             siamese = None
             if args.siamese:
+                from app.settings import get_settings
                 from models.matchers.siamese import load_siamese
 
-                siamese = load_siamese(args.siamese)
+                settings = get_settings()
+                siamese = load_siamese(args.siamese, device=settings.device, cache_dir=settings.mpnet_cache)
             res = evaluate(store, gold, tuple(float(s) for s in args.scores.split(",")), embed=encoder.encode,
                            siamese=siamese, agrees=tuple(float(a) for a in args.agree.split(",")))
         finally:

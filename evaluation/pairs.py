@@ -135,7 +135,7 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
         from models.matchers.cross_encoder import load_reranker
 
         t0 = time.perf_counter()
-        reranker = load_reranker(str(folder))
+        reranker = load_reranker(str(folder), device=get_settings().device)
         p = reranker.score_pairs(list(zip(q1, q2)))
         name = f"cross-encoder:{Path(folder).name}"
         rows[name if name not in rows else f"cross-encoder:{folder}"] = {**classifier_metrics(p, labels), "model": str(folder),

@@ -323,7 +323,7 @@ class KbPairSampler:
         self.questions: list[str] = []
         self.faq_of: list[int] = []  # question index -> FAQ index
         self.members: list[list[int]] = []  # FAQ index -> question indices
-        for faq_index, (faq_id, qs) in enumerate(groups.items()):
+        for faq_index, qs in enumerate(groups.values()):
             idx = list(range(len(self.questions), len(self.questions) + len(qs)))
             self.questions.extend(qs)
             self.faq_of.extend([faq_index] * len(qs))

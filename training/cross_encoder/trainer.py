@@ -211,7 +211,7 @@ class RerankTrainer(Trainer):
 
     def _optimizer(self, lr: float):
         decay, no_decay = [], []
-        for name, p in self.module.named_parameters():
+        for _name, p in self.module.named_parameters():
             if not p.requires_grad:
                 continue
             (no_decay if p.ndim < 2 else decay).append(p)
