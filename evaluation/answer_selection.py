@@ -215,11 +215,12 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
         raise ValueError(f"{src}: no test question with a correct answer{' and a wrong one' if data == 'trecqa' else ''}")
     paper = paper_lists(test, fakes=fakes, seed=seed)
 
+    from app.settings import get_settings
+
+    settings = get_settings()
     if encoder_obj is None:
-        from app.settings import get_settings
         from models.encoders.load import load_encoder
 
-        settings = get_settings()
         encoder_obj = load_encoder(encoder, device=settings.device, cache_dir=settings.mpnet_cache)
     cosine = PairScores(encoder_cosine(encoder_obj))
     cos = {"test": cosine.of(test), "paper": cosine.of(paper), "dev": cosine.of(dev), "raw": cosine.of(raw or [])}
@@ -232,7 +233,7 @@ def run_answer_selection(data: str, src: str | Path, models: Sequence[str | Path
         kind = read_config(Path(folder) / "config.json").word_repr
         shared = first_of_kind.get(kind)
         scorer = load_mmaicm(folder, cache_size=None, words=shared.words if shared else None,
-                             device=get_settings().device, cache_dir=get_settings().mpnet_cache)
+                             device=settings.device, cache_dir=settings.mpnet_cache)
         if shared is not None:
             scorer.share_cache(shared)
         else:
@@ -428,8 +429,11 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
                                    "encoder-analogy" if analogy else "encoder-cosine", test, by_type(f), bootstrap, seed,
                                    dev_map, encoder=getattr(enc, "id", spec), prototypes=len(protos) if analogy else None))
     words: dict[str, Any] = {}
+    from app.settings import get_settings
+
+    device = get_settings().device
     for folder in models:
-        scorer = load_analogy(folder, device=get_settings().device)
+        scorer = load_analogy(folder, device=device)
         if scorer.words.kind in words:  # one GloVe table / MiniLM per kind and one word-vector cache
             scorer.words, scorer._cache = words[scorer.words.kind]
         else:
