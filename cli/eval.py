@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--queries", required=True, help="test queries JSONL {query, faq_id|null}")
     p.add_argument("--dev", help="dev queries for threshold tuning")
     p.add_argument("--model", help="encoder: 'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else minilm)")
+    p.add_argument("--query-encoder", help="encode the queries with this folder (faq train query-encoder), fitted "
+                   "into --model's space; the index is still built by --model")
     p.add_argument("--json", required=True, dest="json_out", help="write the full report as JSON here")
     p.add_argument("--md", dest="md_out", help="also write a Markdown summary here")
     p.add_argument("--workdir", help="keep the scratch store and index here (default: a temp folder, removed)")
@@ -200,7 +202,8 @@ def cmd_match(args: argparse.Namespace) -> int:
                                 reranker=args.reranker, rerank_k=args.rerank_k,
                                 rerank_weight=args.rerank_weight, tune_rerank_weight=args.tune_rerank_weight,
                                 pool_variants=args.pool_variants,
-                                answer_weights=ANSWER_WEIGHT_GRID if args.tune_answer_weight else args.answer_weight)
+                                answer_weights=ANSWER_WEIGHT_GRID if args.tune_answer_weight else args.answer_weight,
+                                query_encoder=args.query_encoder)
     except IndexVerificationError as exc:
         # e.g. a barely trained encoder whose vectors crowd together: Annoy needs more trees / search_k
         print(f"error: {exc} (try --n-trees / --search-k)", file=sys.stderr)

