@@ -555,6 +555,13 @@ def _register_query_encoder(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--teacher", default="mpnet", help="the FAQ side's encoder (default mpnet)")
     p.add_argument("--base", default="minilm", help="the fast encoder run per query (default minilm)")
     p.add_argument("--ridge", type=float, default=1.0, help="ridge penalty of the least-squares fit")
+    p.add_argument("--train-layers", type=int, default=0, help="then fine-tune the base's top N layers and the "
+                   "projection (0: the fit alone)")
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best held-out epoch kept)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-minutes", type=float, help="time budget of the fine-tuning")
+    p.add_argument("--stop-after-minutes", type=float, help="pause the fine-tuning after this long (--resume goes on)")
+    p.add_argument("--resume", action="store_true", help="continue a paused or cut fine-tuning from --out")
     p.add_argument("--runtime", default="auto", choices=["auto", "onnx-int8", "onnx", "torch"],
                    help="runtime of both encoders while encoding the corpus (auto: what builds use)")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
@@ -566,15 +573,22 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
     import logging
 
     from kb.records import KbValidationError
-    from training.loop import TrainError
+    from training.loop import TrainError, TrainingPaused
     from training.query_encoder import QueryEncoderConfig, train_query_encoder
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     device, cache_dir = _model_settings(args.device)
     try:
         report = train_query_encoder(args.out, data_dir=args.data, kb_files=args.kb, work=args.work,
-                                     config=QueryEncoderConfig(teacher=args.teacher, base=args.base, ridge=args.ridge),
-                                     runtime=args.runtime, device=device, cache_dir=cache_dir, threads=args.threads)
+                                     config=QueryEncoderConfig(
+                                         teacher=args.teacher, base=args.base, ridge=args.ridge,
+                                         train_layers=args.train_layers, epochs=args.epochs, batch_size=args.batch_size,
+                                         max_minutes=args.max_minutes, stop_after_minutes=args.stop_after_minutes),
+                                     runtime=args.runtime, device=device, cache_dir=cache_dir, threads=args.threads,
+                                     resume=args.resume)
+    except TrainingPaused as exc:
+        print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
+        return 0
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

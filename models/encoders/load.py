@@ -62,9 +62,22 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
     from models.encoders.query import is_query_encoder
 
     if is_query_encoder(path):  # a fast base mapped into another encoder's space: load the base it names
-        from models.encoders.query import load_query_encoder, read_config
+        from models.encoders.query import load_query_encoder, materialise_base, read_config
 
-        base = load_encoder(read_config(path)["base"], device=device, runtime=runtime, threads=threads, cache_dir=cache)
+        config = read_config(path)
+        if not config.get("train_layers"):
+            base = load_encoder(config["base"], device=device, runtime=runtime, threads=threads, cache_dir=cache)
+        else:  # the base with its trained top layers, run like the base
+            source = materialise_base(path, cache)
+            name = f"all-MiniLM-L6-v2+{source.name.split('-', 1)[1]}"
+            if runtime != "torch":
+                from models.encoders.runtime import OnnxSentenceEncoder
+
+                base = OnnxSentenceEncoder(source, name, config["base_dim"], runtime, cache, threads)
+            else:
+                from models.encoders.pretrained import PretrainedEncoder
+
+                base = PretrainedEncoder(str(source), name, config["base_dim"], device=device)
         return load_query_encoder(path, base)
     if spec == "msem" and not (path / "config.json").exists():
         raise ValueError(f"encoder 'msem': no shipped MSEM model at {path}; use 'minilm', 'mpnet' or a folder made by `faq train msem`")

@@ -12,8 +12,14 @@ W, b are fitted so that q lands where the teacher's vector of the same text woul
 query-encoder`). The folder records the teacher it was fitted to (`teacher`, the teacher encoder's `id`),
 so a build encoded by another encoder refuses it.
 
+With `train_layers` N > 0 the base's top N transformer layers were trained too (`faq train query-encoder
+--train-layers N`): the folder holds them (`top_layers.safetensors`, the HF checkpoint's names, fp16),
+and the first load writes the base with those layers into the model cache (`<cache>/query/<sha>/`, a
+complete sentence-transformers folder), which then runs like the base itself (int8 ONNX on a CPU).
+
 Folder: `config.json` (`architecture` "query-encoder", `format_version` 1, `base`, `teacher`, `dim`,
-`base_dim`, `fit`), `projection.safetensors` (`weight` (base_dim, dim) fp32, `bias` (dim,)).
+`base_dim`, `train_layers`, `fit`), `projection.safetensors` (`weight` (base_dim, dim) fp32, `bias` (dim,)),
+and with N > 0 `top_layers.safetensors`.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ ARCHITECTURE = "query-encoder"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "projection.safetensors"
+TOP_LAYERS_FILE = "top_layers.safetensors"
 
 
 class QueryEncoder:
@@ -74,15 +81,23 @@ def read_config(folder: str | Path) -> dict:
 
 
 def save_query_encoder(folder: str | Path, weight: np.ndarray, bias: np.ndarray, *, base: str, teacher: str,
-                       fit: dict | None = None) -> Path:
+                       fit: dict | None = None, top_layers: dict[str, np.ndarray] | None = None,
+                       train_layers: int = 0) -> Path:
+    """The folder; `top_layers` (HF names `encoder.layer.{i}.*`, i counted in the whole base) with N > 0."""
     from safetensors.numpy import save_file
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     save_file({"weight": np.ascontiguousarray(weight, dtype=np.float32),
                "bias": np.ascontiguousarray(bias, dtype=np.float32)}, str(out / WEIGHTS_FILE))
+    if train_layers:
+        save_file({k: np.ascontiguousarray(v, dtype=np.float16) for k, v in (top_layers or {}).items()},
+                  str(out / TOP_LAYERS_FILE))
+    elif (out / TOP_LAYERS_FILE).exists():
+        (out / TOP_LAYERS_FILE).unlink()
     config = {"architecture": ARCHITECTURE, "format_version": FORMAT_VERSION, "base": base, "teacher": teacher,
-              "base_dim": int(weight.shape[0]), "dim": int(weight.shape[1]), "fit": fit or {}}
+              "base_dim": int(weight.shape[0]), "dim": int(weight.shape[1]), "train_layers": int(train_layers),
+              "fit": fit or {}}
     tmp = out / (CONFIG_FILE + ".tmp")
     tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     tmp.replace(out / CONFIG_FILE)
@@ -99,3 +114,44 @@ def load_query_encoder(folder: str | Path, base: Any) -> QueryEncoder:
         raise ValueError(f"{folder}: fitted on a {config['base_dim']}-d base, got a {getattr(base, 'dim', None)}-d one")
     tensors = load_file(str(Path(folder) / WEIGHTS_FILE))
     return QueryEncoder(base, tensors["weight"], tensors["bias"], config["teacher"], folder=folder)
+
+
+def materialise_base(folder: str | Path, cache_dir: str | Path) -> Path:
+    """The base with the folder's trained top layers, as a sentence-transformers folder in the model cache
+    (written once, under a lock; keyed by the layers' sha256)."""
+    import shutil
+
+    from models.encoders.base import file_lock, file_sha256
+
+    config = read_config(folder)
+    if config["base"] != "minilm":
+        raise ValueError(f"{folder}: trained layers are supported on the minilm base, not {config['base']!r}")
+    from models.encoders.pretrained import minilm_path
+
+    layers_file = Path(folder) / TOP_LAYERS_FILE
+    target = Path(cache_dir) / "query" / f"minilm-{file_sha256(layers_file)[:12]}"
+    done = target / ".complete"
+    if done.exists():
+        return target
+    with file_lock(str(target) + ".lock"):
+        if done.exists():
+            return target
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModel
+
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(minilm_path(), tmp)
+        model = AutoModel.from_pretrained(str(tmp))
+        state = {k: v.float() for k, v in load_file(str(layers_file)).items()}
+        missing = sorted(set(state) - set(model.state_dict()))
+        if missing:
+            raise ValueError(f"{layers_file}: parameters the base does not have: {missing[:3]}")
+        with torch.no_grad():
+            model.load_state_dict(state, strict=False)
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        (tmp / ".complete").write_text("ok\n")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return target

@@ -73,3 +73,41 @@ def test_trained_folder_is_the_query_side_of_its_teachers_index(tmp_path, capsys
     code = faq(["eval", "match", "--kb", DEMO, "--queries", QUERIES, "--model", "minilm",
                 "--query-encoder", str(out), "--json", str(tmp_path / "refused.json")])
     assert code == 2 and "was fitted to" in capsys.readouterr().err
+
+
+def test_fine_tuned_layers_serve_the_vectors_training_saw(tmp_path):
+    """With --train-layers the folder's top layers run inside the packaged base (materialised in the model
+    cache): a query's served vector is the one the trainer computed for it."""
+    from training.query_encoder import QueryEncoderConfig, train_query_encoder
+    from training.query_encoder.student import StudentTrainer
+
+    out, cache = tmp_path / "qe", tmp_path / "cache"
+    cfg = QueryEncoderConfig(teacher="msem", base="minilm", train_layers=1, epochs=1, batch_size=64)
+    report = train_query_encoder(out, data_dir=None, kb_files=[DEMO], work=tmp_path / "work", config=cfg,
+                                 runtime="torch", device="cpu", cache_dir=cache)
+    assert report["fine_tune"]["epochs_done"] == 1 and (out / "top_layers.safetensors").exists()
+    served = load_encoder(str(out), runtime="torch", device="cpu", cache_dir=cache)
+    texts = ["how do i reset my password", "can I pay with a card abroad?"]
+    import torch
+
+    trainer = StudentTrainer.__new__(StudentTrainer)  # the trainer's forward on the saved weights
+    from models.encoders.msem.layers import MiniLMLayer
+    from models.encoders.words import MiniLMText
+    from safetensors.numpy import load_file
+
+    trainer.cfg, trainer.device = cfg, torch.device("cpu")
+    trainer.text = MiniLMText(base="minilm")
+    trainer.first = 5
+    layer = MiniLMLayer()
+    state = {k.split(".", 3)[3]: torch.from_numpy(v.astype(np.float32))
+             for k, v in load_file(str(out / "top_layers.safetensors")).items()}
+    layer.load_hf_state(state)
+    trainer.top = torch.nn.ModuleList([layer]).eval()
+    trainer.text.stop_after(5)
+    proj = load_file(str(out / "projection.safetensors"))
+    trainer.projection = torch.nn.Linear(384, proj["weight"].shape[1])
+    with torch.no_grad():
+        trainer.projection.weight.copy_(torch.from_numpy(proj["weight"].T))
+        trainer.projection.bias.copy_(torch.from_numpy(proj["bias"]))
+        expected = trainer.forward(texts).numpy()
+    assert np.allclose(served.encode(texts), expected, atol=2e-3)
