@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
     # and builds use the default (app/assembly.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
+    # A `faq train query-encoder` folder: queries are encoded by it (MiniLM mapped into the build encoder's
+    # space), FAQ phrasings and answers still by the encoder above ("balanced" mode). It must have been fitted
+    # to the build's encoder. Unset: the one the current build recorded, else the build's encoder itself.
+    query_encoder: str | None = None
     # Where all-mpnet-base-v2 is reassembled on first use (models/encoders/mpnet.py); unset: <data_dir>/models
     # (`mpnet_cache`, what every model load is given). The ONNX exports of the runtime below are cached there
     # too (<model_cache>/onnx/).

@@ -139,6 +139,18 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}, runtime "
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
+    query = None
+    if settings.query_encoder:  # balanced mode: record the query encoder, refused unless fitted to this encoder
+        from index.artifacts import EncoderMismatch, check_query_encoder
+
+        query_spec = str(Path(settings.query_encoder).resolve())
+        try:
+            query_encoder = load_configured_encoder(settings, spec=query_spec)
+            check_query_encoder({"encoder_id": encoder.id, "version": "(new)"}, query_encoder)
+        except (EncoderMismatch, OSError, ValueError) as exc:
+            return _error(f"FAQ_QUERY_ENCODER: {exc} (current index unchanged)")
+        query = {"spec": query_spec, "id": query_encoder.id, "teacher": query_encoder.teacher}
+        print(f"query encoder {query_encoder.id} (fitted to {query_encoder.teacher})")
     try:
         from app.stages import vector_stages
 
@@ -151,7 +163,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
             recall_floor=args.recall_floor, activate=False, report=print, encoder_spec=spec,
             lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
-            stage_vectors=stages,
+            stage_vectors=stages, query_encoder=query,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")

@@ -101,6 +101,17 @@ def check_encoder(manifest: dict, encoder: Any) -> None:
             f"set FAQ_ENCODER_RUNTIME={built} (or leave it unset to follow the build) or rebuild the index")
 
 
+def check_query_encoder(manifest: dict, query_encoder: Any, setting: str = "FAQ_QUERY_ENCODER") -> None:
+    """Refuse a query encoder fitted to another encoder's space than the one that encoded the build."""
+    version = manifest.get("version", "?")
+    teacher, built = getattr(query_encoder, "teacher", None), manifest.get("encoder_id")
+    if built and teacher != built:
+        raise EncoderMismatch(
+            f"index {version} was encoded by {built!r}, but the query encoder {query_encoder.id!r} was fitted to "
+            f"{teacher!r}: set {setting} to a query encoder fitted to {built!r} (`faq train query-encoder "
+            f"--teacher ...`), unset it, or rebuild the index with its teacher")
+
+
 def new_version(now: datetime | None = None) -> str:
     """A sortable, unique version name such as `20261122T010203Z-a1b2c3`."""
     now = now or datetime.now(timezone.utc)

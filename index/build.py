@@ -174,7 +174,8 @@ def write_stage_vectors(staging: Any, texts: list[str], sources: Any, batch_size
 def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, started_at: datetime,
                    timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
                    search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
-                   lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = ()) -> dict:
+                   lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = (),
+                   query_encoder: dict | None = None) -> dict:
     """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
     variants = snapshot.variants
     t = time.perf_counter()
@@ -240,6 +241,7 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
         "encoder_id": encoder.id,
         "encoder_spec": encoder_spec,
         "encoder_runtime": encoder_runtime(encoder),
+        "query_encoder": query_encoder,
         "dim": int(encoder.dim),
         "metric": "angular",
         "n_faqs": len(snapshot.faqs),
@@ -323,6 +325,7 @@ def build_index(
     es_url: str | None = None,
     es_index_prefix: str = "faq",
     stage_vectors: Any = (),
+    query_encoder: dict | None = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -330,6 +333,8 @@ def build_index(
     `report`: called with one-line human messages (the CLI prints them).
     `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the
     manifest so the service serves this build with the encoder that built it.
+    `query_encoder`: {spec, id, teacher} of the query encoder the build is served with (balanced mode), recorded
+    so the service loads it when FAQ_QUERY_ENCODER is unset.
     `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
     when given, as index `<es_index_prefix>-<version>`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
@@ -374,7 +379,7 @@ def build_index(
                     staging, version, snapshot, encoder, started_at=started_at, timings=timings, t_total=t_total,
                     say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
                     recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
-                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors)
+                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors, query_encoder=query_encoder)
 
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)

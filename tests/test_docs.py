@@ -18,6 +18,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_DATA_DIR": ("/srv/faq", Path("/srv/faq")),
     "FAQ_DATABASE_URL": ("postgresql://faq@db/faq", "postgresql://faq@db/faq"),
     "FAQ_ENCODER": ("minilm", "minilm"),
+    "FAQ_QUERY_ENCODER": ("/srv/query-encoder", "/srv/query-encoder"),
     "FAQ_MODEL_CACHE": ("/opt/models", Path("/opt/models")),
     "FAQ_ENCODER_RUNTIME": ("onnx", "onnx"),
     "FAQ_ENCODER_THREADS": ("3", 3),

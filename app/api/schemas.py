@@ -201,6 +201,8 @@ class Readiness(BaseModel):
     index_version: str | None = None
     encoder_id: str | None = None
     encoder_runtime: str | None = Field(default=None, description="how the encoder runs: onnx-int8, onnx or torch")
+    query_encoder_id: str | None = Field(default=None, description="the encoder of the queries when it is not the "
+                                         "build's (FAQ_QUERY_ENCODER, balanced mode)")
     reason: str | None = None
     # parts that cannot answer while /match still can, e.g. {"lexical": "Elasticsearch at ... is unreachable"}
     degraded: dict[str, str] | None = None

@@ -27,7 +27,7 @@ from app.assembly import build_pipeline, lexical_engine, load_configured_encoder
 from app.pipeline import NoIndexError, Pipeline
 from app.stages import load_stages
 from app.settings import Settings
-from index.artifacts import EncoderMismatch, check_encoder
+from index.artifacts import EncoderMismatch, check_encoder, check_query_encoder
 from models.encoders.base import Encoder, shared
 
 if TYPE_CHECKING:
@@ -76,6 +76,9 @@ class ServiceState:
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
         # the `+rerank` arms run the pipeline's stages (FAQ_RERANKER: see `stages`); none -> those arms answer 409
         self.reranker_problem: str | None = None  # why FAQ_RERANKER did not load
+        self.query_encoder: Encoder | None = None  # balanced mode: queries through it (FAQ_QUERY_ENCODER)
+        self.query_encoder_setting = "FAQ_QUERY_ENCODER"
+        self.query_encoder_problem: str | None = None  # why the query encoder did not load
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
@@ -101,16 +104,20 @@ class ServiceState:
 
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
+        manifest = self._current_manifest()
         if self.encoder is None:
-            self.encoder = shared(load_configured_encoder(self.settings, self._current_manifest()))
+            self.encoder = shared(load_configured_encoder(self.settings, manifest))
+        self.query_encoder = self._load_query_encoder(manifest)
         stages = []
         try:
             stages = load_stages(self.settings)
         except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
             log.exception("could not load the re-ranker %s", self.settings.reranker)
             self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
-        self.matcher = build_pipeline(self.settings, self.encoder, lambda: self.retriever, lexical=self.lexical_for,
-                                      stages=stages)
+        # queries go through the query encoder when there is one (balanced mode); KB refreshes through the
+        # encoder that built the index (its FAQ side)
+        self.matcher = build_pipeline(self.settings, self.query_encoder or self.encoder, lambda: self.retriever,
+                                      lexical=self.lexical_for, stages=stages)
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
@@ -180,6 +187,10 @@ class ServiceState:
             fresh = Retriever.load(self.registry.path(version))
             try:
                 check_encoder(fresh.manifest or {}, self.encoder)
+                if self.query_encoder is not None:
+                    check_query_encoder(fresh.manifest or {}, self.query_encoder, self.query_encoder_setting)
+                elif self.query_encoder_problem:
+                    raise EncoderMismatch(self.query_encoder_problem)
             except EncoderMismatch as exc:
                 if previous is None:
                     self.not_ready_reason = str(exc)
@@ -203,6 +214,23 @@ class ServiceState:
             served = current.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
             self._install(served, snapshot.revision, reason)
             return True
+
+    def _load_query_encoder(self, manifest: dict | None) -> Encoder | None:
+        """FAQ_QUERY_ENCODER, else the query encoder the current build recorded, else None (queries use the
+        build's encoder). One that cannot be loaded leaves the service unready, saying which setting to fix."""
+        recorded = ((manifest or {}).get("query_encoder") or {}).get("spec")
+        spec = self.settings.query_encoder or recorded
+        self.query_encoder_setting = ("FAQ_QUERY_ENCODER" if self.settings.query_encoder
+                                      else "FAQ_QUERY_ENCODER (the build recorded this one)")
+        self.query_encoder_problem = None
+        if not spec:
+            return None
+        try:
+            return shared(load_configured_encoder(self.settings, manifest, spec=spec))
+        except Exception as exc:  # noqa: BLE001 - /readyz says why instead of a dead process
+            log.exception("could not load the query encoder %s", spec)
+            self.query_encoder_problem = f"{self.query_encoder_setting}={spec} could not be loaded: {exc}"
+            return None
 
     def _background_encoder(self) -> Encoder:
         """The encoder for KB refreshes: in small low-priority chunks, so encoding a bulk import

@@ -35,7 +35,7 @@ async def readyz(state: ServiceState = Depends(get_state)) -> Response:
     return JSONResponse(content=Readiness(
         ready=True, index_version=str(retriever.version), degraded=degraded,
         encoder_id=getattr(encoder, "id", None), encoder_runtime=getattr(encoder, "runtime", "torch"),
-        decision=state.decision_summary(),
+        query_encoder_id=getattr(state.query_encoder, "id", None), decision=state.decision_summary(),
     ).model_dump())
 
 
