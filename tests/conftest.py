@@ -76,6 +76,13 @@ def shared_model_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
+@pytest.fixture(scope="session")
+def query_encoder_work(tmp_path_factory) -> Path:
+    """One vector cache for the query-encoder tests: the teacher's and base's vectors of the demo corpus
+    are computed once (training/query_encoder/vectors.py resumes from cached chunks)."""
+    return tmp_path_factory.mktemp("query-encoder-work")
+
+
 @pytest.fixture
 def faq_env(tmp_path, monkeypatch, db_url, shared_model_cache):
     """Settings for in-process CLI runs (`cli.main.main([...])`): data under tmp_path/var, the model

@@ -14,12 +14,12 @@ DEMO = "app/demo/faq.jsonl"
 
 
 @pytest.fixture(scope="module")
-def query_encoder_dir(tmp_path_factory):
+def query_encoder_dir(tmp_path_factory, query_encoder_work):
     """A query encoder fitted (ridge) into the shipped MSEM model's space on the demo's phrasings."""
     from training.query_encoder import QueryEncoderConfig, train_query_encoder
 
     out = tmp_path_factory.mktemp("qe") / "msem-student"
-    train_query_encoder(out, data_dir=None, kb_files=[DEMO], work=tmp_path_factory.mktemp("qe-work"),
+    train_query_encoder(out, data_dir=None, kb_files=[DEMO], work=query_encoder_work,
                         config=QueryEncoderConfig(teacher="msem", base="minilm"), runtime="torch", device="cpu")
     return out
 
