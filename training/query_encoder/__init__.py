@@ -107,10 +107,11 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
         "held_out_base_as_is": {"nearest_agreement": base_agreement(bv[held], tv[held], cfg.seed)},
         "encode_s": round(encode_s, 1),
     }
-    save_query_encoder(out, weight, bias, base=cfg.base, teacher=teacher.id,
-                       fit={"method": "ridge", "ridge": cfg.ridge, "sentences": int(len(train)),
-                            "held_out_mean_cosine": report["held_out_mapped"]["mean_cosine"]})
-    if cfg.train_layers:
+    if not cfg.train_layers:
+        save_query_encoder(out, weight, bias, base=cfg.base, teacher=teacher.id,
+                           fit={"method": "ridge", "ridge": cfg.ridge, "sentences": int(len(train)),
+                                "held_out_mean_cosine": report["held_out_mapped"]["mean_cosine"]})
+    else:  # the fit only starts the fine-tuning, whose best epoch is the folder (kept across --resume)
         from training.query_encoder.student import StudentTrainer
 
         trainer = StudentTrainer(out, cfg, texts=texts, teacher_vectors=tv, train_idx=train, held_idx=held,
