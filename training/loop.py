@@ -42,6 +42,32 @@ class TrainError(ValueError):
     checkpoint that does not fit the run."""
 
 
+def config_overrides(value: str | Mapping[str, Any] | None, config_cls: Any) -> dict[str, Any]:
+    """`--config`: a JSON object, or the path of a file holding one -> fields of `config_cls` (a dataclass with
+    `field_names()`); anything else, and unknown fields, is a TrainError naming the problem."""
+    if not value:
+        return {}
+    if isinstance(value, Mapping):
+        overrides = dict(value)
+    else:
+        text = value
+        if not value.lstrip().startswith("{"):
+            path = Path(value)
+            if not path.is_file():
+                raise TrainError(f"--config {value!r}: neither a JSON object nor an existing file")
+            text = path.read_text(encoding="utf-8")
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TrainError(f"--config: invalid JSON ({exc})") from exc
+        if not isinstance(overrides, dict):
+            raise TrainError(f"--config must be a JSON object of {config_cls.__name__} fields")
+    unknown = sorted(set(overrides) - config_cls.field_names())
+    if unknown:
+        raise TrainError(f"--config: unknown {config_cls.__name__} fields {unknown}")
+    return overrides
+
+
 class TrainingPaused(Exception):
     """`stop_after_minutes` reached: a checkpoint is saved, `--resume` continues."""
 

@@ -39,7 +39,7 @@ import torch
 from models.calibration import Calibration
 from models.encoders.words import make_words
 from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer, WEIGHTS_FILE, hinge_loss
-from training.loop import TrainError, Trainer
+from training.loop import TrainError, Trainer, config_overrides
 
 log = logging.getLogger(__name__)
 
@@ -307,22 +307,7 @@ class TrainConfig:
 
 def parse_config_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """--config: a JSON object or a JSON file -> MmaicmConfig overrides (unknown fields named)."""
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        overrides = dict(value)
-    else:
-        text = Path(value).read_text(encoding="utf-8") if Path(value).is_file() else value
-        try:
-            overrides = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TrainError(f"--config: not a JSON object or a JSON file: {exc}") from exc
-    if not isinstance(overrides, dict):
-        raise TrainError("--config: expected a JSON object")
-    unknown = sorted(set(overrides) - MmaicmConfig.field_names())
-    if unknown:
-        raise TrainError(f"--config: unknown MmaicmConfig fields {unknown}")
-    return overrides
+    return config_overrides(value, MmaicmConfig)
 
 
 def pairs_of(lists: Sequence[QaList]) -> tuple[list[tuple[str, str]], np.ndarray]:

@@ -16,7 +16,6 @@ so `--resume` continues a cut run, and `train.json` records the run; a re-run wi
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import torch
 from kb.records import kb_groups, read_kb, read_queries
 from models.calibration import Calibration
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
-from training.loop import CHECKPOINT_FILE, TrainError, Trainer
+from training.loop import CHECKPOINT_FILE, TrainError, Trainer, config_overrides
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "train.json"
@@ -268,11 +267,5 @@ def train_siamese(out_dir: str | Path, pairs: Sequence[str | Path] = (), dev: st
 
 
 def parse_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """`--config '{"filters": 128}'` (JSON) -> SiameseConfig fields, naming unknown ones."""
-    if not value:
-        return {}
-    meta = json.loads(value) if isinstance(value, str) else dict(value)
-    unknown = sorted(set(meta) - SiameseConfig.field_names())
-    if unknown:
-        raise TrainError(f"unknown SiameseConfig fields {unknown}")
-    return meta
+    """`--config '{"filters": 128}'` (a JSON object or file) -> SiameseConfig fields, naming unknown ones."""
+    return config_overrides(value, SiameseConfig)

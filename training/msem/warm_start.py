@@ -4,9 +4,7 @@ model's heads re-created)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -15,7 +13,7 @@ import torch
 from models.encoders.msem.encoder import MsemEncoder, init_minilm_layers
 from models.encoders.msem.model import MSEM, MsemConfig
 from models.text import TextEncoder, split_compound, tokenize
-from training.loop import TrainError
+from training.loop import TrainError, config_overrides
 
 #: fields of MsemConfig that shape the weights; `--init` keeps the loaded model's values for them
 ARCHITECTURE_FIELDS = {
@@ -26,27 +24,7 @@ ARCHITECTURE_FIELDS = {
 
 def parse_config_overrides(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """--config: a JSON object literal or a path to a JSON file -> dict of MsemConfig fields."""
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        overrides = dict(value)
-    else:
-        text = value
-        if not value.lstrip().startswith("{"):
-            path = Path(value)
-            if not path.is_file():
-                raise TrainError(f"--config {value!r}: neither a JSON object nor an existing file")
-            text = path.read_text(encoding="utf-8")
-        try:
-            overrides = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TrainError(f"--config: invalid JSON ({exc})") from exc
-        if not isinstance(overrides, dict):
-            raise TrainError("--config must be a JSON object of MsemConfig fields")
-    unknown = sorted(set(overrides) - MsemConfig.field_names())
-    if unknown:
-        raise TrainError(f"--config: unknown MsemConfig fields {unknown}")
-    return overrides
+    return config_overrides(value, MsemConfig)
 
 
 def reconfigure_heads(encoder: MsemEncoder, config_updates: Mapping[str, Any]) -> MsemEncoder:
