@@ -60,32 +60,36 @@ def fit_projection(base: np.ndarray, teacher: np.ndarray, ridge: float) -> tuple
     return weight.astype(np.float32), bias.astype(np.float32)
 
 
+def _nearest_agreement(queries: np.ndarray, keys: np.ndarray, teacher: np.ndarray) -> float:
+    """Share of sentences whose nearest other sentence (queries against keys) is the teacher's nearest."""
+    found, own = queries @ keys.T, teacher @ teacher.T
+    np.fill_diagonal(found, -np.inf)
+    np.fill_diagonal(own, -np.inf)
+    return float(np.mean(found.argmax(axis=1) == own.argmax(axis=1)))
+
+
+def _sample(n: int, sample: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False)
+
+
 def agreement(mapped: np.ndarray, teacher: np.ndarray, sample: int = 4000, seed: int = 0) -> dict:
     """How close mapped vectors are to the teacher's: mean cosine, and the share of sentences whose nearest
-    other sentence (among `sample`) is the same under both."""
+    other sentence (among `sample`; mapped queries against the teacher's vectors, the asymmetric use) is
+    the teacher's own nearest."""
     from models.encoders.base import l2_normalise
 
     q, t = l2_normalise(mapped), l2_normalise(teacher)
-    rng = np.random.default_rng(seed)
-    idx = rng.choice(len(q), size=min(sample, len(q)), replace=False)
-    qs, ts = q[idx], t[idx]
-    cross = qs @ ts.T  # student query against teacher "FAQs": the asymmetric use
-    np.fill_diagonal(cross, -np.inf)
-    own = ts @ ts.T
-    np.fill_diagonal(own, -np.inf)
+    idx = _sample(len(q), sample, seed)
     return {"mean_cosine": float(np.mean(np.sum(q * t, axis=1))),
-            "nearest_agreement": float(np.mean(cross.argmax(axis=1) == own.argmax(axis=1))), "n": int(len(idx))}
+            "nearest_agreement": _nearest_agreement(q[idx], t[idx], t[idx]), "n": int(len(idx))}
 
 
-def base_agreement(base: np.ndarray, teacher: np.ndarray, seed: int) -> float:
+def base_agreement(base: np.ndarray, teacher: np.ndarray, seed: int, sample: int = 4000) -> float:
     """The same nearest-neighbour agreement for the base in its own space (what the fast mode gets)."""
     from models.encoders.base import l2_normalise
 
     b, t = l2_normalise(base), l2_normalise(teacher)
-    idx = np.random.default_rng(seed).choice(len(b), size=min(4000, len(b)), replace=False)
-    bb, tt = b[idx] @ b[idx].T, t[idx] @ t[idx].T
-    np.fill_diagonal(bb, -np.inf)
-    np.fill_diagonal(tt, -np.inf)
-    return float(np.mean(bb.argmax(axis=1) == tt.argmax(axis=1)))
+    idx = _sample(len(b), sample, seed)
+    return _nearest_agreement(b[idx], b[idx], t[idx])
 
 
