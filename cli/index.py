@@ -139,7 +139,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}, runtime "
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
-    query = None
+    query, query_encoder = None, None
     if settings.query_encoder:  # balanced mode: record the query encoder, refused unless fitted to this encoder
         from index.artifacts import EncoderMismatch, check_query_encoder
 
@@ -163,7 +163,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
             recall_floor=args.recall_floor, activate=False, report=print, encoder_spec=spec,
             lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
-            stage_vectors=stages, query_encoder=query,
+            stage_vectors=stages, query_encoder=query, query_side=query_encoder,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")

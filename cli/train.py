@@ -557,8 +557,19 @@ def _register_query_encoder(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ridge", type=float, default=1.0, help="ridge penalty of the least-squares fit")
     p.add_argument("--train-layers", type=int, default=0, help="then fine-tune the base's top N layers and the "
                    "projection (0: the fit alone)")
-    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best held-out epoch kept)")
+    p.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 3; with --from 10); the "
+                   "best epoch is kept: by --dev top-1 when given, else by held-out corpus agreement")
+    p.add_argument("--patience", type=int, default=None, help="epochs without improvement before stopping "
+                   "(default 1; with --from 3)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate of the base's layers (default 5e-5)")
     p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--epoch-sentences", type=int, default=None, help="an epoch is this many sentences drawn "
+                   "afresh (default: the whole corpus), so the best point is picked more often")
+    p.add_argument("--dev", action="append", default=[], help="a KB's dev queries (JSONL/CSV, users' wording; "
+                   "repeatable, paired with the --kb file in the same folder): the fine-tuning keeps the epoch that "
+                   "ranks them best, and the starting point counts as an epoch")
+    p.add_argument("--from", dest="init_from", help="refine this query encoder on the --kb files' phrasings and "
+                   "answers alone (needs --dev: kept only if it ranks the dev queries better)")
     p.add_argument("--max-minutes", type=float, help="time budget of the fine-tuning")
     p.add_argument("--stop-after-minutes", type=float, help="pause the fine-tuning after this long (--resume goes on)")
     p.add_argument("--resume", action="store_true", help="continue a paused or cut fine-tuning from --out")
@@ -578,20 +589,31 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     device, cache_dir = _model_settings(args.device)
+    refine = args.init_from is not None
+    tuning = {k: v for k, v in (("epochs", args.epochs if args.epochs is not None else (10 if refine else None)),
+                                ("patience", args.patience if args.patience is not None else (3 if refine else None)),
+                                ("lr", args.lr)) if v is not None}
     try:
         report = train_query_encoder(args.out, data_dir=args.data, kb_files=args.kb, work=args.work,
                                      config=QueryEncoderConfig(
                                          teacher=args.teacher, base=args.base, ridge=args.ridge,
-                                         train_layers=args.train_layers, epochs=args.epochs, batch_size=args.batch_size,
-                                         max_minutes=args.max_minutes, stop_after_minutes=args.stop_after_minutes),
+                                         train_layers=args.train_layers, batch_size=args.batch_size,
+                                         max_minutes=args.max_minutes, stop_after_minutes=args.stop_after_minutes,
+                                         epoch_sentences=args.epoch_sentences, **tuning),
                                      runtime=args.runtime, device=device, cache_dir=cache_dir, threads=args.threads,
-                                     resume=args.resume)
+                                     resume=args.resume, dev_files=args.dev, init_from=args.init_from)
     except TrainingPaused as exc:
         print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
         return 0
     except (TrainError, KbValidationError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    tuned = report.get("fine_tune") or {}
+    if "dev_top1_start" in tuned:
+        print(f"dev top-1: {tuned['dev_top1_start']:.3f} at the start, best {tuned['best_metric']:.3f}; "
+              f"{args.out} holds the {tuned['kept']}", file=sys.stderr)
+    if refine:
+        return 0
     held = report["held_out_mapped"]
     print(f"query encoder saved in {args.out}: {report['sentences']} sentences; held out, mean cosine to the teacher "
           f"{held['mean_cosine']:.3f}, nearest-neighbour agreement {held['nearest_agreement']:.3f} "

@@ -175,7 +175,7 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
                    timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
                    search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
                    lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = (),
-                   query_encoder: dict | None = None) -> dict:
+                   query_encoder: dict | None = None, query_side: Any = None) -> dict:
     """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
     variants = snapshot.variants
     t = time.perf_counter()
@@ -291,8 +291,13 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     background = decision.read_background()
     view = decision.KbView.build(vectors.astype(np.float16).astype(np.float32), [v.faq_id for v in variants], texts,
                                  stored_answers, {f: a for f, (a, _) in snapshot.faqs.items()})
-    bg_vectors = decision.background_vectors(encoder, background,
-                                             lambda t: encode_in_batches(encoder, t, batch_size, False))
+    # the replayed queries (held-out phrasings, background questions) go through the query side, as real
+    # queries will: in balanced mode its cosines are not the FAQ-side encoder's
+    asker = encoder if query_side is None else query_side
+    if query_side is not None:
+        view.query_encode = lambda t: encode_in_batches(query_side, t, batch_size, False)
+    bg_vectors = decision.background_vectors(asker, background,
+                                             lambda t: encode_in_batches(asker, t, batch_size, False))
     manifest["decision"] = decision.build_block(view, background, bg_vectors, decision.load_model())
     timings["decision_s"] = time.perf_counter() - t
     say(f"decision: references and expected-precision replay over {len(background)} background questions "
@@ -326,6 +331,7 @@ def build_index(
     es_index_prefix: str = "faq",
     stage_vectors: Any = (),
     query_encoder: dict | None = None,
+    query_side: Any = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -334,7 +340,8 @@ def build_index(
     `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the
     manifest so the service serves this build with the encoder that built it.
     `query_encoder`: {spec, id, teacher} of the query encoder the build is served with (balanced mode), recorded
-    so the service loads it when FAQ_QUERY_ENCODER is unset.
+    so the service loads it when FAQ_QUERY_ENCODER is unset; `query_side` is that encoder, loaded: the decision
+    block's replayed queries are encoded by it.
     `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
     when given, as index `<es_index_prefix>-<version>`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
@@ -379,7 +386,8 @@ def build_index(
                     staging, version, snapshot, encoder, started_at=started_at, timings=timings, t_total=t_total,
                     say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
                     recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
-                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors, query_encoder=query_encoder)
+                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors, query_encoder=query_encoder,
+                    query_side=query_side)
 
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -290,6 +290,9 @@ class KbView:
     has_answer: np.ndarray  # (n_faqs,) bool
     questions: list[str]
     answer_texts: list[str | None]
+    # balanced mode: replayed phrasings are queries, so they are encoded as queries are (texts -> (n, dim));
+    # None: the phrasing vectors themselves (one encoder for both sides)
+    query_encode: Callable[[list[str]], np.ndarray] | None = None
 
     @classmethod
     def build(cls, vectors: np.ndarray, variant_faq_ids: Sequence[str], questions: Sequence[str],
@@ -384,7 +387,9 @@ def replay(view: KbView, bg_texts: Sequence[str], bg_vecs: np.ndarray, pools: Se
                  for f in range(len(view.faq_ids))]
     # (text, vector, own FAQ or -1, own phrasing row or -1) of every replayed query, held-out ones first
     texts = [view.questions[r] for r in rows] + list(bg_texts)
-    vecs = np.concatenate([view.vectors[rows], np.asarray(bg_vecs, dtype=np.float32).reshape(-1, view.vectors.shape[1])])
+    held_vecs = (view.vectors[rows] if view.query_encode is None or not len(rows)
+                 else np.asarray(view.query_encode([view.questions[r] for r in rows]), dtype=np.float32))
+    vecs = np.concatenate([held_vecs, np.asarray(bg_vecs, dtype=np.float32).reshape(-1, view.vectors.shape[1])])
     owners = np.concatenate([view.faq_of[rows], np.full(len(bg_texts), -1, dtype=np.int64)])
     excl = np.concatenate([rows, np.full(len(bg_texts), -1, dtype=np.int64)])
     n_held = len(rows)

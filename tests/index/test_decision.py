@@ -108,6 +108,19 @@ def test_replay_leaves_each_phrasing_out_and_references_the_background():
         assert "topic" + own[-1] in mine[0].words  # its answer's and other phrasings' words
         assert mine[0].phrasing < 0.9999  # never matched against itself
 
+    # balanced mode: held-out phrasings are encoded as queries are, by the query side
+    asked = []
+
+    def query_side(batch):
+        asked.extend(batch)
+        noisy = vecs[[texts.index(t) for t in batch]] + 0.5 * rng.normal(size=(len(batch), 16))
+        return noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+
+    view.query_encode = query_side
+    noisier = replay(view, [f"bg {i}" for i in range(20)], bg, pools=(1,), weights=(0.0, 0.5)).references["1/0.50"]
+    assert sorted(asked) == sorted(texts)  # every sampled phrasing, nothing else
+    assert noisier.heldout[50] < ref.heldout[50]  # the query side's cosines, not the phrasing vectors'
+
 
 def test_the_background_set_ships_with_the_package():
     questions = read_background()

@@ -108,3 +108,56 @@ def test_fine_tuned_layers_serve_the_vectors_training_saw(tmp_path, query_encode
         trainer.projection.bias.copy_(torch.from_numpy(proj["bias"]))
         expected = trainer.forward(texts).numpy()
     assert np.allclose(served.encode(texts), expected, atol=2e-3)
+
+
+def test_dev_queries_rank_faqs_as_the_service_first_scores_them(tmp_path):
+    """A FAQ's score is its best phrasing's cosine mixed with its answer's (the answer weight)."""
+    from training.query_encoder.dev import DevSet, pair_dev_files
+
+    dev = DevSet(name="t", queries=["q1", "q2"], labels=np.array([0, 1]), faq_ids=["a", "b"],
+                 phrasing_texts=["pa1", "pa2", "pb"], phrasing_faq=np.array([0, 0, 1]),
+                 answer_texts=["answer a", None])
+    dev.phrasings = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)
+    dev.answers = np.array([[0, 1, 0], [0, 0, 0]], dtype=np.float32)
+    q = np.array([[0.6, 0.8, 0.0], [0.8, 0.0, 0.6]], dtype=np.float32)
+    scores = dev.scores(q, answer_weight=0.5)
+    # a: half its best phrasing's cosine, half its answer's; b has no answer and keeps its phrasing's
+    assert np.allclose(scores, [[0.8, 0.0], [0.4, 0.6]])
+    assert dev.top1(q, answer_weight=0.5) == 1.0 and dev.top1(q, answer_weight=0.9) == 1.0
+    dev.labels = np.array([1, 1])
+    assert dev.top1(q, answer_weight=0.5) == 0.5
+    assert pair_dev_files([DEMO], [tmp_path / "dev.jsonl"])[0][0].name == "faq.jsonl"
+    import pytest
+
+    with pytest.raises(ValueError, match="same folder"):
+        pair_dev_files([DEMO, "evaluation/data/energy/faq.jsonl"], [tmp_path / "dev.jsonl"])
+
+
+def test_refinement_on_a_kb_is_kept_only_where_dev_queries_say_so(tmp_path, capsys, query_encoder_work):
+    """`--from DIR --kb F --dev Q`: the folder is the start or a refined epoch, whichever ranks the dev
+    queries best; without --dev a refinement is refused (nothing judges it on users' wording)."""
+    from safetensors.numpy import load_file
+
+    start, out = tmp_path / "start", tmp_path / "refined"
+    assert faq(["train", "query-encoder", "--out", str(start), "--kb", DEMO, "--work", str(query_encoder_work),
+                "--teacher", "msem", "--runtime", "torch"]) == 0
+    dev = tmp_path / "dev.jsonl"
+    lines = [line for line in open(QUERIES, encoding="utf-8") if '"faq_id": null' not in line][:24]
+    dev.write_text("".join(lines), encoding="utf-8")
+    base = ["train", "query-encoder", "--from", str(start), "--kb", DEMO, "--out", str(out),
+            "--work", str(query_encoder_work), "--teacher", "msem", "--runtime", "torch", "--train-layers", "1"]
+    capsys.readouterr()
+    assert faq(base) == 2
+    assert "--dev" in capsys.readouterr().err and not out.exists()
+    assert faq(base + ["--dev", str(dev), "--epochs", "2", "--device", "cpu"]) == 0
+    said = capsys.readouterr().err
+    report = json.loads((out / "refine.json").read_text())["fine_tune"]
+    assert report["metric"] == "dev_top1" and "at the start" in said
+    assert report["best_metric"] >= report["dev_top1_start"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["fit"]["from"] == str(start) and config["train_layers"] == 1
+    if report["kept"] == "start":  # nothing better: the start's projection, unchanged
+        assert np.allclose(load_file(str(out / "projection.safetensors"))["weight"],
+                           load_file(str(start / "projection.safetensors"))["weight"])
+    vecs = load_encoder(str(out), runtime="torch", device="cpu", cache_dir=tmp_path / "cache").encode(["hi there"])
+    assert vecs.shape == (1, json.loads((start / "config.json").read_text())["dim"])

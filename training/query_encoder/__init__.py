@@ -14,6 +14,11 @@ STS-B train, CLINC150 train + val, BANKING77 train, WikiQA train questions and a
 train questions, plus any KB files
 given (their phrasings and answers). Test splits are never read: CLINC150/BANKING77/QQP/MRPC/STS-B/WikiQA/
 TrecQA tests are what the evaluations report.
+
+`--dev FILE` (a KB's dev queries, in users' words) makes the fine-tuning keep the epoch with the best dev
+top-1 instead of the best corpus agreement, and measures the starting point first (training/query_encoder/
+dev.py). `--from DIR` refines an existing query encoder on the `--kb` files' phrasings and answers alone
+(`refine_query_encoder`): minutes on a CPU, kept only where it beats DIR on the dev queries.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import numpy as np
 
 from training.loop import TrainError
 from training.query_encoder.corpus import corpus_sentences
+from training.query_encoder.dev import pair_dev_files, read_dev_set
 from training.query_encoder.vectors import agreement, base_agreement, cached_vectors, fit_projection
 
 __all__ = ["QueryEncoderConfig", "agreement", "cached_vectors", "corpus_sentences", "fit_projection",
@@ -56,6 +62,8 @@ class QueryEncoderConfig:
     temperature: float = 0.05
     max_minutes: float | None = None
     stop_after_minutes: float | None = None
+    epoch_sentences: int | None = None  # an "epoch" of this many sentences: dev is measured that often
+    answer_weight: float = 0.6  # how dev queries rank FAQs (the service's FAQ_ANSWER_WEIGHT)
 
     def validate(self) -> None:
         if self.ridge < 0:
@@ -69,6 +77,8 @@ class QueryEncoderConfig:
         for name in ("epochs", "batch_size", "max_len"):
             if getattr(self, name) < 1:
                 raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.epoch_sentences is not None and self.epoch_sentences < self.batch_size:
+            raise TrainError(f"epoch_sentences must be >= batch_size ({self.batch_size}), got {self.epoch_sentences}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise TrainError(f"max_minutes must be > 0, got {self.max_minutes}")
 
@@ -76,14 +86,23 @@ class QueryEncoderConfig:
 def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_files: Sequence[str | Path] = (),
                         work: str | Path, config: QueryEncoderConfig | None = None, runtime: str = "auto",
                         device: str | None = None, cache_dir: str | Path | None = None,
-                        threads: int | None = None, resume: bool = False) -> dict:
+                        threads: int | None = None, resume: bool = False,
+                        dev_files: Sequence[str | Path] = (), init_from: str | Path | None = None) -> dict:
     """Corpus -> cached teacher and base vectors -> ridge projection -> (with `train_layers`, the base's top
-    layers and the projection fine-tuned) -> the folder in `out` (+ `training.json`)."""
+    layers and the projection fine-tuned) -> the folder in `out` (+ `training.json`). With `init_from`: a
+    KB refinement of that folder (`refine_query_encoder`)."""
     from models.encoders.load import load_encoder
     from models.encoders.query import save_query_encoder
 
     cfg = config or QueryEncoderConfig()
     cfg.validate()
+    if init_from is not None:
+        return refine_query_encoder(out, init_from, kb_files=kb_files, dev_files=dev_files, work=work, config=cfg,
+                                    runtime=runtime, device=device, cache_dir=cache_dir, threads=threads,
+                                    resume=resume)
+    if dev_files and not cfg.train_layers:
+        raise TrainError("--dev picks the fine-tuning's epoch: give --train-layers N too")
+    pairs = pair_dev_files(kb_files, dev_files)
     texts, counts = corpus_sentences(data_dir, kb_files)
     if len(texts) < 100:
         raise TrainError(f"only {len(texts)} sentences: give --data (../shared/data) and/or --kb files")
@@ -114,9 +133,17 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
     else:  # the fit only starts the fine-tuning, whose best epoch is the folder (kept across --resume)
         from training.query_encoder.student import StudentTrainer
 
+        row_of = {t: i for i, t in enumerate(texts)}
+
+        def teacher_vectors(batch: list[str]) -> np.ndarray:  # the corpus already holds most of a KB's texts
+            missing = [t for t in batch if t not in row_of]
+            fresh = dict(zip(missing, teacher.encode(missing))) if missing else {}
+            return np.stack([tv[row_of[t]] if t in row_of else fresh[t] for t in batch])
+
+        dev_sets = [read_dev_set(kb, dev).attach(teacher_vectors) for kb, dev in pairs]
         trainer = StudentTrainer(out, cfg, texts=texts, teacher_vectors=tv, train_idx=train, held_idx=held,
                                  weight=weight, bias=bias, teacher_id=teacher.id, device=device, cache_dir=cache_dir,
-                                 resume=resume)
+                                 resume=resume, dev_sets=dev_sets)
         report["fine_tune"] = trainer.run()
         report["held_out_mapped"] = report["fine_tune"]["held_out"]
     (Path(out) / "ridge.json" if cfg.train_layers else Path(out) / "training.json").write_text(
@@ -124,6 +151,68 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
     log.info("held out: mean cosine to the teacher %.3f, nearest-neighbour agreement %.3f (base as it is: %.3f)",
              report["held_out_mapped"]["mean_cosine"], report["held_out_mapped"]["nearest_agreement"],
              report["held_out_base_as_is"]["nearest_agreement"])
+    return report
+
+
+def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Sequence[str | Path],
+                         dev_files: Sequence[str | Path], work: str | Path, config: QueryEncoderConfig,
+                         runtime: str = "auto", device: str | None = None, cache_dir: str | Path | None = None,
+                         threads: int | None = None, resume: bool = False) -> dict:
+    """`init_from`'s query encoder trained further on the KB's phrasings and answers: each text towards the
+    teacher's vector of it, and ranked towards its own FAQ's other texts among the KB's (student.py). The
+    folder in `out` is whichever of the start and the refined epochs ranks the dev queries best, so a
+    refinement that does not help users' wording is not kept (`training.json` `kept`)."""
+    from safetensors.numpy import load_file
+
+    from kb.records import is_placeholder, read_kb
+    from models.encoders.load import load_encoder
+    from models.encoders.query import TOP_LAYERS_FILE, WEIGHTS_FILE, read_config
+    from training.query_encoder.student import StudentTrainer
+
+    start = read_config(init_from)
+    if not kb_files:
+        raise TrainError("--from refines on a KB: give --kb FILE")
+    if not dev_files:
+        raise TrainError("--from needs --dev FILE: a refinement is kept only if it ranks the KB's dev queries "
+                         "(users' wording) better than the query encoder it starts from")
+    pairs = pair_dev_files(kb_files, dev_files)
+    cfg = config
+    # the cached frozen states must already hold the start's trained layers: train at least those again
+    cfg.train_layers = max(cfg.train_layers, int(start.get("train_layers") or 0)) or 3
+    teacher = load_encoder(cfg.teacher, device=device, runtime=runtime, threads=threads, cache_dir=cache_dir)
+    if start["teacher"] != teacher.id:
+        raise TrainError(f"{init_from} was fitted to {start['teacher']}, the teacher here is {teacher.id}")
+    texts: list[str] = []
+    groups: list[int] = []
+    seen: set[str] = set()
+    for k, path in enumerate(kb_files):
+        faq_row: dict[str, int] = {}
+        for r in read_kb(path):
+            row = faq_row.setdefault(r.faq_id, len(faq_row))
+            for text in (r.question, r.answer if r.answer and not is_placeholder(r.answer) else None):
+                text = " ".join(text.split()) if text else ""
+                if text and text not in seen:
+                    seen.add(text)
+                    texts.append(text)
+                    groups.append(k * 1_000_000 + row)
+    tv = cached_vectors(teacher, texts, Path(work) / f"refine-{_slug(teacher.id)}-{teacher.runtime}")
+    row_of = {t: i for i, t in enumerate(texts)}
+    dev_sets = [read_dev_set(kb, dev).attach(lambda b: tv[[row_of[t] for t in b]] if all(t in row_of for t in b)
+                                            else teacher.encode(b)) for kb, dev in pairs]
+    projection = load_file(str(Path(init_from) / WEIGHTS_FILE))
+    layers_file = Path(init_from) / TOP_LAYERS_FILE
+    init_layers = load_file(str(layers_file)) if layers_file.exists() else None
+    log.info("refining %s on %d texts of %d KB file(s); kept only if dev top-1 rises", init_from, len(texts),
+             len(kb_files))
+    trainer = StudentTrainer(out, cfg, texts=texts, teacher_vectors=tv, train_idx=np.arange(len(texts)),
+                             held_idx=np.arange(0), weight=projection["weight"], bias=projection["bias"],
+                             teacher_id=teacher.id, device=device, cache_dir=cache_dir, resume=resume,
+                             dev_sets=dev_sets, groups=np.asarray(groups), init_layers=init_layers)
+    trainer.fit_note = {"method": f"refined on {', '.join(Path(k).name for k in kb_files)}", "from": str(init_from)}
+    summary = trainer.run()
+    report = {"config": asdict(cfg), "from": str(init_from), "texts": len(texts), "teacher_id": teacher.id,
+              "fine_tune": summary}
+    (Path(out) / "refine.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return report
 
 
