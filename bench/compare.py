@@ -2,17 +2,27 @@
 FastAPI), on the same KB, the same queries and the same load generator, in one invocation.
 
     python bench/compare.py --kb runs/data/clinc150/kb.jsonl --queries runs/data/clinc150/test.jsonl \
-        --requests 2000 --concurrency 1,32 --faq-encoder minilm,mpnet [--runtime torch,onnx-int8]
+        --requests 2000 --concurrency 1,32 --faq-encoder minilm,mpnet [--runtime torch,onnx-int8] \
+        [--query-encoder DIR] [--no-floor] [--no-peer]
 
-For each faq-match configuration (every `--faq-encoder` x `--runtime` pair), in a fresh temporary data
-dir: `faq kb import KB` then `faq index build` (timed; the encode rate comes from the build manifest),
-`faq serve` on a free loopback port, wait for /readyz, then `bench/load.py` once per `--concurrency`
-while the server's resident memory is sampled (peak per run), then stop it. Then the same for the peer
-(`bench/peer.py serve`; its build is the encode + FAISS add at start-up). One server runs at a time.
+For each faq-match configuration (every `--faq-encoder` x `--runtime` pair, and with `--query-encoder DIR`
+balanced mode per `--runtime`: built with mpnet, served and built with FAQ_QUERY_ENCODER=DIR), in a fresh
+temporary data dir: `faq kb import KB` then `faq index build` (timed; the encode rate comes from the build
+manifest), `faq serve` on a free loopback port, wait for /readyz, then `bench/load.py` once per
+`--concurrency` while the server's resident memory is sampled (peak per run), then stop it. Then the
+same for the HTTP floor (`bench/floor.py serve`: a constant FastAPI /match under `faq serve`'s uvicorn
+settings; skip it with `--no-floor`) and the peer (`bench/peer.py serve`; its build is the encode +
+FAISS add at start-up). One server runs at a time.
 
 Writes `<out-dir>/compare.md` and `compare.json` (per system and concurrency: latency p50/p99,
 throughput, errors, top-1 accuracy, answered rate, RSS peak, build encode rate; faq-match/peer ratios;
-the CPU and the exact command line) and each load run's own report under `<out-dir>/compare_runs/`.
+the systems that ran, the CPU and the exact command line) and each load run's own report under
+`<out-dir>/compare_runs/`. Both also say where faq-match's time goes (`breakdown` in the JSON, per
+faq-match system and concurrency, medians in ms): the client's p50 (and p99), the server's
+`timings_ms.total`, what lies outside the pipeline (client p50 - total), of which the HTTP floor (the
+floor's client p50 at the same concurrency) and faq-match's own layers (the rest: route, validation,
+response building, metrics, query log, the hand-offs to the encoder thread and back), and inside `total`
+the queue wait (per response: total - the four stages), encode, search, rerank and decide.
 
 The servers get a clean environment: inherited FAQ_* variables are dropped (a FAQ_DATABASE_URL or
 FAQ_ES_URL from the shell must not send a benchmark's import into a real store, and a run must be
@@ -48,6 +58,11 @@ from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
 
 DEFAULT_OUT_DIR = REPO / "bench" / "results"
 PEER = "peer"
+FAQ_MATCH = "faq-match"
+FLOOR = "floor"
+FLOOR_NAME = "floor (constant FastAPI /match)"
+#: the pipeline's stages as load.py reports their medians, and the names the breakdown gives them
+STAGES = (("encode", "encode"), ("retrieve", "search"), ("rerank", "rerank"), ("decide", "decide"))
 # what the report keeps of each load.py JSON (the rest stays in its per-run file)
 LOAD_FIELDS = ("concurrency", "requests_sent", "ok", "errors", "errors_by_kind", "stopped_by_time_limit", "wall_s",
                "throughput_rps", "latency_ms", "server_timings_ms_median", "answered_rate", "top1_accuracy",
@@ -73,8 +88,8 @@ def parse_build_rate(output: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def system_name(encoder: str, runtime: str | None) -> str:
-    return f"faq-match {encoder}" + (f"/{runtime}" if runtime else "")
+def system_name(encoder: str, runtime: str | None, query_encoder: bool = False) -> str:
+    return f"faq-match {encoder}" + ("+query-encoder" if query_encoder else "") + (f"/{runtime}" if runtime else "")
 
 
 def slug(name: str) -> str:
@@ -118,13 +133,73 @@ def build_comparisons(systems: list[dict]) -> list[dict]:
     peer_rate = (peer.get("build") or {}).get("encode_sentences_per_s")
     out = []
     for s in systems:
-        if s["kind"] == PEER:
+        if s["kind"] != FAQ_MATCH:
             continue
         rows = [compare_runs(r, peer_runs[r["concurrency"]]) for r in s["runs"] if r["concurrency"] in peer_runs]
         out.append({"system": s["name"], "vs": peer["name"],
                     "build_rate_ratio": _ratio((s.get("build") or {}).get("encode_sentences_per_s"), peer_rate),
                     "runs": rows})
     return out
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 3)
+
+
+def breakdown_row(run: dict, floor_run: dict | None = None) -> dict:
+    """Where one faq-match load run's time went, in medians (ms): the client's p50 (and p99) split into
+    the server's `timings_ms.total` and what lies outside the pipeline, that split again into the HTTP
+    floor (the floor server's client p50 at the same concurrency) and faq-match's own layers; `total`
+    split into the queue wait and the four stages. Medians do not add up exactly, and under noise the
+    own layers can come out negative: they are kept as measured."""
+    lat = run.get("latency_ms") or {}
+    srv = run.get("server_timings_ms_median") or {}
+    p50, total = lat.get("p50"), srv.get("total")
+    floor_p50 = ((floor_run or {}).get("latency_ms") or {}).get("p50")
+    outside = _minus(p50, total)
+    stages = {name: srv.get(key) for key, name in STAGES}
+    queue = srv.get("queue_wait")
+    if queue is None and total is not None and all(v is not None for v in stages.values()):
+        # a report without the per-response queue wait: the difference of the medians
+        queue = round(total - sum(stages.values()), 3)
+    return {"concurrency": run.get("concurrency"), "client_p50": p50, "client_p99": lat.get("p99"),
+            "server_total": total, "outside_pipeline": outside, "http_floor": floor_p50,
+            "own_layers": _minus(outside, floor_p50), "queue_wait": queue, **stages}
+
+
+def build_breakdown(systems: list[dict]) -> list[dict]:
+    """Every faq-match system's runs as `breakdown_row`s, against the floor run of the same concurrency
+    (no floor, or none at that concurrency: the floor and own-layer columns stay empty)."""
+    floor = next((s for s in systems if s["kind"] == FLOOR and s.get("runs")), None)
+    floor_runs = {r["concurrency"]: r for r in floor["runs"] if not r.get("failed")} if floor else {}
+    return [{"system": s["name"], "floor": floor["name"] if floor else None,
+             "runs": [breakdown_row(r, floor_runs.get(r["concurrency"])) for r in s["runs"] if not r.get("failed")]}
+            for s in systems if s["kind"] == FAQ_MATCH and s.get("runs")]
+
+
+BREAKDOWN_COLUMNS = ("client_p50", "client_p99", "server_total", "outside_pipeline", "http_floor", "own_layers",
+                     "queue_wait", "encode", "search", "rerank", "decide")
+
+
+def render_breakdown(breakdown: list[dict]) -> list[str]:
+    """The "where the time goes" table of compare.md (empty without faq-match runs)."""
+    if not any(b["runs"] for b in breakdown):
+        return []
+    floor = next((b["floor"] for b in breakdown if b["floor"]), None)
+    lines = ["", "Where the time goes (ms, medians except client p99): outside the pipeline = client p50 − server "
+             "`timings_ms.total`; of it, the HTTP floor = the client p50 of the floor server (bench/floor.py, a "
+             "constant FastAPI /match" + ("" if floor else "; not run: `--no-floor`") + ") at the same concurrency, and our layers = the rest (route, validation, response building, metrics, "
+             "query log, the hand-offs to the encoder thread and back; negative: below the noise). Queue wait = "
+             "total − encode − search − rerank − decide, per response (admission to the encoder call). Medians "
+             "do not add up exactly.", "",
+             "| system | conc. | client p50 | client p99 | server total | outside pipeline | HTTP floor | "
+             "our layers | queue wait | encode | search | rerank | decide |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b in breakdown:
+        for r in b["runs"]:
+            lines.append(f"| {b['system']} | {r['concurrency']} | "
+                         + " | ".join(_fmt(r[c], 2) for c in BREAKDOWN_COLUMNS) + " |")
+    return lines
 
 
 def _fmt(value, digits: int = 1, suffix: str = "") -> str:
@@ -158,6 +233,10 @@ def render_markdown(report: dict) -> str:
         f"{q['n']} ({q['n_labelled']} labelled), {report['settings']['requests']} requests per run "
         f"(max {report['settings']['max_seconds']} s), top_k {report['settings']['top_k']}.",
         "",
+        "Systems, one server at a time in this order: "
+        + (", ".join(f"{s['name']}" + (" (failed)" if s.get("failed") else "") for s in report["systems"]) or "none")
+        + ".",
+        "",
         "| system | conc. | p50 ms | p99 ms | req/s | errors | top-1 | answered | server encode p50 ms | RSS peak MB |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -180,11 +259,14 @@ def render_markdown(report: dict) -> str:
               "torch threads |",
               "|---|---|---|---|---|---|---|---|"]
     for s in report["systems"]:
+        if s["kind"] == FLOOR:
+            continue
         b = s.get("build") or {}
         lines.append(f"| {s['name']} | {b.get('encoder_id') or '–'} | {runtime_label(s)} | "
                      f"{_fmt(b.get('encode_sentences_per_s'), 0)} | "
                      f"{_fmt(b.get('encode_s'), 2)} | {_fmt(b.get('wall_s'), 1)} | {_fmt(s.get('ready_s'), 1)} | "
                      f"{_fmt(s.get('torch_threads'))} |")
+    lines += render_breakdown(report.get("breakdown") or [])
     if report["comparisons"]:
         lines += ["", "faq-match / peer at the same concurrency (speedup = peer latency / faq-match latency; "
                   "> 1: faq-match is faster or has more):", "",
@@ -198,8 +280,8 @@ def render_markdown(report: dict) -> str:
                              f"{_fmt(r['top1_delta'], 3)} | {_fmt(r['rss_ratio'], 2, 'x')} | "
                              f"{_fmt(c['build_rate_ratio'], 2, 'x')} |")
     lines += ["", "The peer answers every query (raw cosine, no threshold), faq-match only above its calibrated "
-              "threshold: compare answered rates with that in mind. Timings on a shared machine are noisy; "
-              "compare within one run.", ""]
+              "threshold: compare answered rates with that in mind. The floor answers a constant (no top-1 or "
+              "answered rate). Timings on a shared machine are noisy; compare within one run.", ""]
     return "\n".join(lines)
 
 
@@ -378,11 +460,15 @@ def serve_and_load(argv: list[str], env: dict, log: Path, port: int, info_path: 
         server.stop()
 
 
-def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
-    name = system_name(encoder, runtime)
+def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, tmp: Path, runs_dir: Path,
+                  query_encoder: Path | None = None) -> dict:
+    name = system_name(encoder, runtime, query_encoder is not None)
     data_dir = tmp / slug(name)
     data_dir.mkdir(parents=True)
     extra = {"FAQ_DATA_DIR": str(data_dir), "FAQ_ENCODER": encoder}
+    if query_encoder is not None:
+        # the build reads it too: it checks the folder was fitted to this encoder and records it
+        extra["FAQ_QUERY_ENCODER"] = str(query_encoder)
     if runtime:
         extra["FAQ_ENCODER_RUNTIME"] = runtime
     if args.threads:
@@ -411,6 +497,7 @@ def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, t
         "encode_s": timings.get("encode_s"),
         "encode_sentences_per_s": timings.get("encode_sentences_per_s") or parse_build_rate(output),
         "timings": timings,
+        "query_encoder": manifest.get("query_encoder"),
     }
     print(f"  built in {build['wall_s']} s, encode {build['encode_sentences_per_s']} sentences/s", flush=True)
 
@@ -420,10 +507,28 @@ def run_faq_match(encoder: str, runtime: str | None, args: argparse.Namespace, t
         tmp / f"{slug(name)}.log", port, "/readyz", name, args, runs_dir)
     # what the build and the server say ran, next to what was asked (`auto` resolves to one of them)
     reported = {k: v for k, v in {**manifest, **ready_body}.items() if "runtime" in k}
-    return {"name": name, "kind": "faq-match", "encoder": encoder, "runtime": runtime,
+    return {"name": name, "kind": FAQ_MATCH, "encoder": encoder, "runtime": runtime,
+            "query_encoder": None if query_encoder is None else str(query_encoder),
+            "query_encoder_reported": ready_body.get("query_encoder_id"),
             "runtime_reported": reported or None, "build": build,
             "ready_s": round(ready_s, 2), "rss_ready_mb": None if rss_ready is None else round(rss_ready, 1),
             "torch_threads": args.threads or int(env.get("FAQ_TORCH_THREADS", 2)), "env": extra, "runs": runs}
+
+
+def run_floor(args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
+    """bench/floor.py under the same loads: the HTTP floor of the breakdown."""
+    port = free_port()
+    argv = [sys.executable, str(REPO / "bench" / "floor.py"), "serve", "--port", str(port)]
+    print(f"{FLOOR_NAME}: starting", flush=True)
+    # the same FAQ_* settings as faq-match: they set uvicorn's connection limit and header deadline
+    ready_s, info, rss_ready, runs = serve_and_load(argv, server_env(args, {}), tmp / "floor.log", port, "/readyz",
+                                                    FLOOR_NAME, args, runs_dir)
+    for run in runs:  # a constant answer: its accuracy says nothing
+        if not run.get("failed"):
+            run["top1_accuracy"] = run["answered_rate"] = None
+    return {"name": FLOOR_NAME, "kind": FLOOR, "runtime": None, "runtime_reported": None, "build": None,
+            "ready_s": round(ready_s, 2), "rss_ready_mb": None if rss_ready is None else round(rss_ready, 1),
+            "body_bytes": info.get("body_bytes"), "runs": runs}
 
 
 def run_peer(args: argparse.Namespace, tmp: Path, runs_dir: Path) -> dict:
@@ -475,6 +580,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="faq-match encoders, comma-separated (default minilm,mpnet)")
     p.add_argument("--runtime", type=parse_list, default=[None],
                    help="FAQ_ENCODER_RUNTIME values, comma-separated (default: unset, faq-match's own default)")
+    p.add_argument("--query-encoder", type=Path, default=None, metavar="DIR",
+                   help="also run faq-match in balanced mode: built with mpnet, queries encoded by this "
+                        "`faq train query-encoder` folder (FAQ_QUERY_ENCODER), once per --runtime")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="run bench/floor.py (a constant FastAPI /match) under the same loads: the HTTP floor of "
+                        "the breakdown (default on)")
     p.add_argument("--peer-model", default="minilm", help="the peer's model: minilm (default), mpnet or a folder")
     p.add_argument("--no-peer", action="store_true", help="faq-match only (no ratios)")
     p.add_argument("--threads", type=int, default=None, help="torch threads for both systems (default: each its own)")
@@ -491,6 +602,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.faq_env = dict(args.faq_env)
     args.kb, args.queries = args.kb.resolve(), args.queries.resolve()
     args.model_cache = args.model_cache.resolve()
+    if args.query_encoder is not None:
+        from models.encoders.query import is_query_encoder
+
+        args.query_encoder = args.query_encoder.resolve()
+        if not is_query_encoder(args.query_encoder):  # before minutes of building, not after
+            p.error(f"--query-encoder: {args.query_encoder} is not a `faq train query-encoder` folder")
     return args
 
 
@@ -527,8 +644,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for encoder in args.faq_encoder:
             for runtime in args.runtime:
-                systems.append(_guarded(system_name(encoder, runtime), "faq-match",
+                systems.append(_guarded(system_name(encoder, runtime), FAQ_MATCH,
                                         lambda e=encoder, r=runtime: run_faq_match(e, r, args, tmp, runs_dir)))
+        if args.query_encoder is not None:
+            for runtime in args.runtime:
+                systems.append(_guarded(
+                    system_name("mpnet", runtime, True), FAQ_MATCH,
+                    lambda r=runtime: run_faq_match("mpnet", r, args, tmp, runs_dir, query_encoder=args.query_encoder)))
+        if args.floor:
+            systems.append(_guarded(FLOOR_NAME, FLOOR, lambda: run_floor(args, tmp, runs_dir)))
         if not args.no_peer:
             systems.append(_guarded(f"{PEER} {args.peer_model}", PEER, lambda: run_peer(args, tmp, runs_dir)))
     finally:
@@ -550,9 +674,13 @@ def main(argv: list[str] | None = None) -> int:
                     "n_labelled": sum(q.faq_id is not None for q in queries)},
         "settings": {"requests": args.requests, "concurrency": args.concurrency, "max_seconds": args.max_seconds,
                      "top_k": args.top_k, "threads": args.threads, "faq_env": args.faq_env,
-                     "peer_model": None if args.no_peer else args.peer_model},
+                     "peer_model": None if args.no_peer else args.peer_model,
+                     "query_encoder": None if args.query_encoder is None else str(args.query_encoder),
+                     "floor": args.floor},
+        "systems_run": [{"name": s["name"], "kind": s["kind"], "failed": s.get("failed")} for s in systems],
         "systems": systems,
         "comparisons": build_comparisons(systems),
+        "breakdown": build_breakdown(systems),
     }
     (args.out_dir / "compare.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md = render_markdown(report)

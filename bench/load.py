@@ -9,8 +9,10 @@ Each of `--concurrency` clients sends one request at a time, cycling through the
 loopback URLs are accepted: this is a local benchmark, not a tool to hammer other machines.
 
 Prints and writes (default bench/results/load.json): client latency p50/p90/p99/max, throughput,
-errors by kind, the server-side `timings_ms` medians (encode/retrieve/rerank/total) and, when the
-query file has `faq_id` labels, top-1 accuracy and the answered rate.
+errors by kind, the server-side `timings_ms` medians (encode/retrieve/rerank/decide/total, each over the
+responses that report it), the median queue wait (per response: total minus the four stages; only for
+responses that report all of them) and, when the query file has `faq_id` labels, top-1 accuracy and the
+answered rate.
 """
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ sys.path.insert(0, str(REPO))
 from kb.records import KbValidationError, read_queries  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "load.json"
+#: the pipeline's stages in a /match response's `timings_ms`; `total` also holds the wait in the queue
+STAGES = ("encode", "retrieve", "rerank", "decide")
+QUEUE_WAIT = "queue_wait"
 
 
 def is_loopback_url(url: str) -> bool:
@@ -58,13 +63,24 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
             "mean": round(float(arr.mean()), 3), "max": round(float(arr.max()), 3)}
 
 
+def add_server_timings(server: dict[str, list[float]], timings: dict) -> None:
+    """One response's `timings_ms` into the per-stage lists. A stage the server does not report is
+    skipped (the peer has no `decide`), and so is the queue wait then: it is taken per response, as
+    a difference of medians is not the median of the differences."""
+    for key in (*STAGES, "total"):
+        if timings.get(key) is not None:
+            server[key].append(float(timings[key]))
+    if all(timings.get(key) is not None for key in (*STAGES, "total")):
+        server[QUEUE_WAIT].append(float(timings["total"]) - sum(float(timings[k]) for k in STAGES))
+
+
 async def run_load(
     url: str, queries: list[tuple[str, str | None]], concurrency: int, n_requests: int, max_seconds: float,
     top_k: int = 5, timeout: float = 30.0, warmup: int = 5,
 ) -> dict:
     """Fire the load; returns the report dict (see module docstring)."""
     latencies_ms: list[float] = []
-    server: dict[str, list[float]] = {"encode": [], "retrieve": [], "rerank": [], "total": []}
+    server: dict[str, list[float]] = {stage: [] for stage in (*STAGES, "total", QUEUE_WAIT)}
     errors: Counter[str] = Counter()
     labelled = correct = answered = 0
     versions: Counter[str] = Counter()
@@ -102,8 +118,7 @@ async def run_load(
                 body = r.json()
                 latencies_ms.append(elapsed_ms)
                 versions[body["index_version"]] += 1
-                for stage, values in server.items():
-                    values.append(float(body["timings_ms"][stage]))
+                add_server_timings(server, body["timings_ms"])
                 if body["answer"] is not None:
                     answered += 1
                 if faq_id is not None:
@@ -146,7 +161,7 @@ def format_report(report: dict) -> str:
         f"throughput: {report['throughput_rps']} req/s",
         f"latency ms: p50 {lat['p50']}  p90 {lat['p90']}  p99 {lat['p99']}  max {lat['max']}",
         f"server timings_ms medians: encode {srv['encode']}  retrieve {srv['retrieve']}  rerank {srv['rerank']}"
-        f"  total {srv['total']}",
+        f"  decide {srv.get('decide')}  total {srv['total']}  (queue wait {srv.get(QUEUE_WAIT)})",
     ]
     if report["top1_accuracy"] is not None:
         lines.append(f"top-1 accuracy {report['top1_accuracy']} on {report['labelled']} labelled queries, "

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 APP_PATH = "app.api.main:app"
 #: uvicorn's HTTP/1.1 protocol with a deadline for request headers (by import path: workers import it)
@@ -62,10 +66,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"data_dir={settings.data_dir}, admin API {'on' if settings.admin_token else 'off: set FAQ_ADMIN_TOKEN'})",
         file=sys.stderr,
     )
+    uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
+                **uvicorn_options(settings))
+    return 0
+
+
+def uvicorn_options(settings: Settings) -> dict:
+    """What uvicorn gets besides the app, address, workers and log level: one place, so that
+    bench/floor.py serves its constant route exactly as `faq serve` serves the API."""
     # limit_concurrency: connections beyond it get 503 before any app code runs. On SIGTERM uvicorn
     # stops accepting, lets in-flight requests finish (bounded: one request deadline plus margin),
     # then the lifespan flushes the query log.
-    uvicorn.run(APP_PATH, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
-                http=HTTP_PROTOCOL, limit_concurrency=settings.max_connections,
-                timeout_graceful_shutdown=int(settings.request_timeout_ms / 1000) + 5)
-    return 0
+    return {"http": HTTP_PROTOCOL, "limit_concurrency": settings.max_connections,
+            "timeout_graceful_shutdown": int(settings.request_timeout_ms / 1000) + 5}

@@ -174,8 +174,12 @@ def test_markdown_report_has_every_run_and_ratio():
         "queries": {"path": "q.jsonl", "n": 10, "n_labelled": 10},
         "settings": {"requests": 100, "max_seconds": 60.0, "top_k": 5},
         "systems": systems, "comparisons": compare.build_comparisons(systems),
+        "breakdown": compare.build_breakdown(systems),
     }
     md = compare.render_markdown(report)
+    assert "Systems, one server at a time in this order: faq-match minilm/torch, faq-match mpnet, peer minilm, " \
+           "faq-match msem (failed)." in md
+    assert "Where the time goes" in md and "| faq-match minilm/torch | 4 | 8.00 | 20.00 | 8.00 | 0.00 | – | – |" in md
     assert "`python bench/compare.py --kb kb.jsonl`" in md and "Test CPU" in md and "avx512_vnni" in md
     assert "| faq-match minilm/torch | 4 | 8.0 | 20.0 | 120.0 | 0 | 0.900 | 0.900 | 4.0 | 600 |" in md
     assert "| peer minilm | 1 | 16.0 | 40.0 | 60.0 |" in md
@@ -200,3 +204,115 @@ def test_runtime_label_prefers_what_the_system_reported():
     assert compare.runtime_label({"runtime": "torch", "runtime_reported": {"encoder_runtime": "onnx-int8"}}) == "onnx-int8"
     assert compare.runtime_label({"runtime": "torch", "runtime_reported": None}) == "torch? (asked; not reported)"
     assert compare.runtime_label({"runtime": None}) == "default (not reported)"
+
+
+# ---------------------------------------------------------------- load.py, floor and the breakdown
+
+def test_load_collects_every_stage_and_the_queue_wait_per_response():
+    from bench import load
+
+    server = {k: [] for k in (*load.STAGES, "total", load.QUEUE_WAIT)}
+    load.add_server_timings(server, {"encode": 2.0, "retrieve": 0.5, "rerank": 0.0, "decide": 0.5, "total": 4.0})
+    load.add_server_timings(server, {"encode": 3.0, "retrieve": 0.5, "rerank": 0.0, "decide": 0.5, "total": 10.0})
+    # the peer reports no `decide`: its other stages count, no queue wait is made up
+    load.add_server_timings(server, {"encode": 1.0, "retrieve": 0.1, "rerank": 0.0, "total": 1.2})
+    assert server["decide"] == [0.5, 0.5] and server["encode"] == [2.0, 3.0, 1.0] and len(server["total"]) == 3
+    assert server[load.QUEUE_WAIT] == [1.0, 6.0]
+
+
+def test_floor_answers_a_constant_match_shaped_like_faq_match():
+    from fastapi.testclient import TestClient
+
+    from app.api.schemas import MatchResponse
+    from bench import floor
+
+    client = TestClient(floor.create_app())
+    assert client.get("/readyz").json()["ready"] is True
+    r = client.post("/match", json={"query": "where is my invoice", "top_k": 5})
+    assert r.status_code == 200 and r.content == floor.BODY
+    body = MatchResponse.model_validate(r.json())  # what faq-match answers, field for field
+    assert len(body.matches) == 5 and body.index_version == floor.INDEX_VERSION
+    assert set(r.json()["timings_ms"]) == {"encode", "retrieve", "rerank", "decide", "total"}
+    assert not any(r.json()["timings_ms"].values())
+    assert 1500 <= len(floor.BODY) <= 3000  # a typical faq-match answer with five matches is ~2 KB
+    # the request body is parsed: the floor pays for validation as faq-match does
+    assert client.post("/match", json={"query": ""}).status_code == 422
+    assert client.post("/match", json={"query": "x", "top_k": "5"}).status_code == 422
+
+
+def test_floor_serves_with_the_uvicorn_options_of_faq_serve():
+    from app.settings import Settings
+    from cli.serve import HTTP_PROTOCOL, uvicorn_options
+
+    options = uvicorn_options(Settings(max_connections=64, request_timeout_ms=20_000))
+    assert options == {"http": HTTP_PROTOCOL, "limit_concurrency": 64, "timeout_graceful_shutdown": 25}
+    assert "uvicorn_options(get_settings())" in (REPO / "bench" / "floor.py").read_text()
+
+
+def faq_run(concurrency: int, p50: float, p99: float, total: float, stages: tuple, queue: float | None = None) -> dict:
+    encode, retrieve, rerank, decide = stages
+    srv = {"encode": encode, "retrieve": retrieve, "rerank": rerank, "decide": decide, "total": total}
+    if queue is not None:
+        srv["queue_wait"] = queue
+    return {"concurrency": concurrency, "latency_ms": {"p50": p50, "p99": p99}, "server_timings_ms_median": srv}
+
+
+def test_breakdown_splits_client_latency_into_floor_own_layers_and_stages():
+    floor_run = {"concurrency": 1, "latency_ms": {"p50": 1.0, "p99": 2.0}}
+    row = compare.breakdown_row(faq_run(1, 7.0, 15.0, 3.5, (2.5, 0.4, 0.0, 0.3), queue=0.25), floor_run)
+    assert row == {"concurrency": 1, "client_p50": 7.0, "client_p99": 15.0, "server_total": 3.5,
+                   "outside_pipeline": 3.5, "http_floor": 1.0, "own_layers": 2.5, "queue_wait": 0.25,
+                   "encode": 2.5, "search": 0.4, "rerank": 0.0, "decide": 0.3}
+    # without a per-response queue wait (an older load report): the difference of the medians
+    assert compare.breakdown_row(faq_run(1, 7.0, 15.0, 3.5, (2.5, 0.4, 0.0, 0.3)))["queue_wait"] == 0.3
+    # no floor: nothing is attributed to it; noise can make the own layers negative, kept as measured
+    assert compare.breakdown_row(faq_run(8, 7.0, 9.0, 3.5, (2.5, 0.4, 0.0, 0.3)))["http_floor"] is None
+    noisy = compare.breakdown_row(faq_run(8, 4.0, 9.0, 3.5, (2.5, 0.4, 0.0, 0.3)), floor_run)
+    assert noisy["own_layers"] == -0.5
+    missing = compare.breakdown_row({"concurrency": 1, "latency_ms": {"p50": None}, "server_timings_ms_median": {}})
+    assert missing["outside_pipeline"] is None and missing["own_layers"] is None and missing["queue_wait"] is None
+
+
+def test_breakdown_pairs_each_faq_match_system_with_the_floor_by_concurrency():
+    floor = {"name": compare.FLOOR_NAME, "kind": compare.FLOOR,
+             "runs": [{"concurrency": 1, "latency_ms": {"p50": 1.0}}, {"concurrency": 8, "failed": "load.py died"}]}
+    systems = [
+        {"name": "faq-match minilm", "kind": compare.FAQ_MATCH,
+         "runs": [faq_run(1, 7.0, 15.0, 3.5, (2.5, 0.4, 0.0, 0.3), 0.3), faq_run(8, 20.0, 40.0, 15.0, (8, 1, 0, 1), 5)]},
+        {"name": "faq-match mpnet+query-encoder", "kind": compare.FAQ_MATCH,
+         "runs": [faq_run(1, 9.0, 18.0, 5.0, (4.0, 0.5, 0.0, 0.3), 0.2)]},
+        {"name": "faq-match broken", "kind": compare.FAQ_MATCH, "failed": "build", "runs": []},
+        floor,
+        {"name": "peer minilm", "kind": compare.PEER, "runs": [faq_run(1, 5.0, 9.0, 3.0, (2.0, 0.1, 0.0, 0.0))]},
+    ]
+    breakdown = compare.build_breakdown(systems)
+    assert [b["system"] for b in breakdown] == ["faq-match minilm", "faq-match mpnet+query-encoder"]
+    assert all(b["floor"] == compare.FLOOR_NAME for b in breakdown)
+    c1, c8 = breakdown[0]["runs"]
+    assert (c1["outside_pipeline"], c1["http_floor"], c1["own_layers"]) == (3.5, 1.0, 2.5)
+    assert c8["outside_pipeline"] == 5.0 and c8["http_floor"] is None and c8["own_layers"] is None
+    assert breakdown[1]["runs"][0]["own_layers"] == 3.0
+    # the floor and the peer are not compared with the peer
+    assert [c["system"] for c in compare.build_comparisons(systems)] == [b["system"] for b in breakdown] + [
+        "faq-match broken"]
+    assert compare.build_breakdown([s for s in systems if s["kind"] != compare.FLOOR])[0]["floor"] is None
+
+    lines = "\n".join(compare.render_breakdown(breakdown))
+    assert "| faq-match minilm | 1 | 7.00 | 15.00 | 3.50 | 3.50 | 1.00 | 2.50 | 0.30 | 2.50 | 0.40 | 0.00 | 0.30 |" in lines
+    assert "| faq-match minilm | 8 | 20.00 | 40.00 | 15.00 | 5.00 | – | – | 5 |" in lines
+    assert compare.render_breakdown([]) == []
+
+
+def test_system_names_and_the_query_encoder_option(tmp_path, kb_file):
+    assert compare.system_name("mpnet", None, True) == "faq-match mpnet+query-encoder"
+    assert compare.system_name("mpnet", "onnx-int8", True) == "faq-match mpnet+query-encoder/onnx-int8"
+    base = ["--kb", str(kb_file), "--queries", str(kb_file)]
+    args = compare.parse_args(base)
+    assert args.floor is True and args.query_encoder is None
+    assert compare.parse_args(base + ["--no-floor"]).floor is False
+    with pytest.raises(SystemExit):  # not a query-encoder folder: refused before any build
+        compare.parse_args(base + ["--query-encoder", str(tmp_path)])
+    folder = tmp_path / "qe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architecture": "query-encoder"}))
+    assert compare.parse_args(base + ["--query-encoder", str(folder)]).query_encoder == folder.resolve()

@@ -12,7 +12,9 @@ from app.api.state import ServiceState
 _bearer = HTTPBearer(auto_error=False, description="FAQ_ADMIN_TOKEN")
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
+    # async although it awaits nothing: FastAPI runs a sync dependency in its thread pool, and that
+    # round trip to a worker thread and back cost every request more than the rest of this dependency
     return request.app.state.service
 
 
