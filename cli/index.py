@@ -27,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "BM25 index is built under the same version: tantivy in the build folder, and the Elasticsearch "
         "index <FAQ_ES_INDEX_PREFIX>-<version> when FAQ_ES_URL is set.",
     )
-    p.add_argument("--encoder", default=None, help="'minilm', 'msem' or an MSEM model folder (default: FAQ_ENCODER, else minilm)")
+    p.add_argument("--encoder", default=None, help="'mpnet', 'minilm', 'msem' or an MSEM model folder (default: "
+                   "FAQ_ENCODER, else mpnet when installed, else minilm)")
+    p.add_argument("--query-encoder", default=None, help="balanced mode: 'student' or a `faq train query-encoder` "
+                   "folder encodes the queries, recorded so `faq serve` uses it (default: FAQ_QUERY_ENCODER)")
     p.add_argument("--n-trees", type=int, default=None, help="Annoy trees (default: settings.ann_n_trees)")
     p.add_argument("--search-k", type=int, default=None,
                    help="nodes inspected per query, -1 = Annoy default n_trees*k (default: settings.ann_search_k)")
@@ -140,15 +143,18 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
     query, query_encoder = None, None
-    if settings.query_encoder:  # balanced mode: record the query encoder, refused unless fitted to this encoder
+    asked = args.query_encoder or settings.query_encoder
+    if asked:  # balanced mode: record the query encoder, refused unless fitted to this encoder
         from index.artifacts import EncoderMismatch, check_query_encoder
+        from models.encoders.load import NAMED_SPECS
 
-        query_spec = str(Path(settings.query_encoder).resolve())
+        query_spec = asked if asked in NAMED_SPECS else str(Path(asked).resolve())
         try:
             query_encoder = load_configured_encoder(settings, spec=query_spec)
             check_query_encoder({"encoder_id": encoder.id, "version": "(new)"}, query_encoder)
         except (EncoderMismatch, OSError, ValueError) as exc:
-            return _error(f"FAQ_QUERY_ENCODER: {exc} (current index unchanged)")
+            return _error(f"{'--query-encoder' if args.query_encoder else 'FAQ_QUERY_ENCODER'}: {exc} "
+                          f"(current index unchanged)")
         query = {"spec": query_spec, "id": query_encoder.id, "teacher": query_encoder.teacher}
         print(f"query encoder {query_encoder.id} (fitted to {query_encoder.teacher})")
     try:

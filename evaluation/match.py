@@ -173,15 +173,22 @@ def run_eval_match(
     try:
         stages = load_stages(base, reranker, rerank_weight) if reranker else []
         # dev queries are matched more than once when something is tuned on them: the encoder memoises
+        # balanced mode: the build replays its held-out phrasings through the query side, as `faq index build` does
+        query_side = _query_side(query_encoder, base) if query_encoder else None
         scratch = scratch_pipeline(records, workdir=work, settings=base, settings_update=update, spec=spec,
                                    stages=stages, batch_size=batch_size, progress=progress, memo=True,
-                                   rerank_k=rerank_k, pool_variants=pools[0], answer_weight=weights[0], cache_size=0)
+                                   rerank_k=rerank_k, pool_variants=pools[0], answer_weight=weights[0], cache_size=0,
+                                   query_side=query_side)
         timings.update(scratch.timings)
         store, manifest, retriever, encoder = scratch.store, scratch.manifest, scratch.retriever, scratch.encoder
         matcher, import_report = scratch.pipeline, scratch.import_report
         build_encoder_id = encoder.id
-        if query_encoder:
-            encoder = _query_side(query_encoder, encoder, base)
+        if query_side is not None:
+            teacher = getattr(query_side, "teacher", None)
+            if teacher != encoder.id:
+                raise ValueError(f"query encoder {query_encoder} was fitted to {teacher!r}, but the index is built by "
+                                 f"{encoder.id!r}")
+            encoder = query_side
             matcher = scratch.pipeline_with(encoder=encoder, stages=stages, rerank_k=rerank_k, pool_variants=pools[0],
                                             answer_weight=weights[0], cache_size=0)
         if retriever.answer_vectors is None:
@@ -287,17 +294,13 @@ def run_eval_match(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _query_side(spec: str, build_encoder: Any, settings: Any) -> Any:
-    """The query encoder `spec`, memoising like the build's, after checking it lands in the build's space."""
+def _query_side(spec: str, settings: Any) -> Any:
+    """The query encoder `spec`, memoising like the build's (the caller checks it lands in the build's space)."""
     from models.encoders.base import SharedEncoder
     from models.encoders.load import load_encoder
 
-    query = load_encoder(spec, device=settings.device, runtime=settings.encoder_runtime or "auto",
-                         threads=settings.encoder_threads, cache_dir=settings.mpnet_cache)
-    teacher = getattr(query, "teacher", None)
-    if teacher != build_encoder.id:
-        raise ValueError(f"query encoder {spec} was fitted to {teacher!r}, but the index is built by {build_encoder.id!r}")
-    return SharedEncoder(query, memo=True)
+    return SharedEncoder(load_encoder(spec, device=settings.device, runtime=settings.encoder_runtime or "auto",
+                                      threads=settings.encoder_threads, cache_dir=settings.mpnet_cache), memo=True)
 
 
 def _as_dict(obj: Any) -> Any:

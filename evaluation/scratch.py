@@ -73,6 +73,7 @@ def scratch_pipeline(
     lexical_engine: str | None = None,
     es_url: str | None = None,
     fingerprint: dict | None = None,
+    query_side: Any = None,
     fresh: bool = False,
     memo: bool = False,
     **options: Any,
@@ -147,6 +148,7 @@ def scratch_pipeline(
             batch_size=batch_size, progress=progress, report=report, encoder_spec=spec, es_url=es_url,
             es_index_prefix=scratch_settings.es_index_prefix,
             stage_vectors=[s for s in stages if hasattr(s, "vector_key")] if store_stage_vectors else (),
+            query_side=query_side,
         )
         timings["index_build_s"] = time.perf_counter() - t
         if lexical_engine is not None:

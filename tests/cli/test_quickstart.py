@@ -97,3 +97,41 @@ def test_quickstart_default_kb_is_the_shipped_demo():
     from cli.demo import DEMO_KB
 
     assert DEMO_KB.is_file() and DEMO_KB.parent.parent.name == "app"
+
+
+def test_quickstart_balanced_serves_mpnet_faqs_and_refined_student_queries(tmp_path, monkeypatch, faq_env, capsys,
+                                                                            real_mpnet_cache):
+    """`--mode balanced --dev`: the shipped student refined on the KB (kept only where the dev queries say
+    so), recorded by the mpnet build, and the service encodes queries with it."""
+    from fastapi.testclient import TestClient
+
+    from app.api.main import create_app
+    from app.settings import get_settings
+    from index.artifacts import BuildRegistry
+    from models.encoders.base import file_sha256
+
+    for name, value in (("FAQ_MODEL_CACHE", str(real_mpnet_cache)), ("FAQ_ENCODER_RUNTIME", "torch"),
+                        ("FAQ_DEVICE", "cpu"), ("FAQ_KB_POLL_SECONDS", "0")):
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
+    dev = write_queries(tmp_path / "dev.jsonl", WIDE_USER_QUERIES)
+    from cli.main import main
+
+    assert main(["quickstart", "--kb", str(kb), "--mode", "balanced", "--encoder", "minilm"]) == 2
+    assert "--mode or --encoder" in capsys.readouterr().err
+    assert main(["quickstart", "--kb", str(kb), "--mode", "balanced", "--dev", str(dev), "--no-serve"]) == 0
+    out = capsys.readouterr().out
+    refined = faq_env.data_dir / "models" / f"query-student-{file_sha256(kb)[:12]}-{file_sha256(dev)[:12]}"
+    assert "$ faq train query-encoder --from student" in out and "with the shipped student" in out
+    assert "$ faq index build --encoder mpnet --query-encoder " + str(refined) in out
+    kept = json.loads((refined / "refine.json").read_text())["fine_tune"]
+    assert kept["best_metric"] >= kept["dev_top1_start"]
+    registry = BuildRegistry(faq_env.index_dir)
+    manifest = registry.read_manifest(registry.current())
+    assert manifest["encoder_spec"] == "mpnet" and manifest["query_encoder"]["spec"] == str(refined.resolve())
+    with TestClient(create_app()) as client:
+        ready = client.get("/readyz").json()
+        assert ready["ready"] and ready["query_encoder_id"] == manifest["query_encoder"]["id"]
+        r = client.post("/match", json={"query": "i forgot my password and cannot sign in"})
+        assert r.status_code == 200 and r.json()["matches"][0]["faq_id"] == "password"
