@@ -58,8 +58,7 @@ class Settings(BaseSettings):
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
     # and builds use the default (app/assembly.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
-    # "student" (the query encoder shipped in models/default/query-encoder, fitted to mpnet) or a `faq train
-    # query-encoder` folder: queries are encoded by it (MiniLM mapped into the build encoder's
+    # A `faq train query-encoder` folder: queries are encoded by it (MiniLM mapped into the build encoder's
     # space), FAQ phrasings and answers still by the encoder above ("balanced" mode). It must have been fitted
     # to the build's encoder. Unset: the one the current build recorded, else the build's encoder itself.
     query_encoder: str | None = None

@@ -13,10 +13,6 @@
    stops it before anything is imported or trained;
 3. `faq index build` with the kept encoder. The manifest records it, so the service serves with it;
 4. `faq serve`.
-
-`--mode balanced` builds with mpnet and records the shipped query encoder (`student`) for the queries; its
-`--dev` refines that student on the KB (`faq train query-encoder --from student`) instead of training an
-MSEM, kept only if it ranks the dev queries better. `--mode fast` builds with MiniLM.
 """
 from __future__ import annotations
 
@@ -45,13 +41,6 @@ def _quickstart(args: argparse.Namespace) -> int:
     from app.settings import get_settings
 
     kb = args.kb or str(DEMO_KB)
-    if args.mode and args.encoder:
-        print("error: --mode picks the encoders: give --mode or --encoder, not both", file=sys.stderr)
-        return 2
-    if args.mode == "fast":
-        args.encoder = "minilm"
-    if args.mode == "balanced":
-        return _balanced(args, kb)
     fine_tune = args.encoder is None and not args.no_fine_tune
     if args.dev and not fine_tune:
         print("error: --dev selects a fine-tuned model: it has no use with --no-fine-tune or --encoder",
@@ -75,35 +64,6 @@ def _quickstart(args: argparse.Namespace) -> int:
             return encoder
     encoder = encoder or encoder_spec(settings)
     if rc := _run(["index", "build", "--encoder", encoder]):
-        return rc
-    if args.no_serve:
-        return 0
-    return _run(["serve", "--host", args.host, "--port", str(args.port)])
-
-
-def _balanced(args: argparse.Namespace, kb: str) -> int:
-    """mpnet for the FAQ side, the shipped student for the queries (refined on the KB with --dev)."""
-    from app.settings import get_settings
-    from models.encoders.base import file_sha256
-
-    if args.dev and (error := _check_dev(kb, args.dev)):
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if rc := _run(["kb", "import", kb]):
-        return rc
-    query = "student"
-    if args.dev and not args.no_fine_tune:
-        settings = get_settings()
-        out = settings.data_dir / "models" / f"query-student-{file_sha256(kb)[:12]}-{file_sha256(args.dev)[:12]}"
-        if not (out / "refine.json").exists():
-            if rc := _run(["train", "query-encoder", "--from", "student", "--kb", kb, "--dev", args.dev,
-                           "--out", str(out), "--work", str(settings.data_dir / "query-encoder")]):
-                return rc
-        kept = json.loads((out / "refine.json").read_text(encoding="utf-8"))["fine_tune"]
-        print(f"query encoder {out}: dev top-1 {kept['dev_top1_start']:.3f} with the shipped student, "
-              f"{kept['best_metric']:.3f} kept ({kept['kept']})", flush=True)
-        query = str(out)
-    if rc := _run(["index", "build", "--encoder", "mpnet", "--query-encoder", query]):
         return rc
     if args.no_serve:
         return 0
@@ -162,9 +122,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and keep it only when it beats the zero-shot base on them (without --dev nothing is trained: "
                    "held-out KB phrasings are written like the KB, not like users)")
     p.add_argument("--encoder", help="build with this encoder ('mpnet', 'minilm', 'msem' or a model folder)")
-    p.add_argument("--mode", choices=["accurate", "balanced", "fast"], help="accurate: mpnet both sides (the "
-                   "default); balanced: mpnet for FAQs, the shipped student for queries (with --dev refined on the "
-                   "KB, kept only if better on it); fast: MiniLM both sides")
     p.add_argument("--no-fine-tune", action="store_true", help="build with the default encoder as it is (no "
                    "training; with --dev, fine-tuning goes to var/models/msem-<base>-<KB sha256>-<dev sha256>)")
     p.add_argument("--epochs", type=int, default=15, help="fine-tuning epochs (default 15)")

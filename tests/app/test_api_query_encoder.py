@@ -54,6 +54,23 @@ def test_build_records_it_and_the_service_queries_through_it(faq_env, monkeypatc
         assert r.status_code == 200 and r.json()["matches"][0]["faq_id"] == "login-forgot-password"
     manifest = json.loads(next((faq_env.index_dir).glob("*/manifest.json")).read_text())
     assert manifest["query_encoder"]["teacher"] == manifest["encoder_id"]
+    # the decision block's replayed queries went through the query side: its cosines, not the FAQ side's
+    assert manifest["decision"]["references"]
+
+
+def test_index_build_query_encoder_flag_records_it_too(faq_env, monkeypatch, query_encoder_dir, capsys):
+    from index.artifacts import BuildRegistry
+
+    _env(monkeypatch, FAQ_ENCODER="msem", FAQ_ENCODER_RUNTIME="torch", FAQ_KB_POLL_SECONDS="0")
+    assert faq(["kb", "import", DEMO]) == 0
+    assert faq(["index", "build", "--no-progress", "--query-encoder", str(query_encoder_dir)]) == 0
+    registry = BuildRegistry(faq_env.index_dir)
+    manifest = registry.read_manifest(registry.current())
+    assert manifest["query_encoder"]["spec"] == str(query_encoder_dir.resolve())
+    assert faq(["index", "build", "--no-progress", "--encoder", "minilm", "--query-encoder",
+                str(query_encoder_dir)]) == 1  # fitted to MSEM: refused, naming the flag
+    assert "--query-encoder" in capsys.readouterr().err
+    assert registry.current() == manifest["version"]  # the served build is untouched
 
 
 def test_a_query_encoder_of_another_space_is_refused(faq_env, monkeypatch, query_encoder_dir, capsys):

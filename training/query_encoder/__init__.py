@@ -169,10 +169,6 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
     from models.encoders.query import TOP_LAYERS_FILE, WEIGHTS_FILE, read_config
     from training.query_encoder.student import StudentTrainer
 
-    if str(init_from) == "student":  # the shipped one
-        from models.encoders.load import default_student_dir
-
-        init_from = default_student_dir()
     start = read_config(init_from)
     if not kb_files:
         raise TrainError("--from refines on a KB: give --kb FILE")
