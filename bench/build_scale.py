@@ -10,6 +10,10 @@ data dir (phase timings from the manifest), then `faq serve` on it, 200 `/match`
 server's resident memory (the process tree's VmRSS). A 1,000,000-question build is extrapolated
 from the two largest sizes, linearly per phase (Annoy's build grows a little faster than linear,
 so that line is a lower bound). Writes bench/results/build_scale.{json,md}.
+
+`--make-pool DIR` first writes `--texts` from the public datasets' train splits under DIR (the query
+encoder's corpus, training/query_encoder/corpus.py: 4-300 characters, distinct, shuffled with seed 0).
+`--query-encoder DIR` measures balanced mode: the build and the service get FAQ_QUERY_ENCODER.
 """
 from __future__ import annotations
 
@@ -51,13 +55,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--texts", required=True, help="sentence pool, one per line")
     ap.add_argument("--sizes", default="100000,300000")
+    ap.add_argument("--make-pool", metavar="DATA_DIR", help="write --texts first, from ../shared/data's train splits")
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--runtime", default="auto")
+    ap.add_argument("--query-encoder", help="balanced mode: a `faq train query-encoder` folder fitted to --encoder "
+                    "(FAQ_QUERY_ENCODER for the build and the service)")
     ap.add_argument("--n-trees", type=int, help="FAQ_ANN_N_TREES (default: the service's)")
     ap.add_argument("--keep", action="store_true", help="keep the data dirs (printed)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
 
+    if args.make_pool:
+        import random
+
+        from training.query_encoder.corpus import corpus_sentences
+
+        texts = [t for t in corpus_sentences(args.make_pool)[0] if 4 <= len(t) <= 300]
+        random.Random(0).shuffle(texts)
+        Path(args.texts).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.texts).write_text("\n".join(texts) + "\n", encoding="utf-8")
+        print(f"{args.texts}: {len(texts)} sentences", flush=True)
     pool = list(dict.fromkeys(line.strip() for line in open(args.texts, encoding="utf-8") if line.strip()))
     queries = pool[1::997][:200]
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -74,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                "FAQ_QUERY_CACHE_SIZE": "0", "FAQ_QUERY_LOG": "false"}
         if args.n_trees:
             env["FAQ_ANN_N_TREES"] = str(args.n_trees)
+        if args.query_encoder:
+            env["FAQ_QUERY_ENCODER"] = str(Path(args.query_encoder).resolve())
         t0 = time.perf_counter()
         for step in (["kb", "import", str(data / "kb.jsonl")], ["index", "build", "--no-progress", "--no-lexical"]):
             done = subprocess.run(faq + step, cwd=REPO, env=env, capture_output=True, text=True)
@@ -113,11 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info()},
               "command": " ".join(sys.argv), "encoder": args.encoder, "runtime": args.runtime,
+              "query_encoder": args.query_encoder,
               "rows": rows, "extrapolated_1m": extrapolated}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    md = [f"# Build scale ({result['created_at']}, {result['machine']['cpu_model']}, {args.encoder} on {args.runtime})",
+    mode = args.encoder + (f" + query encoder {args.query_encoder}" if args.query_encoder else "")
+    md = [f"# Build scale ({result['created_at']}, {result['machine']['cpu_model']}, {mode} on {args.runtime})",
           "", f"`{result['command']}`", "",
           "| questions | encode s | sentences/s | Annoy build s | verify s | build total s | index MB | serving RSS MB |",
           "|---|---|---|---|---|---|---|---|"]

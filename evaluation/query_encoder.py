@@ -21,6 +21,10 @@ SETS = {
     **{name: (f"evaluation/data/{name}/faq.jsonl", f"evaluation/data/{name}/test.jsonl",
               f"evaluation/data/{name}/dev.jsonl") for name in ("energy", "council", "grocery", "campus_it")},
 }
+# the intent datasets, after `faq data prepare clinc150|banking77 --src ../shared/data/NAME --out runs/data/NAME`
+# (their train splits are in the query encoder's corpus, their test queries never are); --sets names them
+PREPARED = {name: (f"runs/data/{name}/kb.jsonl", f"runs/data/{name}/test.jsonl", f"runs/data/{name}/dev.jsonl")
+            for name in ("clinc150", "banking77")}
 METRICS = ("top1_accuracy", "mrr", "answer_f1")
 
 
@@ -29,7 +33,7 @@ def run(query_encoder: str, sets: list[str], teacher: str = "mpnet", fast: str =
 
     rows = []
     for name in sets:
-        kb, queries, dev = (str(REPO / p) if p else None for p in SETS[name])
+        kb, queries, dev = (str(REPO / p) if p else None for p in {**SETS, **PREPARED}[name])
         row: dict = {"set": name}
         for mode, kwargs in (("accurate", {"model": teacher}), ("balanced", {"model": teacher, "query_encoder": query_encoder}),
                              ("fast", {"model": fast})):
@@ -71,13 +75,17 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--query-encoder", required=True, help="a faq train query-encoder folder")
-    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join([*SETS, *PREPARED])} (default: the first five)")
     p.add_argument("--out", required=True, help="folder for report.json and report.md")
     args = p.parse_args(argv)
     sets = [s for s in args.sets.split(",") if s]
-    unknown = sorted(set(sets) - set(SETS))
+    unknown = sorted(set(sets) - set(SETS) - set(PREPARED))
     if unknown:
         p.error(f"unknown sets {unknown}")
+    missing = [s for s in sets if s in PREPARED and not (REPO / PREPARED[s][0]).exists()]
+    if missing:
+        p.error(f"{', '.join(missing)}: run `faq data prepare NAME --src ../shared/data/NAME --out runs/data/NAME` "
+                f"first")
     report = run(args.query_encoder, sets)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
