@@ -17,7 +17,7 @@ from index.candidates import RetrieverLike
 from index.decision import load_model
 
 __all__ = [
-    "build_pipeline", "default_encoder", "encoder_runtime", "encoder_spec", "lexical_engine", "load_configured_encoder",
+    "DeferredEncoder", "build_encoder_for", "build_pipeline", "default_encoder", "encoder_runtime", "encoder_spec", "lexical_engine", "load_configured_encoder",
     "served_model_path",
 ]
 
@@ -48,6 +48,57 @@ def load_configured_encoder(settings: Settings, manifest: dict | None = None, sp
 
     return load_encoder(spec or encoder_spec(settings, manifest), runtime=encoder_runtime(settings, manifest),
                         threads=settings.encoder_threads, device=settings.device, cache_dir=settings.mpnet_cache)
+
+
+class DeferredEncoder:
+    """The build's own encoder, loaded on the first text it has to encode. In balanced mode queries have
+    their own encoder, and the build's only encodes what KB edits add between builds, so a service nobody
+    edits never holds it: all-mpnet-base-v2's int8 session and its arenas (docs/results.md).
+
+    `id`, `dim` and `runtime` are the build's (manifest), which is what the swap checks compare; the
+    loaded encoder must have that id, or encoding fails and says which setting to fix."""
+
+    def __init__(self, load: Callable[[], Any], *, id: str, dim: int, runtime: str):
+        import threading
+
+        self._load, self.id, self.dim, self.runtime = load, id, int(dim), runtime
+        self._inner: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._inner is not None
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> Any:
+        import numpy as np
+
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._get().encode(list(texts), batch_size=batch_size, show_progress_bar=show_progress_bar)
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._inner is None:
+                inner = self._load()
+                if inner.id != self.id or inner.dim != self.dim:
+                    raise RuntimeError(f"the build was encoded by {self.id!r} ({self.dim}-d) but {inner.id!r} "
+                                       f"({inner.dim}-d) loaded for its KB edits: set FAQ_ENCODER to the build's "
+                                       f"encoder or rebuild the index")
+                self._inner = inner
+            return self._inner
+
+
+def build_encoder_for(settings: Settings, manifest: dict | None, has_query_encoder: bool) -> Any:
+    """The encoder of the FAQ side a service holds: deferred (`DeferredEncoder`) when queries have their
+    own encoder and the service runs the build's encoder and runtime (unset, or set to the same), else
+    loaded now."""
+    built = manifest or {}
+    follows = (settings.encoder in (None, built.get("encoder_spec"))
+               and settings.encoder_runtime in (None, built.get("encoder_runtime")))
+    if has_query_encoder and follows and built.get("encoder_id") and built.get("dim"):
+        return DeferredEncoder(lambda: load_configured_encoder(settings, manifest), id=built["encoder_id"],
+                               dim=built["dim"], runtime=str(built.get("encoder_runtime", "torch")))
+    return load_configured_encoder(settings, manifest)
 
 
 def default_encoder(settings: Settings) -> str:

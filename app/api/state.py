@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
-from app.assembly import build_pipeline, lexical_engine, load_configured_encoder
+from app.assembly import build_encoder_for, build_pipeline, lexical_engine, load_configured_encoder
 from app.pipeline import NoIndexError, Pipeline
 from app.stages import load_stages
 from app.settings import Settings
@@ -105,9 +105,9 @@ class ServiceState:
             self.store = FaqStore.from_settings(self.settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
         manifest = self._current_manifest()
-        if self.encoder is None:
-            self.encoder = shared(load_configured_encoder(self.settings, manifest))
         self.query_encoder = self._load_query_encoder(manifest)
+        if self.encoder is None:
+            self.encoder = shared(build_encoder_for(self.settings, manifest, self.query_encoder is not None))
         stages = []
         try:
             stages = load_stages(self.settings)

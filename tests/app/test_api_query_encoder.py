@@ -43,7 +43,8 @@ def test_build_records_it_and_the_service_queries_through_it(faq_env, monkeypatc
     assert faq(["index", "build", "--no-progress"]) == 0
     assert "query encoder query:msem-student" in capsys.readouterr().out
     monkeypatch.delenv("FAQ_QUERY_ENCODER")  # the service finds it in the build's manifest
-    _env(monkeypatch)
+    _env(monkeypatch, FAQ_ADMIN_TOKEN="t0ken-for-edits")
+    auth = {"Authorization": "Bearer t0ken-for-edits"}
     with TestClient(create_app()) as client:
         ready = client.get("/readyz").json()
         assert ready["ready"] and ready["query_encoder_id"].startswith("query:msem-student:")
@@ -52,6 +53,14 @@ def test_build_records_it_and_the_service_queries_through_it(faq_env, monkeypatc
         assert service.matcher.encoder.id == ready["query_encoder_id"]  # queries: the query encoder
         r = client.post("/match", json={"query": "I forgot my password, how do I get back in?"})
         assert r.status_code == 200 and r.json()["matches"][0]["faq_id"] == "login-forgot-password"
+        # the FAQ side's encoder is only loaded once a KB edit has a text for it
+        assert service.encoder.inner.loaded is False
+        new = {"faq_id": "gift-cards", "answer": "Gift cards never expire and work on every plan.",
+               "questions": ["Do gift cards expire?"]}
+        assert client.post("/admin/faqs", json=new, headers=auth).status_code == 201
+        assert service.encoder.inner.loaded is True
+        r = client.post("/match", json={"query": "will my gift card run out?"})
+        assert r.status_code == 200 and r.json()["matches"][0]["faq_id"] == "gift-cards"
     manifest = json.loads(next((faq_env.index_dir).glob("*/manifest.json")).read_text())
     assert manifest["query_encoder"]["teacher"] == manifest["encoder_id"]
     # the decision block's replayed queries went through the query side: its cosines, not the FAQ side's
