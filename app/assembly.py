@@ -92,9 +92,15 @@ def build_encoder_for(settings: Settings, manifest: dict | None, has_query_encod
     """The encoder of the FAQ side a service holds: deferred (`DeferredEncoder`) when queries have their
     own encoder and the service runs the build's encoder and runtime (unset, or set to the same), else
     loaded now."""
+    from models.encoders.base import pick_device
+    from models.encoders.runtime import RuntimeUnavailable, resolve_runtime
+
     built = manifest or {}
-    follows = (settings.encoder in (None, built.get("encoder_spec"))
-               and settings.encoder_runtime in (None, built.get("encoder_runtime")))
+    try:
+        runtime = resolve_runtime(encoder_runtime(settings, manifest), pick_device(settings.device))
+    except RuntimeUnavailable:
+        runtime = None  # loading it now says why
+    follows = settings.encoder in (None, built.get("encoder_spec")) and runtime == built.get("encoder_runtime")
     if has_query_encoder and follows and built.get("encoder_id") and built.get("dim"):
         return DeferredEncoder(lambda: load_configured_encoder(settings, manifest), id=built["encoder_id"],
                                dim=built["dim"], runtime=str(built.get("encoder_runtime", "torch")))

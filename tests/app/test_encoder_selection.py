@@ -80,3 +80,24 @@ def test_settings_reject_an_unknown_runtime():
     with pytest.raises(ValidationError, match="FAQ_ENCODER_RUNTIME must be"):
         Settings(encoder_runtime="tensorrt")
     assert Settings(encoder_runtime="").encoder_runtime is None  # compose's ${FAQ_ENCODER_RUNTIME:-}
+
+
+def test_balanced_service_defers_the_build_encoder_only_when_it_runs_the_builds(tmp_path):
+    """With a query encoder, queries never use the build's encoder: it is deferred when the service runs the
+    build's encoder and runtime (unset, or set to the same, `auto` included), else loaded at start-up."""
+    from app.assembly import DeferredEncoder, build_encoder_for
+
+    built = {"encoder_spec": "minilm", "encoder_id": "all-MiniLM-L6-v2", "dim": 384, "encoder_runtime": "onnx-int8"}
+    for same in ({}, {"encoder": "minilm"}, {"encoder_runtime": "auto", "device": "cpu"},
+                 {"encoder_runtime": "onnx-int8"}):
+        encoder = build_encoder_for(Settings(data_dir=tmp_path, **same), built, True)
+        assert isinstance(encoder, DeferredEncoder) and not encoder.loaded, same
+        assert encoder.encode([]).shape == (0, 384) and not encoder.loaded  # nothing to encode loads nothing
+    torch_built = {**built, "encoder_runtime": "torch"}
+    assert not isinstance(build_encoder_for(Settings(data_dir=tmp_path, encoder_runtime="torch"), torch_built, False),
+                          DeferredEncoder)  # no query encoder: the build's encoder answers queries
+    other = build_encoder_for(Settings(data_dir=tmp_path, encoder_runtime="torch"), built, True)
+    assert not isinstance(other, DeferredEncoder)  # another runtime than the build's: loaded (and refused) now
+    wrong = DeferredEncoder(lambda: other, id="all-mpnet-base-v2", dim=768, runtime="onnx-int8")
+    with pytest.raises(RuntimeError, match="FAQ_ENCODER"):
+        wrong.encode(["a KB edit"])
