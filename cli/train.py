@@ -610,7 +610,8 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
         return 2
     tuned = report.get("fine_tune") or {}
     if "dev_top1_start" in tuned:
-        print(f"dev top-1: {tuned['dev_top1_start']:.3f} at the start, best {tuned['best_metric']:.3f}; "
+        start = tuned["dev_top1_start"]
+        print(f"dev top-1: {'?' if start is None else f'{start:.3f}'} at the start, best {tuned['best_metric']:.3f}; "
               f"{args.out} holds the {tuned['kept']}", file=sys.stderr)
     if refine:
         return 0

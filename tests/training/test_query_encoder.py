@@ -159,5 +159,10 @@ def test_refinement_on_a_kb_is_kept_only_where_dev_queries_say_so(tmp_path, caps
     if report["kept"] == "start":  # nothing better: the start's projection, unchanged
         assert np.allclose(load_file(str(out / "projection.safetensors"))["weight"],
                            load_file(str(start / "projection.safetensors"))["weight"])
+    # a resumed run keeps measuring against the same start
+    assert faq(base + ["--dev", str(dev), "--epochs", "3", "--device", "cpu", "--resume"]) == 0
+    resumed = json.loads((out / "refine.json").read_text())["fine_tune"]
+    assert resumed["epochs_done"] == 3 and resumed["dev_top1_start"] == report["dev_top1_start"]
+    assert f"{report['dev_top1_start']:.3f} at the start" in capsys.readouterr().err
     vecs = load_encoder(str(out), runtime="torch", device="cpu", cache_dir=tmp_path / "cache").encode(["hi there"])
     assert vecs.shape == (1, json.loads((start / "config.json").read_text())["dim"])

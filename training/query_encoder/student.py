@@ -92,11 +92,12 @@ class StudentTrainer(Trainer):
 
     def restore(self, checkpoint: Mapping[str, Any]) -> None:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.start_metric = checkpoint.get("start_metric")  # measured once, before the first epoch
         super().restore(checkpoint)
 
     def checkpoint_state(self) -> dict:
         return {"top": self.top.state_dict(), "projection": self.projection.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
+                "optimizer": self.optimizer.state_dict(), "start_metric": getattr(self, "start_metric", None)}
 
     def forward(self, texts: Sequence[str]) -> torch.Tensor:
         """Sentences -> (B, 768) L2-normalised, through the cached frozen states and the trainable layers."""
