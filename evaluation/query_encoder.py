@@ -5,7 +5,8 @@ the threshold tuned on the set's dev queries where it has them).
     python -m evaluation.query_encoder --query-encoder runs/query-encoder/ridge --out bench/results/query_encoder
 
 Writes `report.json` and `report.md` (top-1, MRR, answer F1 per set and mode, and balanced minus accurate /
-minus fast in points) and prints the table.
+minus fast in points; the top match's ECE and answer precision / F1 at the service's default decision) and
+prints the table.
 """
 from __future__ import annotations
 
@@ -40,7 +41,11 @@ def run(query_encoder: str, sets: list[str], teacher: str = "mpnet", fast: str =
             t = time.perf_counter()
             report = run_eval_match(kb, queries, dev, progress=False, **kwargs)
             row[mode] = {m: report["metrics"][m] for m in METRICS}
-            row[mode]["seconds"] = round(time.perf_counter() - t, 1)
+            # how honest the score is: the top match's calibration error, and the service's default decision
+            # (threshold 0.5 on the decision model's probability), not the threshold tuned on dev
+            default = report["metrics_at_default_threshold"]
+            row[mode].update(ece_top1=report["ece_top1"], default_precision=default.get("answer_precision"),
+                             default_f1=default.get("answer_f1"), seconds=round(time.perf_counter() - t, 1))
             print(f"{name:10s} {mode:9s} " + "  ".join(f"{m} {row[mode][m]:.3f}" for m in METRICS), flush=True)
         row["balanced_minus_accurate_pts"] = {m: round(100 * (row["balanced"][m] - row["accurate"][m]), 1) for m in METRICS}
         row["balanced_minus_fast_pts"] = {m: round(100 * (row["balanced"][m] - row["fast"][m]), 1) for m in METRICS}
@@ -69,7 +74,17 @@ def markdown(report: dict) -> str:
         da, df = r["balanced_minus_accurate_pts"], r["balanced_minus_fast_pts"]
         out.append(f"| {r['set']} | {cell('accurate')} | {cell('balanced')} | {cell('fast')} | "
                    f"{da['top1_accuracy']:+.1f} / {da['answer_f1']:+.1f} | {df['top1_accuracy']:+.1f} / {df['answer_f1']:+.1f} |")
+    out += ["", "At the service's default decision (threshold 0.5), answer precision / F1, and the top match's ECE:", "",
+            "| set | accurate | balanced | fast |", "|---|---|---|---|"]
+    for r in report["rows"]:
+        honest = lambda m, r=r: (f"{_num(r[m].get('default_precision'))} / {_num(r[m].get('default_f1'))}, "  # noqa: E731
+                                 f"ECE {_num(r[m].get('ece_top1'))}")
+        out.append(f"| {r['set']} | {honest('accurate')} | {honest('balanced')} | {honest('fast')} |")
     return "\n".join(out) + "\n"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
