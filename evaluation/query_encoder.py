@@ -93,21 +93,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join([*SETS, *PREPARED])} (default: the first five)")
     p.add_argument("--out", required=True, help="folder for report.json and report.md")
     args = p.parse_args(argv)
-    sets = [s for s in args.sets.split(",") if s]
+    report = run(args.query_encoder, parse_sets(p, args.sets))
+    write_report(args.out, report, markdown(report))
+    return 0
+
+
+def parse_sets(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """`--sets`: known names, the intent datasets only once `faq data prepare` has written them."""
+    sets = [s for s in text.split(",") if s]
     unknown = sorted(set(sets) - set(SETS) - set(PREPARED))
     if unknown:
-        p.error(f"unknown sets {unknown}")
+        parser.error(f"unknown sets {unknown}")
     missing = [s for s in sets if s in PREPARED and not (REPO / PREPARED[s][0]).exists()]
     if missing:
-        p.error(f"{', '.join(missing)}: run `faq data prepare NAME --src ../shared/data/NAME --out runs/data/NAME` "
-                f"first")
-    report = run(args.query_encoder, sets)
-    out = Path(args.out)
+        parser.error(f"{', '.join(missing)}: run `faq data prepare NAME --src ../shared/data/NAME --out "
+                     f"runs/data/NAME` first")
+    return sets
+
+
+def write_report(out: str | Path, report: dict, text: str) -> None:
+    """`report.json` and `report.md` in `out`, and the Markdown printed."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(markdown(report), encoding="utf-8")
-    print(markdown(report))
-    return 0
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text)
 
 
 if __name__ == "__main__":

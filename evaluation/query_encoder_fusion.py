@@ -13,12 +13,10 @@ to see whether fusion is worth building. Writes `report.json` and `report.md`.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-from pathlib import Path
 
 
-from evaluation.query_encoder import REPO, SETS
+from evaluation.query_encoder import PREPARED, REPO, SETS, parse_sets, write_report
 
 
 def run(query_encoder: str, sets: list[str], alphas: list[float], cache_dir: str | None = None,
@@ -34,7 +32,7 @@ def run(query_encoder: str, sets: list[str], alphas: list[float], cache_dir: str
     mpnet, minilm, mapped = (load_encoder(s, **kw) for s in (teacher, "minilm", query_encoder))
     rows = []
     for name in sets:
-        kb, queries, _ = (str(REPO / p) if p else None for p in SETS[name])
+        kb, queries, _ = (str(REPO / p) if p else None for p in {**SETS, **PREPARED}[name])
         accurate, fast = read_dev_set(kb, queries).attach(mpnet.encode), read_dev_set(kb, queries).attach(minilm.encode)
         s_acc = accurate.scores(mpnet.encode(accurate.queries))
         s_fast = fast.scores(minilm.encode(fast.queries))
@@ -62,18 +60,14 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--query-encoder", required=True, help="a ridge-only `faq train query-encoder` folder")
-    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join([*SETS, *PREPARED])} (default: the first five)")
     p.add_argument("--alpha", default="0.3,0.5,0.7", help="fusion weights of the balanced score")
     p.add_argument("--model-cache", default=None, help="where mpnet and the ONNX exports are (default var/models)")
     p.add_argument("--out", required=True, help="folder for report.json and report.md")
     args = p.parse_args(argv)
-    report = run(args.query_encoder, [s for s in args.sets.split(",") if s],
-                 [float(a) for a in args.alpha.split(",") if a], args.model_cache)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(markdown(report), encoding="utf-8")
-    print(markdown(report))
+    report = run(args.query_encoder, parse_sets(p, args.sets), [float(a) for a in args.alpha.split(",") if a],
+                 args.model_cache)
+    write_report(args.out, report, markdown(report))
     return 0
 
 

@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -133,14 +133,7 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
     else:  # the fit only starts the fine-tuning, whose best epoch is the folder (kept across --resume)
         from training.query_encoder.student import StudentTrainer
 
-        row_of = {t: i for i, t in enumerate(texts)}
-
-        def teacher_vectors(batch: list[str]) -> np.ndarray:  # the corpus already holds most of a KB's texts
-            missing = [t for t in batch if t not in row_of]
-            fresh = dict(zip(missing, teacher.encode(missing))) if missing else {}
-            return np.stack([tv[row_of[t]] if t in row_of else fresh[t] for t in batch])
-
-        dev_sets = [read_dev_set(kb, dev).attach(teacher_vectors) for kb, dev in pairs]
+        dev_sets = [read_dev_set(kb, dev).attach(_known_first(texts, tv, teacher)) for kb, dev in pairs]
         trainer = StudentTrainer(out, cfg, texts=texts, teacher_vectors=tv, train_idx=train, held_idx=held,
                                  weight=weight, bias=bias, teacher_id=teacher.id, device=device, cache_dir=cache_dir,
                                  resume=resume, dev_sets=dev_sets)
@@ -161,7 +154,7 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
     """`init_from`'s query encoder trained further on the KB's phrasings and answers: each text towards the
     teacher's vector of it, and ranked towards its own FAQ's other texts among the KB's (student.py). The
     folder in `out` is whichever of the start and the refined epochs ranks the dev queries best, so a
-    refinement that does not help users' wording is not kept (`training.json` `kept`)."""
+    refinement that does not help users' wording is not kept (`refine.json` `fine_tune.kept`)."""
     from safetensors.numpy import load_file
 
     from kb.records import is_placeholder, read_kb
@@ -196,9 +189,7 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
                     texts.append(text)
                     groups.append(k * 1_000_000 + row)
     tv = cached_vectors(teacher, texts, Path(work) / f"refine-{_slug(teacher.id)}-{teacher.runtime}")
-    row_of = {t: i for i, t in enumerate(texts)}
-    dev_sets = [read_dev_set(kb, dev).attach(lambda b: tv[[row_of[t] for t in b]] if all(t in row_of for t in b)
-                                            else teacher.encode(b)) for kb, dev in pairs]
+    dev_sets = [read_dev_set(kb, dev).attach(_known_first(texts, tv, teacher)) for kb, dev in pairs]
     projection = load_file(str(Path(init_from) / WEIGHTS_FILE))
     layers_file = Path(init_from) / TOP_LAYERS_FILE
     init_layers = load_file(str(layers_file)) if layers_file.exists() else None
@@ -214,6 +205,18 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
               "fine_tune": summary}
     (Path(out) / "refine.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return report
+
+
+def _known_first(texts: Sequence[str], vectors: np.ndarray, teacher: Any) -> Callable[[list[str]], np.ndarray]:
+    """Teacher vectors of a batch: the cached ones of `texts` (which hold most of a KB's), the rest encoded."""
+    row_of = {t: i for i, t in enumerate(texts)}
+
+    def lookup(batch: list[str]) -> np.ndarray:
+        missing = [t for t in batch if t not in row_of]
+        fresh = dict(zip(missing, teacher.encode(missing))) if missing else {}
+        return np.stack([vectors[row_of[t]] if t in row_of else fresh[t] for t in batch])
+
+    return lookup
 
 
 def _slug(text: str) -> str:

@@ -181,7 +181,8 @@ class StudentTrainer(Trainer):
                      self.held_out["nearest_agreement"])
         if not self.dev_sets:
             return "nearest_agreement", self.held_out["nearest_agreement"]
-        self.dev = {d.name: round(d.top1(self.encode_texts(d.queries)), 4) for d in self.dev_sets}
+        self.dev = {d.name: round(d.top1(self.encode_texts(d.queries), self.cfg.answer_weight), 4)
+                    for d in self.dev_sets}
         mean = float(np.mean(list(self.dev.values())))
         log.info("dev top-1: %s (mean %.4f)", ", ".join(f"{k} {v:.3f}" for k, v in self.dev.items()), mean)
         return "dev_top1", mean
