@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranker
@@ -47,12 +47,39 @@ def split_weights(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(weights)
 
 
+#: a KB's name (kb/records.py KB_NAME_PATTERN, repeated here because settings import only pydantic)
+KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+DEFAULT_KB = "default"
+
+
+class KbSettings(BaseModel):
+    """What one KB may set for itself (stored with it: `faq kb settings`); unset fields follow the
+    deployment's FAQ_* values. Each field means what the Settings field of the same name means."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    target_precision: float | None = Field(default=None, gt=0.0, lt=1.0)
+    answer_weight: float | None = Field(default=None, ge=0.0, le=0.9)
+    encoder: str | None = Field(default=None, min_length=1, max_length=500)
+    keep_versions: int | None = Field(default=None, ge=1, le=100)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FAQ_", env_file=".env", extra="ignore")
 
     # Storage. The embedded default is SQLite under data_dir; PostgreSQL via FAQ_DATABASE_URL.
     data_dir: Path = Path("var")
     database_url: str | None = None
+    # The KB the `faq` commands act on when they are given no --kb; the service serves every KB (the
+    # routes without /kbs/{kb} serve `default`). A KB's index versions live in its own folder (`index_dir`).
+    kb: str = Field(default=DEFAULT_KB, pattern=KB_NAME_PATTERN)
+    # KBs held in memory at once by the service; the least recently used one beyond it is unloaded
+    # (and loaded again on its next request)
+    max_resident_kbs: int = Field(default=32, ge=1, le=100_000)
+    # true: /match, /match/batch and /feedback need `Authorization: Bearer <token>`, a read or admin
+    # token of that KB (`faq kb token --kind read`) or FAQ_ADMIN_TOKEN
+    match_requires_key: bool = False
     # Encoder spec: "mpnet" (all-mpnet-base-v2: accurate mode), "minilm" (all-MiniLM-L6-v2: fast mode),
     # "msem" (the general MSEM shipped in models/default) or a model folder from `faq train msem`.
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
@@ -110,7 +137,7 @@ class Settings(BaseSettings):
 
     @property
     def kb_decision_model(self) -> Path:
-        return self.data_dir / "decision_model.json"
+        return self.kb_dir / "decision_model.json"
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
     # Builds calibrate N = 1..5 (index/calibration.py), hence the cap. Unset: 1 for builds whose answers
     # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).
@@ -207,8 +234,24 @@ class Settings(BaseSettings):
         return ",".join(f"{arm}:{w}" for arm, w in split_weights(value))  # raises with the bad part named
 
     @property
+    def kb_dir(self) -> Path:
+        """The KB's own files: the data dir itself for `default` (as before KBs), else <data_dir>/kbs/<kb>."""
+        return self.data_dir if self.kb == DEFAULT_KB else self.data_dir / "kbs" / self.kb
+
+    @property
     def index_dir(self) -> Path:
-        return self.data_dir / "indexes"
+        return self.kb_dir / "indexes"
+
+    def for_kb(self, kb: str, stored: dict | None = None) -> Settings:
+        """These settings for KB `kb`, with the KB's stored settings (KbSettings) over the FAQ_* values.
+        Raises ValueError (pydantic's ValidationError) for a malformed name or a bad stored value."""
+        import re
+
+        if not re.fullmatch(KB_NAME_PATTERN, kb or ""):
+            raise ValueError(f"a KB name is 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter "
+                             f"or digit; got {kb!a}")
+        own = KbSettings.model_validate(stored or {}).model_dump(exclude_none=True)
+        return self.model_copy(update={"kb": kb, **own})
 
     @property
     def db_url(self) -> str:

@@ -33,6 +33,11 @@ MAX_QUESTION_CHARS = 1000
 MAX_ANSWER_CHARS = 20000
 MAX_TAG_CHARS = 100
 MAX_TAGS = 50
+#: a KB's name: it appears in URLs (/kbs/{kb}/...), folder names and Elasticsearch index names, hence
+#: lower case, digits, '-' and '_' only, starting with a letter or digit
+MAX_KB_NAME_CHARS = 64
+KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+DEFAULT_KB = "default"
 CSV_TAG_SEPARATOR = ";"
 # KbValidationError's message lists at most this many problems (all are kept in `.errors`).
 MAX_ERRORS_SHOWN = 50
@@ -519,3 +524,11 @@ def kb_groups(records: Iterable[Any]) -> dict[str, list[str]]:
         seen.add((rec.faq_id, q))
         groups.setdefault(rec.faq_id, []).append(q)
     return groups
+
+
+def kb_name_problem(name: Any) -> str | None:
+    """Why `name` cannot name a KB (None: it can)."""
+    if not isinstance(name, str) or not re.fullmatch(KB_NAME_PATTERN, name):
+        return (f"a KB name is 1-{MAX_KB_NAME_CHARS} characters of a-z, 0-9, '-' and '_', starting with a letter "
+                f"or digit; got {name!a}")
+    return None

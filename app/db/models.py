@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 declarative models: the FAQ knowledge base, index builds and the query log.
+"""SQLAlchemy 2 declarative models: the knowledge bases, their FAQs, index builds, access tokens and the
+query log. Every row belongs to one KB (`kb`, a name from `kbs`); a deployment's first KB is `default`.
 
 The schema itself is created by the Alembic migrations in `migrations/versions/`; these models must stay
 identical to it (tests/test_migrations.py checks that autogenerate finds no difference). Types are
@@ -15,6 +16,8 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
+    Index,
     Integer,
     MetaData,
     String,
@@ -24,11 +27,11 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # field limits shared by the schema and the validation of every way FAQs come in
-from kb.records import MAX_FAQ_ID_CHARS, MAX_QUESTION_CHARS
+from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUESTION_CHARS
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -53,11 +56,31 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+def kb_column(**kwargs) -> Mapped[str]:
+    """The KB a row belongs to; rows from before KBs existed are the default KB's."""
+    return mapped_column(String(MAX_KB_NAME_CHARS), nullable=False, server_default=DEFAULT_KB, **kwargs)
+
+
+class Kb(Base):
+    """One knowledge base: its revision (bumped by every change to its FAQs, in the same transaction;
+    pollers watch it, and KB writers lock its row) and its own settings (app/settings.py KbSettings)."""
+
+    __tablename__ = "kbs"
+
+    name: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    settings: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
 class Faq(Base):
-    """One FAQ: an answer (plus tags) matched by one or more question variants."""
+    """One FAQ of one KB: an answer (plus tags) matched by one or more question variants."""
 
     __tablename__ = "faqs"
 
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    primary_key=True, server_default=DEFAULT_KB)
     faq_id: Mapped[str] = mapped_column(String(MAX_FAQ_ID_CHARS), primary_key=True)
     answer: Mapped[str] = mapped_column(Text, nullable=False)
     tags: Mapped[list] = mapped_column(JSON, nullable=False)
@@ -69,12 +92,15 @@ class QuestionVariant(Base):
     """One phrasing of an FAQ's question (the FAQ's paraphrase cluster has many)."""
 
     __tablename__ = "question_variants"
-    __table_args__ = (UniqueConstraint("faq_id", "question"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    faq_id: Mapped[str] = mapped_column(
-        String(MAX_FAQ_ID_CHARS), ForeignKey("faqs.faq_id", ondelete="CASCADE"), nullable=False
+    __table_args__ = (
+        UniqueConstraint("kb", "faq_id", "question"),
+        ForeignKeyConstraint(["kb", "faq_id"], ["faqs.kb", "faqs.faq_id"], ondelete="CASCADE"),
     )
+
+    # ids are unique across KBs: a build's index refers to phrasings by id
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = kb_column()
+    faq_id: Mapped[str] = mapped_column(String(MAX_FAQ_ID_CHARS), nullable=False)
     question: Mapped[str] = mapped_column(String(MAX_QUESTION_CHARS), nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
@@ -86,6 +112,8 @@ class IndexBuild(Base):
     __tablename__ = "index_builds"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    nullable=False, index=True, server_default=DEFAULT_KB)
     version: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
     encoder_id: Mapped[str] = mapped_column(String(200), nullable=False)
     n_faqs: Mapped[int | None] = mapped_column(Integer)
@@ -104,8 +132,11 @@ class QueryLog(Base):
     """One served /match query (per query, not per request batch), with optional user feedback."""
 
     __tablename__ = "query_log"
+    __table_args__ = (Index("ix_query_log_kb_created_at", "kb", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    # no foreign key (like faq_id): deleting a KB deletes its rows explicitly (app/store/kbs.py)
+    kb: Mapped[str] = kb_column()
     request_id: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, default=utcnow, index=True
@@ -122,10 +153,17 @@ class QueryLog(Base):
     feedback_faq_id: Mapped[str | None] = mapped_column(String(MAX_FAQ_ID_CHARS))
 
 
-class KbMeta(Base):
-    """Small integer counters; key "revision" is bumped by every KB mutation (pollers watch it)."""
+class KbToken(Base):
+    """An access token of one KB (`faq kb token`): "admin" reaches that KB's /admin routes, "read" its
+    /match routes when FAQ_MATCH_REQUIRES_KEY is set. Only the token's SHA-256 is stored."""
 
-    __tablename__ = "kb_meta"
+    __tablename__ = "kb_tokens"
 
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[int] = mapped_column(Integer, nullable=False)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    nullable=False, index=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    token_sha256: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    label: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

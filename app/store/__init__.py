@@ -1,13 +1,14 @@
 """The database behind the service, the CLI and the index builder: `FaqStore` (app/store/facade.py)
-and one module per concern it is made of (`kb`, `builds`, `query_log`, sharing `base`).
+and one module per concern it is made of (`kb`, `builds`, `query_log`, `kbs`, sharing `base`).
 Contract: docs/architecture.md ("Store")."""
-from app.store.base import SchemaNotReady
+from app.store.base import KbNotFound, SchemaNotReady
 from app.store.facade import FaqStore
 from app.store.kb import FaqExists, FaqNotFound, FaqOut, ImportReport, KbRecord, KbSnapshot, KbValidationError, VariantRow
+from app.store.kbs import TOKEN_KINDS, KbCatalog, KbExists, KbInfo, TokenInfo
 from app.store.query_log import PRUNE_CHUNK, FeedbackAlreadyRecorded, FeedbackSessionMismatch, PruneResult
 
 __all__ = [
     "FaqExists", "FaqNotFound", "FaqOut", "FaqStore", "FeedbackAlreadyRecorded", "FeedbackSessionMismatch",
-    "ImportReport", "KbRecord", "KbSnapshot", "KbValidationError", "PRUNE_CHUNK", "PruneResult", "SchemaNotReady",
-    "VariantRow",
+    "ImportReport", "KbCatalog", "KbExists", "KbInfo", "KbNotFound", "KbRecord", "KbSnapshot", "KbValidationError", "PRUNE_CHUNK", "PruneResult", "SchemaNotReady",
+    "TOKEN_KINDS", "TokenInfo", "VariantRow",
 ]

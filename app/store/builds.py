@@ -1,4 +1,4 @@
-"""Index build records (`index_builds`): what `faq index build` writes as it goes, what the sweep of
+"""Index build records (`index_builds`) of one KB: what `faq index build` writes as it goes, what the sweep of
 killed builds marks failed, and what `faq index list` and the KB stats show."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import Row, insert, select, update
 from app.db.models import utcnow
 from app.store.base import StorePart, builds_t, utc
 
-_BUILD_FIELDS = frozenset(c.name for c in builds_t.columns) - {"id"}
+_BUILD_FIELDS = frozenset(c.name for c in builds_t.columns) - {"id", "kb"}
 
 
 def build_dict(row: Row, iso: bool = False) -> dict[str, Any]:
@@ -38,7 +38,7 @@ class BuildStore(StorePart):
         fields.setdefault("status", "building")
         fields.setdefault("started_at", utcnow())
         with self.engine.begin() as conn:
-            conn.execute(insert(builds_t).values(**fields))
+            conn.execute(insert(builds_t).values(kb=self.kb, **fields))
 
     def update_build(self, version: str, **fields: Any) -> None:
         """Update the build `version`; raises KeyError when there is none."""
@@ -46,12 +46,13 @@ class BuildStore(StorePart):
         if not fields:
             return
         with self.engine.begin() as conn:
-            if conn.execute(update(builds_t).where(builds_t.c.version == version).values(**fields)).rowcount == 0:
+            if conn.execute(update(builds_t).where(builds_t.c.kb == self.kb, builds_t.c.version == version)
+                            .values(**fields)).rowcount == 0:
                 raise KeyError(f"no index build with version {version!r}")
 
     def list_builds(self, status: str | None = None) -> list[dict[str, Any]]:
         """All index builds (or those with `status`), newest first (timestamps as aware UTC datetimes)."""
-        stmt = select(builds_t).order_by(builds_t.c.id.desc())
+        stmt = select(builds_t).where(builds_t.c.kb == self.kb).order_by(builds_t.c.id.desc())
         if status is not None:
             stmt = stmt.where(builds_t.c.status == status)
         with self.engine.connect() as conn:
@@ -63,7 +64,8 @@ class BuildStore(StorePart):
         overwrite the outcome of a build that finished meanwhile); True if it was changed."""
         with self.engine.begin() as conn:
             result = conn.execute(
-                update(builds_t).where(builds_t.c.version == version, builds_t.c.status == "building")
+                update(builds_t).where(builds_t.c.kb == self.kb, builds_t.c.version == version,
+                                       builds_t.c.status == "building")
                 .values(status="failed", finished_at=utcnow(), error=error[:2000])
             )
             return result.rowcount > 0

@@ -1,4 +1,8 @@
-"""`FaqStore`: the one gateway to the database, composed of one part per concern.
+"""`FaqStore`: the one gateway to the database, composed of one part per concern, scoped to one KB.
+
+A store reads and writes the KB it was opened for (`store.kb_name`, settings `kb`); `store.for_kb(name)`
+is the same database scoped to another KB, sharing the engine. `store.kbs` (app/store/kbs.py) is the
+catalogue of KBs and their tokens, the same for every scope.
 
 `store.kb` (app/store/kb.py: FAQs, phrasings, revision, import/export), `store.builds`
 (app/store/builds.py: index build records) and `store.query_log` (app/store/query_log.py: the log,
@@ -20,6 +24,8 @@ from app.db.session import make_engine
 from app.store.base import SchemaNotReady
 from app.store.builds import BuildStore
 from app.store.kb import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
+from app.store.kbs import KbCatalog
+from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
 
 if TYPE_CHECKING:
@@ -27,17 +33,32 @@ if TYPE_CHECKING:
 
 
 class FaqStore:
-    def __init__(self, url_or_engine: str | Engine):
-        """Connect to an existing database; tables are created by migrations (see from_settings)."""
+    def __init__(self, url_or_engine: str | Engine, kb: str = DEFAULT_KB):
+        """Connect to an existing database, scoped to KB `kb`; tables are created by migrations (see
+        from_settings). Raises ValueError for a malformed KB name (whether it exists is checked by use)."""
+        problem = kb_name_problem(kb)
+        if problem:
+            raise ValueError(problem)
         if isinstance(url_or_engine, Engine):
             self.engine = url_or_engine
             self._owns_engine = False
         else:
             self.engine = make_engine(str(url_or_engine))
             self._owns_engine = True
-        self.kb = KbStore(self.engine)
-        self.builds = BuildStore(self.engine)
-        self.query_log = QueryLogStore(self.engine)
+        self.kb_name = kb
+        self.kb = KbStore(self.engine, kb)
+        self.builds = BuildStore(self.engine, kb)
+        self.query_log = QueryLogStore(self.engine, kb)
+        self.kbs = KbCatalog(self.engine)
+
+    def for_kb(self, kb: str) -> FaqStore:
+        """This database scoped to KB `kb` (sharing the engine: closing it closes nothing)."""
+        if kb == self.kb_name:
+            return self
+        return FaqStore(self.engine, kb)
+
+    def kb_exists(self) -> bool:
+        return self.kbs.exists(self.kb_name)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> FaqStore:
@@ -48,7 +69,7 @@ class FaqStore:
 
         settings = settings or get_settings()
         Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-        store = cls(settings.db_url)
+        store = cls(settings.db_url, kb=settings.kb)
         try:
             store.check_schema()
         except SchemaNotReady:
@@ -78,7 +99,7 @@ class FaqStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"FaqStore({self.engine.url.render_as_string(hide_password=True)!r})"
+        return f"FaqStore({self.engine.url.render_as_string(hide_password=True)!r}, kb={self.kb_name!r})"
 
     def _write(self) -> AbstractContextManager[Connection]:
         """The serialised KB write transaction (app/store/base.py), for callers that must hold the KB lock."""

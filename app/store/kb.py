@@ -25,6 +25,14 @@ from app.db.models import utcnow
 from app.store.base import (
     StorePart, builds_t, bump_revision, chunks, faqs_t, read_revision, storable, utc, variants_t,
 )
+
+# a KB's rows
+def _faqs_of(kb: str) -> ColumnElement[bool]:
+    return faqs_t.c.kb == kb
+
+
+def _variants_of(kb: str) -> ColumnElement[bool]:
+    return variants_t.c.kb == kb
 from app.store.builds import build_dict
 from kb.records import FaqSpec, KbRecord, KbValidationError, check_faq, check_record, group_records
 
@@ -130,12 +138,13 @@ class KbStore(StorePart):
         specs = self._validate_import(records)
         report = ImportReport(sync=sync, dry_run=dry_run)
         now = utcnow()
+        kb = self.kb
         with self._write() as conn:
-            report.revision_before = report.revision = read_revision(conn)
+            report.revision_before = report.revision = read_revision(conn, kb)
             existing = self._load_faqs(conn)
             have: dict[str, dict[str, int]] = {}  # faq_id -> {question: variant id}
             for vid, faq_id, question in conn.execute(
-                select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question)
+                select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question).where(_variants_of(kb))
             ).all():
                 have.setdefault(faq_id, {})[question] = vid
 
@@ -154,13 +163,13 @@ class KbStore(StorePart):
                 report.variants_removed += len(removed)
                 report.variants_unchanged += len(spec.questions) - len(added)
                 new_variants.extend(
-                    {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
+                    {"kb": kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
                 )
                 removed_variant_ids.extend(removed)
                 current = existing.get(faq_id)
                 if current is None:
                     report.faqs_created += 1
-                    new_faqs.append({"faq_id": faq_id, "answer": spec.answer, "tags": spec.tags,
+                    new_faqs.append({"kb": kb, "faq_id": faq_id, "answer": spec.answer, "tags": spec.tags,
                                      "created_at": now, "updated_at": now})
                 elif current != (spec.answer, spec.tags) or added or removed:
                     report.faqs_updated += 1
@@ -172,35 +181,35 @@ class KbStore(StorePart):
             report.variants_removed += sum(len(have.get(f, {})) for f in deleted_faq_ids)
 
             if report.changes:
-                self._apply_import(conn, new_faqs, changed_faqs, new_variants, removed_variant_ids, deleted_faq_ids)
-                report.revision = bump_revision(conn)
+                self._apply_import(conn, kb, new_faqs, changed_faqs, new_variants, removed_variant_ids,
+                                   deleted_faq_ids)
+                report.revision = bump_revision(conn, kb)
             if dry_run:
                 conn.rollback()
         return report
 
     @staticmethod
-    def _apply_import(conn: Connection, new_faqs: list[dict], changed_faqs: list[dict], new_variants: list[dict],
-                      removed_variant_ids: list[int], deleted_faq_ids: list[str]) -> None:
+    def _apply_import(conn: Connection, kb: str, new_faqs: list[dict], changed_faqs: list[dict],
+                      new_variants: list[dict], removed_variant_ids: list[int], deleted_faq_ids: list[str]) -> None:
         """Bulk statements only: a handful of executemany calls however large the import."""
         for chunk in chunks(deleted_faq_ids):  # variants go with them (ON DELETE CASCADE)
-            conn.execute(delete(faqs_t).where(faqs_t.c.faq_id.in_(chunk)))
+            conn.execute(delete(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id.in_(chunk)))
         for chunk in chunks(removed_variant_ids):
-            conn.execute(delete(variants_t).where(variants_t.c.id.in_(chunk)))
+            conn.execute(delete(variants_t).where(_variants_of(kb), variants_t.c.id.in_(chunk)))
         if new_faqs:
             conn.execute(insert(faqs_t), new_faqs)
         if changed_faqs:
             # executemany UPDATE: the SET clause comes from the parameter keys
-            conn.execute(update(faqs_t).where(faqs_t.c.faq_id == bindparam("key")), changed_faqs)
+            conn.execute(update(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == bindparam("key")), changed_faqs)
         if new_variants:
             conn.execute(insert(variants_t), new_variants)
 
-    @staticmethod
-    def _load_faqs(conn: Connection) -> dict[str, tuple[str, list[str]]]:
+    def _load_faqs(self, conn: Connection) -> dict[str, tuple[str, list[str]]]:
         """faq_id -> (answer, tags). Speed matters here (100k-row KBs are re-read on every change):
         rows are fetched in one go and tags decoded with json.loads directly, skipping SQLAlchemy's
         per-value JSON processor (psycopg2 already returns them decoded)."""
         rows = conn.execute(
-            select(faqs_t.c.faq_id, faqs_t.c.answer, type_coerce(faqs_t.c.tags, Text))
+            select(faqs_t.c.faq_id, faqs_t.c.answer, type_coerce(faqs_t.c.tags, Text)).where(_faqs_of(self.kb))
         ).all()
         loads = json.loads
         return {faq_id: (answer, tags if isinstance(tags, list) else loads(tags) if tags else [])
@@ -209,7 +218,8 @@ class KbStore(StorePart):
     def _load_kb(self, conn: Connection) -> tuple[dict[str, tuple[str, list[str]]], list[VariantRow]]:
         faqs = self._load_faqs(conn)
         rows = conn.execute(
-            select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question).order_by(variants_t.c.id)
+            select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question)
+            .where(_variants_of(self.kb)).order_by(variants_t.c.id)
         ).all()
         return faqs, [VariantRow(vid, faq_id, question) for vid, faq_id, question in rows]
 
@@ -228,26 +238,28 @@ class KbStore(StorePart):
 
     def snapshot(self) -> KbSnapshot:
         with self._read() as conn:
-            revision = read_revision(conn)
+            revision = read_revision(conn, self.kb)
             faqs, variants = self._load_kb(conn)
         return KbSnapshot(revision=revision, variants=variants, faqs=faqs)
 
     def revision(self) -> int:
         with self.engine.connect() as conn:
-            return read_revision(conn)
+            return read_revision(conn, self.kb)
 
     def stats(self) -> dict[str, Any]:
         """KB summary; JSON-serialisable (timestamps as ISO strings)."""
         with self._read() as conn:
-            revision = read_revision(conn)
-            faq_tags = conn.execute(select(faqs_t.c.faq_id, faqs_t.c.tags)).all()
+            revision = read_revision(conn, self.kb)
+            faq_tags = conn.execute(select(faqs_t.c.faq_id, faqs_t.c.tags).where(_faqs_of(self.kb))).all()
             per_faq = dict(conn.execute(
-                select(variants_t.c.faq_id, func.count()).group_by(variants_t.c.faq_id)
+                select(variants_t.c.faq_id, func.count()).where(_variants_of(self.kb)).group_by(variants_t.c.faq_id)
             ).all())
-            last = conn.execute(select(builds_t).order_by(builds_t.c.id.desc()).limit(1)).first()
+            last = conn.execute(select(builds_t).where(builds_t.c.kb == self.kb)
+                                .order_by(builds_t.c.id.desc()).limit(1)).first()
         counts = [per_faq.get(faq_id, 0) for faq_id, _ in faq_tags]
         tag_counts = Counter(tag for _, tags in faq_tags for tag in (tags or []))
         return {
+            "kb": self.kb,
             "faqs": len(faq_tags),
             "variants": sum(counts),
             "variants_per_faq": (
@@ -268,7 +280,7 @@ class KbStore(StorePart):
         for chunk in chunks(ids):
             for faq_id, question in conn.execute(
                 select(variants_t.c.faq_id, variants_t.c.question)
-                .where(variants_t.c.faq_id.in_(chunk))
+                .where(_variants_of(self.kb), variants_t.c.faq_id.in_(chunk))
                 .order_by(variants_t.c.id)
             ):
                 questions[faq_id].append(question)
@@ -278,36 +290,29 @@ class KbStore(StorePart):
             for row in faq_rows
         ]
 
-    @staticmethod
-    def _search_filter(q: str | None) -> ColumnElement[bool] | None:
+    def _search_filter(self, q: str | None) -> ColumnElement[bool]:
         if not q:
-            return None
+            return _faqs_of(self.kb)
         if not storable(q):  # stored text never contains it (and PostgreSQL refuses to compare with it)
             return false()
         pattern = _like_pattern(q)
-        return or_(
+        return and_(_faqs_of(self.kb), or_(
             faqs_t.c.faq_id.ilike(pattern, escape="\\"),
             faqs_t.c.answer.ilike(pattern, escape="\\"),
-            exists().where(and_(variants_t.c.faq_id == faqs_t.c.faq_id,
+            exists().where(and_(variants_t.c.kb == faqs_t.c.kb, variants_t.c.faq_id == faqs_t.c.faq_id,
                                 variants_t.c.question.ilike(pattern, escape="\\"))),
-        )
+        ))
 
     def list_faqs(self, offset: int = 0, limit: int = 50, q: str | None = None) -> list[FaqOut]:
         """FAQs ordered by faq_id; `q` keeps those whose id, answer or a question contains it (any case)."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be >= 0")
-        stmt = select(faqs_t).order_by(faqs_t.c.faq_id).offset(offset).limit(limit)
-        condition = self._search_filter(q)
-        if condition is not None:
-            stmt = stmt.where(condition)
+        stmt = select(faqs_t).where(self._search_filter(q)).order_by(faqs_t.c.faq_id).offset(offset).limit(limit)
         with self._read() as conn:
             return self._faq_outs(conn, conn.execute(stmt).all())
 
     def count_faqs(self, q: str | None = None) -> int:
-        stmt = select(func.count()).select_from(faqs_t)
-        condition = self._search_filter(q)
-        if condition is not None:
-            stmt = stmt.where(condition)
+        stmt = select(func.count()).select_from(faqs_t).where(self._search_filter(q))
         with self.engine.connect() as conn:
             return int(conn.execute(stmt).scalar() or 0)
 
@@ -318,25 +323,26 @@ class KbStore(StorePart):
             return self._get(conn, faq_id)
 
     def _get(self, conn: Connection, faq_id: str) -> FaqOut | None:
-        row = conn.execute(select(faqs_t).where(faqs_t.c.faq_id == faq_id)).first()
+        row = conn.execute(select(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).first()
         return self._faq_outs(conn, [row])[0] if row is not None else None
 
     def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = ()) -> FaqOut:
         """Raises FaqExists, or KbValidationError for invalid fields (same rules as KB files)."""
         faq_id, answer, questions, tags = check_faq(faq_id, answer, questions, list(tags or ()))
         now = utcnow()
+        kb = self.kb
         with self._write() as conn:
-            if conn.execute(select(faqs_t.c.faq_id).where(faqs_t.c.faq_id == faq_id)).first() is not None:
+            if conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first() is not None:
                 raise FaqExists(f"FAQ {faq_id!r} already exists")
             try:
-                conn.execute(insert(faqs_t).values(faq_id=faq_id, answer=answer, tags=tags,
+                conn.execute(insert(faqs_t).values(kb=kb, faq_id=faq_id, answer=answer, tags=tags,
                                                    created_at=now, updated_at=now))
             except IntegrityError as exc:  # only reachable if someone bypasses the store's lock
                 raise FaqExists(f"FAQ {faq_id!r} already exists") from exc
             conn.execute(insert(variants_t), [
-                {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in questions
+                {"kb": kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in questions
             ])
-            bump_revision(conn)
+            bump_revision(conn, kb)
             return self._get(conn, faq_id)
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
@@ -349,8 +355,9 @@ class KbStore(StorePart):
             None if tags is None else list(tags), partial=True,
         )
         now = utcnow()
+        kb = self.kb
         with self._write() as conn:
-            row = conn.execute(select(faqs_t).where(faqs_t.c.faq_id == faq_id)).first()
+            row = conn.execute(select(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first()
             if row is None:
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
             changes: dict[str, Any] = {}
@@ -361,33 +368,35 @@ class KbStore(StorePart):
             variants_changed = False
             if questions is not None:
                 current = {q: vid for vid, q in conn.execute(
-                    select(variants_t.c.id, variants_t.c.question).where(variants_t.c.faq_id == faq_id))}
+                    select(variants_t.c.id, variants_t.c.question).where(_variants_of(kb), variants_t.c.faq_id == faq_id))}
                 removed = [vid for q, vid in current.items() if q not in set(questions)]
                 added = [q for q in questions if q not in current]
                 for chunk in chunks(removed):
                     conn.execute(delete(variants_t).where(variants_t.c.id.in_(chunk)))
                 if added:
                     conn.execute(insert(variants_t), [
-                        {"faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
+                        {"kb": kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
                     ])
                 variants_changed = bool(removed or added)
             if changes or variants_changed:
-                conn.execute(update(faqs_t).where(faqs_t.c.faq_id == faq_id).values(updated_at=now, **changes))
-                bump_revision(conn)
+                conn.execute(update(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)
+                             .values(updated_at=now, **changes))
+                bump_revision(conn, kb)
             return self._get(conn, faq_id)
 
     def faq_exists(self, faq_id: str) -> bool:
         if not storable(faq_id):
             return False
         with self.engine.connect() as conn:
-            return conn.execute(select(faqs_t.c.faq_id).where(faqs_t.c.faq_id == faq_id)).first() is not None
+            return conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)
+                                ).first() is not None
 
     def delete_faq(self, faq_id: str) -> bool:
         """Delete an FAQ and its variants; False when it did not exist."""
         if not storable(faq_id):
             return False
         with self._write() as conn:
-            deleted = conn.execute(delete(faqs_t).where(faqs_t.c.faq_id == faq_id)).rowcount > 0
+            deleted = conn.execute(delete(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).rowcount > 0
             if deleted:
-                bump_revision(conn)
+                bump_revision(conn, self.kb)
             return deleted

@@ -1,4 +1,4 @@
-"""The query log: every served /match (written in batches by the service's log writer), the feedback
+"""The query log of one KB (retention is the deployment's: pruning spans every KB): every served /match (written in batches by the service's log writer), the feedback
 on it (written once per request), the reads of `faq eval online`, `faq kb mine` and the decider's
 traffic table, and retention (pruned in chunks so writers never wait long).
 
@@ -19,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app.db.models import utcnow
 from app.store.base import StorePart, qlog_t, storable, utc
-from kb.records import text_problem
+from kb.records import DEFAULT_KB, text_problem
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class QueryLogStore(StorePart):
 
     _LOG_TEXT_FIELDS = tuple(c.name for c in qlog_t.columns if c.name != "id" and c.type.python_type is str)
 
-    def __init__(self, engine: Engine):
-        super().__init__(engine)
+    def __init__(self, engine: Engine, kb: str = DEFAULT_KB):
+        super().__init__(engine, kb)
         self.log_rows_dropped = 0  # query-log rows log_queries could not store, since this store was opened
 
     def count_query_log_before(self, cutoff: datetime) -> int:
@@ -108,6 +108,8 @@ class QueryLogStore(StorePart):
             full = {name: row.get(name) for name in self._LOG_FIELDS}
             if full["created_at"] is None:
                 full["created_at"] = now
+            if full["kb"] is None:
+                full["kb"] = self.kb
             params.append(full)
         if unstorable:
             log.warning("query log: dropped %d row(s) with text no database can hold (NUL or a lone surrogate): %s",
@@ -151,6 +153,7 @@ class QueryLogStore(StorePart):
         feedback_correct, feedback_faq_id, created_at."""
         stmt = select(qlog_t.c.query, qlog_t.c.faq_id, qlog_t.c.score, qlog_t.c.feedback_correct,
                       qlog_t.c.feedback_faq_id, qlog_t.c.created_at)
+        stmt = stmt.where(qlog_t.c.kb == self.kb)
         if since is not None:
             stmt = stmt.where(qlog_t.c.created_at >= utc(since))
         if with_feedback:
@@ -161,7 +164,7 @@ class QueryLogStore(StorePart):
     def recent_scores(self, index_version: str, arms: Sequence[str], limit: int) -> list[float]:
         """The best match's score of the latest `limit` queries served from `index_version` on `arms`."""
         stmt = (select(qlog_t.c.score)
-                .where(qlog_t.c.index_version == index_version, qlog_t.c.arm.in_(list(arms)), qlog_t.c.score.is_not(None))
+                .where(qlog_t.c.kb == self.kb, qlog_t.c.index_version == index_version, qlog_t.c.arm.in_(list(arms)), qlog_t.c.score.is_not(None))
                 .order_by(qlog_t.c.id.desc()).limit(limit))
         with self.engine.connect() as conn:
             return [float(r[0]) for r in conn.execute(stmt)]
@@ -176,7 +179,7 @@ class QueryLogStore(StorePart):
         missing). Whether `faq_id` names an FAQ is the caller's business (the log outlives FAQs)."""
         if not storable(request_id, faq_id, session_id):
             return False  # no logged request can have it
-        row_is = qlog_t.c.request_id == request_id
+        row_is = and_(qlog_t.c.kb == self.kb, qlog_t.c.request_id == request_id)
         conditions = [row_is, qlog_t.c.feedback_correct.is_(None), qlog_t.c.feedback_faq_id.is_(None)]
         if session_id is not None:
             conditions.append(or_(qlog_t.c.session_id.is_(None), qlog_t.c.session_id == session_id))
