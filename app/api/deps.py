@@ -1,33 +1,93 @@
-"""FastAPI dependencies: the service state and the admin bearer-token check."""
+"""FastAPI dependencies: the KB a request is for (its served state) and who may reach it.
+
+Routes are mounted twice (app/api/main.py): bare (`/match`, `/admin/...`: KB `default`) and under
+`/kbs/{kb}`. `kb_path` validates the name (422), `get_state` finds the KB's state (404 for an unknown
+KB, loading a resident-less one first), and the token checks run before either reveals whether a KB
+exists: a KB token used on another KB gets 403 whatever that KB is.
+"""
 from __future__ import annotations
 
-import secrets
+import re
+from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+
+from fastapi import Depends, HTTPException, Path, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from app.api.state import ServiceState
+from app.api.tenants import Tenants, UnknownKb
+from app.settings import DEFAULT_KB, KB_NAME_PATTERN
 
 # auto_error=False: we answer a missing token ourselves, with the same 401 as a wrong one
-_bearer = HTTPBearer(auto_error=False, description="FAQ_ADMIN_TOKEN")
+_bearer = HTTPBearer(auto_error=False, description="FAQ_ADMIN_TOKEN, or a token of the KB (`faq kb token`)")
+
+
+def kb_path(kb: Annotated[str, Path(pattern=KB_NAME_PATTERN, max_length=64,
+                                    description="the KB's name (`faq kb list`)")]) -> str:
+    return kb
+
+
+def _kb_of(request: Request) -> str:
+    """The request's KB, checked here too: FastAPI collects `kb_path`'s error but goes on solving the
+    other dependencies, which must not answer 404 or 403 for a name that can never exist."""
+    kb = request.path_params.get("kb")
+    if kb is None:
+        return DEFAULT_KB
+    if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
+        raise RequestValidationError([{
+            "type": "value_error", "loc": ("path", "kb"),
+            "msg": f"a KB name is 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit"}])
+    return kb
 
 
 async def get_state(request: Request) -> ServiceState:
-    # async although it awaits nothing: FastAPI runs a sync dependency in its thread pool, and that
+    # async although it rarely awaits: FastAPI runs a sync dependency in its thread pool, and that
     # round trip to a worker thread and back cost every request more than the rest of this dependency
-    return request.app.state.service
+    tenants: Tenants = request.app.state.tenants
+    if request.path_params.get("kb") is None:
+        return tenants.default
+    kb = _kb_of(request)
+    state = tenants.peek(kb)
+    if state is not None:
+        return state
+    try:
+        return await run_in_threadpool(tenants.get, kb)  # a KB's first request loads it
+    except UnknownKb as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{exc}: `faq kb list` shows the KBs") from exc
 
 
-def require_admin(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
-) -> None:
-    """401 unless `Authorization: Bearer <FAQ_ADMIN_TOKEN>`; the comparison is constant-time."""
-    expected = request.app.state.service.settings.admin_token
-    given = credentials.credentials if credentials is not None else ""
-    # compare_digest on bytes: no early exit on the first differing character (timing side channel)
-    if not expected or not secrets.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
-        raise HTTPException(
-            status_code=status.HTTP_401_UNAUTHORIZED,
-            detail="missing or invalid admin token: send `Authorization: Bearer <FAQ_ADMIN_TOKEN>`",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
+    tenants: Tenants = request.app.state.tenants
+    kb = _kb_of(request)
+    if tenants.allows(token, kb, kinds):
+        return
+    info = tenants.token_info(token) if token else None
+    if info is not None and info.kb != kb:
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            detail=f"this token belongs to another KB: it cannot reach KB {kb!r}")
+    raise HTTPException(
+        status_code=status.HTTP_401_UNAUTHORIZED,
+        detail=f"missing or invalid {what} token: send `Authorization: Bearer <FAQ_ADMIN_TOKEN>` or a token of "
+               f"KB {kb!r} (`faq kb token --kb {kb}`)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def require_admin(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """401 unless the bearer is FAQ_ADMIN_TOKEN (constant-time comparison) or an admin token of this KB;
+    403 for a token of another KB."""
+    _refuse(request, credentials.credentials if credentials is not None else "", ("admin",), "admin")
+
+
+async def require_reader(request: Request,
+                         credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """With FAQ_MATCH_REQUIRES_KEY: /match, /match/batch and /feedback need FAQ_ADMIN_TOKEN or a read or
+    admin token of the KB. Without it, nothing is checked (and nothing is looked up)."""
+    tenants: Tenants = request.app.state.tenants
+    if not tenants.settings.match_requires_key:
+        return
+    token = credentials.credentials if credentials is not None else ""
+    _kb_of(request)
+    await run_in_threadpool(_refuse, request, token, ("read", "admin"), "read")

@@ -15,7 +15,12 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
+from typing import TYPE_CHECKING
+
 from app.api.state import ServiceState
+
+if TYPE_CHECKING:
+    from app.api.tenants import Tenants
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +34,11 @@ class Housekeeping:
     #: the served build's traffic table is recomputed at most this often
     TRAFFIC_EVERY_S = 300.0
 
-    def __init__(self, state: ServiceState):
-        self.state = state
+    def __init__(self, state: ServiceState, tenants: Tenants | None = None):
+        self.state = state  # the default KB's: the deployment-wide jobs (sweep, retention) go through it
+        self.tenants = tenants
         self._prune_due = 0.0  # time.monotonic() of the next pass
-        self._traffic_due = 0.0
+        self._traffic_due: dict[str, float] = {}  # per KB
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -56,9 +62,28 @@ class Housekeeping:
             await asyncio.get_running_loop().run_in_executor(None, self._poller.join, 10.0)
 
     # -- the KB poller -----------------------------------------------------------------------
-    def poll_once(self) -> None:
-        """One poller step: a new `current` build wins; otherwise follow KB revision changes."""
-        state = self.state
+    def states(self) -> list[ServiceState]:
+        """The KBs this process serves now (the default one first)."""
+        return self.tenants.resident() if self.tenants is not None else [self.state]
+
+    def poll_all(self) -> None:
+        """One poller pass over every resident KB, after following the catalogue (KBs deleted, settings
+        changed by `faq kb settings`). One KB's failure does not keep the others from their poll."""
+        if self.tenants is not None:
+            try:
+                self.tenants.follow_catalog()
+            except Exception:
+                log.exception("could not follow the KB catalogue (will retry)")
+        for state in self.states():
+            try:
+                self.poll_once(state)
+            except Exception:
+                log.exception("KB/index poll of KB %s failed (will retry)", state.kb)
+
+    def poll_once(self, state: ServiceState | None = None) -> None:
+        """One poller step for one KB (default: the default KB): a new `current` build wins; otherwise
+        follow KB revision changes."""
+        state = state or self.state
         version = state.registry.current()  # reads one symlink: cheap enough every few seconds
         if version is not None and version != getattr(state.retriever, "version", None) \
                 and version != state.failed_version:
@@ -73,26 +98,26 @@ class Housekeeping:
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.state.settings.kb_poll_seconds):
-            try:
-                self.poll_once()
-            except Exception:
-                log.exception("KB/index poll failed (will retry)")
+            self.poll_all()
             self.prune_query_log()
-            self.refresh_traffic()
+            for state in self.states():
+                self.refresh_traffic(state=state)
 
     # -- the decider's traffic table ---------------------------------------------------------
-    def refresh_traffic(self, now: float | None = None, force: bool = False) -> int | None:
-        """Give the decider the latest logged top scores of the served build (app/decision.py `set_traffic`),
-        when a refresh is due; returns how many were read, None when none ran. Never raises."""
+    def refresh_traffic(self, now: float | None = None, force: bool = False,
+                        state: ServiceState | None = None) -> int | None:
+        """Give the decider of one KB (default: the default KB) the latest logged top scores of its served
+        build (app/decision.py `set_traffic`), when a refresh is due; returns how many were read, None when
+        none ran. Never raises."""
         from index.decision import TRAFFIC_WINDOW
 
-        state = self.state
+        state = state or self.state
         now = time.monotonic() if now is None else now
         retriever, matcher = state.retriever, state.matcher
-        if (not force and now < self._traffic_due) or retriever is None or matcher is None \
+        if (not force and now < self._traffic_due.get(state.kb, 0.0)) or retriever is None or matcher is None \
                 or not state.settings.query_log or state.store is None:
             return None
-        self._traffic_due = now + self.TRAFFIC_EVERY_S
+        self._traffic_due[state.kb] = now + self.TRAFFIC_EVERY_S
         try:
             scores = state.store.recent_scores(str(retriever.version), ("ann", "lexical"), TRAFFIC_WINDOW)
         except Exception:

@@ -26,20 +26,22 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.deps import kb_path
 from app.api.housekeeping import Housekeeping
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, ServiceState
+from app.api.tenants import Tenants
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
 from index.lexical import LexicalUnavailable
-from app.settings import Settings, get_settings
+from app.settings import DEFAULT_KB, Settings, get_settings
 
 if TYPE_CHECKING:
     from app.store import FaqStore
@@ -186,7 +188,7 @@ class RequestGuardMiddleware:
                 problem = StarletteHTTPException(
                     415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")
 
-        watch = problem is None and scope.get("path") in self.cancel_paths
+        watch = problem is None and _route_path(scope.get("path", "")) in self.cancel_paths
         gone = asyncio.Event()
         replayed = False
 
@@ -238,6 +240,18 @@ class RequestGuardMiddleware:
                 request.cancel()
 
 
+#: the routes whose work is dropped when their client disconnects (bare and under /kbs/{kb})
+MATCH_PATHS = ("/match", "/match/batch")
+
+
+def _route_path(path: str) -> str:
+    """"/kbs/shop/match" -> "/match": a KB's route as its bare twin."""
+    if path.startswith("/kbs/"):
+        rest = path[5:].partition("/")[2]
+        return "/" + rest
+    return path
+
+
 def _is_json(content_type: str) -> bool:
     mime = content_type.split(";")[0].strip().lower()
     return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
@@ -248,8 +262,10 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
                encoder: Encoder | None = None) -> FastAPI:
     settings = settings or get_settings()
     metrics = ServiceMetrics()
-    state = ServiceState(settings, store=store, encoder=encoder, metrics=metrics)
-    housekeeping = Housekeeping(state)
+    # the routes without /kbs/{kb} serve the default KB whatever FAQ_KB says (that is the CLI's default)
+    state = ServiceState(settings.model_copy(update={"kb": DEFAULT_KB}), store=store, encoder=encoder, metrics=metrics)
+    tenants = Tenants(state)
+    housekeeping = Housekeeping(state, tenants)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -268,18 +284,22 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
         lifespan=lifespan,
     )
     app.state.service = state
+    app.state.tenants = tenants
     app.state.housekeeping = housekeeping
 
+    # every KB's routes under /kbs/{kb}; the bare ones are the default KB's
+    by_kb = {"prefix": "/kbs/{kb}", "dependencies": [Depends(kb_path)]}
     app.include_router(match.router)
+    app.include_router(match.router, **by_kb)
     app.include_router(health.router)
-    if settings.admin_token:
-        app.include_router(admin.router)
-    else:
-        log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API (FAQ CRUD, index reload) is NOT mounted")
+    app.include_router(admin.router)
+    app.include_router(admin.router, **by_kb)
+    if not settings.admin_token:
+        log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API answers only KB admin tokens (`faq kb token`)")
 
     # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes,
-                       body_timeout_s=settings.body_timeout_s, cancel_paths=("/match", "/match/batch"),
+                       body_timeout_s=settings.body_timeout_s, cancel_paths=MATCH_PATHS,
                        on_client_gone=metrics.client_gone.inc)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 

@@ -68,10 +68,19 @@ class ServiceMetrics:
         self.client_gone = Counter("faq_http_client_gone",
                                    "Requests whose client disconnected before the answer: their work was dropped",
                                    registry=r)
+        # per KB: the unlabelled index gauges above are the default KB's
+        self.kb_queries = Counter("faq_kb_match_queries", "Queries matched per KB and decision", ["kb", "decision"],
+                                  registry=r)
+        self.kbs_resident = Gauge("faq_kbs_resident", "KBs loaded in this process (the default one included)",
+                                  registry=r)
+        self.kb_loads = Counter("faq_kb_loads", "KBs loaded on a request (first use, or again after an unload)",
+                                registry=r)
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 
-    def observe_match(self, timings_ms: dict[str, float], answered: bool, cached: bool = False) -> None:
+    def observe_match(self, timings_ms: dict[str, float], answered: bool, cached: bool = False,
+                      kb: str = "default", decision: str | None = None) -> None:
+        self.kb_queries.labels(kb=kb, decision=decision or ("answer" if answered else "abstain")).inc()
         if cached:  # a hit ran no stage: its zeros would only hide the stages' real latency
             self.cache_hits.inc()
         else:

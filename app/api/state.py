@@ -19,7 +19,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
@@ -48,15 +48,27 @@ class QueryLogDisabled(RuntimeError):
 
 # -- the service state ---------------------------------------------------------------------------
 class ServiceState:
-    """Everything a request needs, created once per app by the lifespan."""
+    """Everything a request to one KB needs. The default KB's state is created once per app by the
+    lifespan and owns what the process shares: the batcher, the query-log writer, the re-ranking stages
+    and the encoders. Another KB's state (app/api/tenants.py) is made with `parent=` that state and
+    borrows all of these; it owns only its KB's index, pipeline (its own settings) and lexical indexes."""
 
     def __init__(self, settings: Settings, *, store: FaqStore | None = None, encoder: Encoder | None = None,
-                 metrics: ServiceMetrics | None = None):
+                 metrics: ServiceMetrics | None = None, parent: ServiceState | None = None):
         self.settings = settings
+        self._deployment_settings = settings  # before the KB's own settings are applied over them
+        self.applied_settings: dict = {}  # the KB's stored settings in force
+        self.kb = settings.kb
+        self.parent = parent
         self.store = store
-        self._owns_store = store is None  # created in open(): closed in close()
+        self._owns_store = store is None and parent is None  # created in open(): closed in close()
         self.encoder = shared(encoder)
-        self.metrics = metrics or ServiceMetrics()
+        self._given_encoder = encoder is not None  # an app made with an encoder serves every KB with it
+        # encoders by what loads them, shared by every KB of the process (one model in memory, not one per KB)
+        self._encoders: dict[tuple, Encoder] = parent._encoders if parent is not None else {}
+        self._encoders_lock: threading.Lock = parent._encoders_lock if parent is not None else threading.Lock()
+        self.metrics = metrics or (parent.metrics if parent is not None else ServiceMetrics())
+        self.in_flight = 0  # requests using this state now (app/api/tenants.py never unloads it meanwhile)
         self.registry: BuildRegistry | None = None
         # the served retriever: replaced (one reference assignment), never mutated
         self.retriever: Retriever | None = None
@@ -98,22 +110,37 @@ class ServiceState:
 
         from index.artifacts import BuildRegistry
 
-        torch.set_num_threads(max(1, int(self.settings.torch_threads)))
+        parent = self.parent
+        if parent is None:
+            torch.set_num_threads(max(1, int(self.settings.torch_threads)))
         if self.store is None:
             from app.store import FaqStore
 
-            self.store = FaqStore.from_settings(self.settings)
+            self.store = parent.store.for_kb(self.kb) if parent is not None else FaqStore.from_settings(self.settings)
+        # the KB's own settings (`faq kb settings`) over the deployment's
+        self.applied_settings = self.stored_settings()
+        self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
         self.registry = BuildRegistry(Path(self.settings.index_dir))
         manifest = self._current_manifest()
         self.query_encoder = self._load_query_encoder(manifest)
         if self.encoder is None:
-            self.encoder = shared(build_encoder_for(self.settings, manifest, self.query_encoder is not None))
+            if parent is not None and parent._given_encoder:
+                self.encoder = parent.encoder
+            else:
+                key = ("faq side", self.settings.encoder, self.settings.encoder_runtime,
+                       *((manifest or {}).get(k) for k in ("encoder_spec", "encoder_runtime", "encoder_id", "dim")),
+                       self.query_encoder is not None)
+                self.encoder = self._shared_encoder(
+                    key, lambda: build_encoder_for(self.settings, manifest, self.query_encoder is not None))
         stages = []
-        try:
-            stages = load_stages(self.settings)
-        except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
-            log.exception("could not load the re-ranker %s", self.settings.reranker)
-            self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
+        if parent is not None:
+            stages, self.reranker_problem = parent.stages, parent.reranker_problem
+        else:
+            try:
+                stages = load_stages(self.settings)
+            except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
+                log.exception("could not load the re-ranker %s", self.settings.reranker)
+                self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
         # queries go through the query encoder when there is one (balanced mode); KB refreshes through the
         # encoder that built the index (its FAQ side)
         self.matcher = build_pipeline(self.settings, self.query_encoder or self.encoder, lambda: self.retriever,
@@ -123,9 +150,40 @@ class ServiceState:
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
             log.exception("could not load the current index build")
             self.not_ready_reason = f"could not load the current index build: {exc}"
-        if self.settings.query_log:
+        if parent is not None:
+            self.query_log, self.batcher = parent.query_log, parent.batcher
+        elif self.settings.query_log:
             self.query_log = QueryLogWriter(self.store, self.metrics)
             self.query_log.start()
+
+    def apply_settings(self, stored: dict) -> None:
+        """Serve with the KB's new stored settings from the next request on: a new pipeline (threshold,
+        target precision, answer weight) replaces the old one, which in-flight requests finish on. An
+        encoder setting applies to the next build."""
+        settings = self._deployment_settings.for_kb(self.kb, stored)
+        with self._swap_lock:
+            matcher = build_pipeline(settings, self.query_encoder or self.encoder, lambda: self.retriever,
+                                     lexical=self.lexical_for, stages=self.stages)
+            self.settings, self.applied_settings, self.matcher = settings, dict(stored), matcher
+            if self.parent is None and self.batcher is not None:
+                self.batcher.matcher = matcher
+        log.info("KB %s: serving with its new settings %s", self.kb, stored)
+
+    def stored_settings(self) -> dict:
+        """The KB's stored settings ({} for a database without its row: nothing to apply)."""
+        from app.store import KbNotFound
+
+        try:
+            return self.store.kbs.settings(self.kb)
+        except KbNotFound:
+            return {}
+
+    def _shared_encoder(self, key: tuple, load: Callable[[], Encoder]) -> Encoder:
+        with self._encoders_lock:
+            encoder = self._encoders.get(key)
+            if encoder is None:
+                encoder = self._encoders[key] = shared(load())
+            return encoder
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -139,16 +197,23 @@ class ServiceState:
         self.metrics.queued.set_function(lambda: batcher.queued)
 
     async def close(self) -> None:
-        if self.batcher is not None:
-            await self.batcher.stop()
-        loop = asyncio.get_running_loop()
-        if self.query_log is not None:
-            await loop.run_in_executor(None, self.query_log.stop)
-        for index in list(self._lexical.values()):
-            index.close()
-        self._lexical.clear()
+        if self.parent is None:
+            if self.batcher is not None:
+                await self.batcher.stop()
+            loop = asyncio.get_running_loop()
+            if self.query_log is not None:
+                await loop.run_in_executor(None, self.query_log.stop)
+        self.release()
         if self._owns_store and self.store is not None:
             self.store.close()
+
+    def release(self) -> None:
+        """Close what this KB holds open (its lexical indexes). Requests still holding its retriever or
+        pipeline finish on them: those are dropped with their last reference."""
+        with self._lexical_lock:
+            for index in list(self._lexical.values()):
+                index.close()
+            self._lexical.clear()
 
     # -- readiness ---------------------------------------------------------------------------
     @property
@@ -226,7 +291,9 @@ class ServiceState:
         if not spec:
             return None
         try:
-            return shared(load_configured_encoder(self.settings, manifest, spec=spec))
+            return self._shared_encoder(("query side", spec, self.settings.encoder_runtime,
+                                         (manifest or {}).get("encoder_runtime")),
+                                        lambda: load_configured_encoder(self.settings, manifest, spec=spec))
         except Exception as exc:  # noqa: BLE001 - /readyz says why instead of a dead process
             log.exception("could not load the query encoder %s", spec)
             self.query_encoder_problem = f"{self.query_encoder_setting}={spec} could not be loaded: {exc}"
@@ -243,7 +310,8 @@ class ServiceState:
         self.kb_revision = kb_revision
         self.loaded_at = datetime.now(timezone.utc)
         self.not_ready_reason = None
-        self.metrics.observe_retriever(retriever, kb_revision)
+        if self.parent is None:  # the unlabelled index gauges are the default KB's
+            self.metrics.observe_retriever(retriever, kb_revision)
         self.metrics.swaps.labels(reason=reason).inc()
 
     # -- lexical arms ------------------------------------------------------------------------------
@@ -295,6 +363,8 @@ class ServiceState:
     # -- query log and feedback ------------------------------------------------------------------
     def log_matches(self, rows: list[dict]) -> None:
         if self.query_log is not None:
+            for row in rows:
+                row["kb"] = self.kb
             self.query_log.submit(rows)
 
     def record_feedback(self, request_id: str, correct: bool | None, faq_id: str | None,

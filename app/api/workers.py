@@ -135,6 +135,7 @@ class _Job:
     queries: list[MatchQuery]
     retriever: Any
     future: asyncio.Future
+    matcher: Pipeline
     lane: int = INTERACTIVE
     submitted: float = field(default_factory=time.perf_counter)
     queued: bool = True  # still counted in the queue bound
@@ -220,15 +221,18 @@ class MatchBatcher:
             self.metrics.deadline_exceeded.inc()
 
     # -- requests ----------------------------------------------------------------------------
-    async def submit(self, queries: list[MatchQuery], retriever: Any) -> list[MatchResult]:
-        """Match `queries` (a batch request's queries are searched on one retriever) on `retriever`.
+    async def submit(self, queries: list[MatchQuery], retriever: Any, matcher: Pipeline | None = None) -> list[MatchResult]:
+        """Match `queries` (a batch request's queries are searched on one retriever) on `retriever`, with
+        `matcher` (a KB's own pipeline; default: the batcher's). One batcher serves every KB: the encoder
+        threads and the admission bound are the process's, not a KB's.
 
         Raises Overloaded (the queue is full) or DeadlineExceeded; cancelling the awaiting task (the
         client went away) drops whatever of the request has not run yet."""
         if self._wakeup is None:
             raise RuntimeError("MatchBatcher not started")
+        matcher = matcher or self.matcher
         # repeats are answered from the query cache here, without queueing behind encoder work
-        found = self.matcher.cached(queries, retriever)
+        found = matcher.cached(queries, retriever)
         todo = [i for i, r in enumerate(found) if r is None]
         if not todo:
             return found  # type: ignore[return-value]
@@ -237,7 +241,7 @@ class MatchBatcher:
         loop = asyncio.get_running_loop()
         pending = [queries[i] for i in todo]
         step = MAX_ENCODE_BATCH if lane == INTERACTIVE else BATCH_SLICE
-        jobs = [_Job(pending[i: i + step], retriever, loop.create_future(), lane)
+        jobs = [_Job(pending[i: i + step], retriever, loop.create_future(), matcher, lane)
                 for i in range(0, len(pending), step)]
         for job in jobs:
             self._lanes[lane].append(job)
@@ -321,5 +325,16 @@ class MatchBatcher:
         return outcomes
 
     def _run_live(self, jobs: list[_Job]) -> list[list[MatchResult] | BaseException]:
+        """One `Pipeline.run` per pipeline among `jobs` (KBs differ in pipeline: their own settings)."""
         on_encode = self.metrics.encode_batch.observe if self.metrics else None
-        return self.matcher.run([(job.queries, job.retriever, job.submitted) for job in jobs], on_encode=on_encode)
+        by_matcher: dict[int, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_matcher.setdefault(id(job.matcher), []).append(i)
+        outcomes: list[list[MatchResult] | BaseException] = [RuntimeError("not run")] * len(jobs)
+        for members in by_matcher.values():
+            matcher = jobs[members[0]].matcher
+            done = matcher.run([(jobs[i].queries, jobs[i].retriever, jobs[i].submitted) for i in members],
+                               on_encode=on_encode)
+            for i, outcome in zip(members, done):
+                outcomes[i] = outcome
+        return outcomes

@@ -127,6 +127,11 @@ class KbCatalog:
             raise KbNotFound(name)
         return dict(row[0] or {})
 
+    def all_settings(self) -> dict[str, dict[str, Any]]:
+        """Every KB's stored settings, by name (what the service polls to follow changes)."""
+        with self.engine.connect() as conn:
+            return {name: dict(settings or {}) for name, settings in conn.execute(select(kbs_t.c.name, kbs_t.c.settings))}
+
     def set_settings(self, name: str, settings: dict[str, Any]) -> None:
         """Replace the KB's stored settings (validated by the caller); raises KbNotFound."""
         with self.engine.begin() as conn:

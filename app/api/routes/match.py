@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import get_state
+from app.api.deps import get_state, require_reader
 from app.api.schemas import (
     BAD_INPUT_RESPONSES,
     BatchMatchRequest,
@@ -29,7 +29,7 @@ from app.arms import arm_split, resolve_arm, uses_reranker
 from app.pipeline import MatchQuery, MatchResult
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 
-router = APIRouter(tags=["match"])
+router = APIRouter(tags=["match"], dependencies=[Depends(require_reader)])
 
 NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
                "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "
@@ -84,11 +84,15 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
         for item, arm in zip(items, arms)
     ]
     assert state.batcher is not None
-    results = await state.batcher.submit(queries, retriever)
+    state.in_flight += 1  # the KB is not unloaded under this request (app/api/tenants.py)
+    try:
+        results = await state.batcher.submit(queries, retriever, state.matcher)
+    finally:
+        state.in_flight -= 1
     responses = [_response(arm, result) for arm, result in zip(arms, results)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
-                                    cached=response.cached)
+                                    cached=response.cached, kb=state.kb, decision=response.decision)
     if settings.query_log:
         state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
     return responses
