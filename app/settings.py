@@ -63,6 +63,15 @@ class KbSettings(BaseModel):
     answer_weight: float | None = Field(default=None, ge=0.0, le=0.9)
     encoder: str | None = Field(default=None, min_length=1, max_length=500)
     keep_versions: int | None = Field(default=None, ge=1, le=100)
+    default_arm: Arm | None = None
+    ab_split: str | None = Field(default=None, max_length=500)
+
+    @field_validator("ab_split")
+    @classmethod
+    def _valid_split(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return ",".join(f"{arm}:{w}" for arm, w in split_weights(value))
 
 
 class Settings(BaseSettings):

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.deps import kb_path
 from app.api.housekeeping import Housekeeping
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
+from app.api.schemas import ErrorBody
 from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, ServiceState
 from app.api.tenants import Tenants
@@ -288,7 +289,9 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.state.housekeeping = housekeeping
 
     # every KB's routes under /kbs/{kb}; the bare ones are the default KB's
-    by_kb = {"prefix": "/kbs/{kb}", "dependencies": [Depends(kb_path)]}
+    by_kb = {"prefix": "/kbs/{kb}", "dependencies": [Depends(kb_path)],
+             "responses": {404: {"model": ErrorBody, "description": "no KB of that name (or no such item in it)"},
+                           422: {"model": ErrorBody, "description": "a malformed KB name, or invalid input"}}}
     app.include_router(match.router)
     app.include_router(match.router, **by_kb)
     app.include_router(health.router)

@@ -89,7 +89,7 @@ class Tenants:
             with self._lock:
                 self._resident[kb] = state
                 self.loads += 1
-                evicted = self._evict()
+                evicted = self._evict(keep=kb)
                 resident = len(self._resident) + 1
             state.metrics.kb_loads.inc()
             state.metrics.kbs_resident.set(resident)
@@ -98,15 +98,16 @@ class Tenants:
             old.release()
         return state
 
-    def _evict(self) -> list[ServiceState]:
-        """Unload least recently used KBs beyond the budget (under self._lock); those in use stay."""
+    def _evict(self, keep: str) -> list[ServiceState]:
+        """Unload least recently used KBs beyond the budget (under self._lock); those in use stay, and so
+        does `keep`, the KB just loaded for a request."""
         budget = max(0, int(self.default.settings.max_resident_kbs) - 1)  # the default KB takes one place
         evicted: list[ServiceState] = []
         for name in list(self._resident):
             if len(self._resident) <= budget:
                 break
             state = self._resident[name]
-            if state.in_flight > 0:
+            if state.in_flight > 0 or name == keep:
                 continue
             del self._resident[name]
             evicted.append(state)

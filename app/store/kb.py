@@ -26,15 +26,16 @@ from app.store.base import (
     StorePart, builds_t, bump_revision, chunks, faqs_t, read_revision, storable, utc, variants_t,
 )
 
-# a KB's rows
+from app.store.builds import build_dict
+from kb.records import FaqSpec, KbRecord, KbValidationError, check_faq, check_record, group_records
+
+
 def _faqs_of(kb: str) -> ColumnElement[bool]:
     return faqs_t.c.kb == kb
 
 
 def _variants_of(kb: str) -> ColumnElement[bool]:
     return variants_t.c.kb == kb
-from app.store.builds import build_dict
-from kb.records import FaqSpec, KbRecord, KbValidationError, check_faq, check_record, group_records
 
 
 class FaqExists(Exception):

@@ -31,14 +31,19 @@ def top(client: TestClient, query: str, top_k: int = 3) -> list[str]:
     return [m["faq_id"] for m in r.json()["matches"]]
 
 
-def test_admin_not_mounted_without_token(tmp_path, encoder, caplog):  # noqa: F811
+def test_without_admin_token_only_kb_tokens_reach_admin(tmp_path, encoder, caplog):  # noqa: F811
     settings = make_settings(tmp_path, admin_token=None)
+    store = make_store(settings)
     with caplog.at_level(logging.WARNING, logger="app.api.main"):
-        app = create_app(settings, store=make_store(settings), encoder=encoder)
-    assert any("FAQ_ADMIN_TOKEN" in rec.message and "NOT mounted" in rec.message for rec in caplog.records)
+        app = create_app(settings, store=store, encoder=encoder)
+    assert any("FAQ_ADMIN_TOKEN" in rec.message and "KB admin tokens" in rec.message for rec in caplog.records)
+    _, kb_token = store.kbs.issue_token("default", "admin")
+    _, read_token = store.kbs.issue_token("default", "read")
     with TestClient(app) as client:
-        assert client.get("/admin/faqs", headers={"Authorization": "Bearer anything"}).status_code == 404
-        assert client.post("/admin/index/reload").status_code == 404
+        assert client.get("/admin/faqs", headers={"Authorization": "Bearer anything"}).status_code == 401
+        assert client.post("/admin/index/reload").status_code == 401
+        assert client.get("/admin/faqs", headers={"Authorization": f"Bearer {read_token}"}).status_code == 401
+        assert client.get("/admin/faqs", headers={"Authorization": f"Bearer {kb_token}"}).status_code == 200
 
 
 @pytest.mark.parametrize("headers", [

@@ -74,7 +74,7 @@ def test_service_prunes_at_most_once_an_hour(store):
     from app.api.state import ServiceState
 
     def housekeeping(days: int, store=store) -> Housekeeping:
-        return Housekeeping(ServiceState(SimpleNamespace(query_log_retention_days=days), store=store))
+        return Housekeeping(ServiceState(SimpleNamespace(query_log_retention_days=days, kb="default"), store=store))
 
     log_rows(store, [100, 10, 1])
     hourly = housekeeping(30)

@@ -1,11 +1,10 @@
-"""The admin API under /admin, behind `Authorization: Bearer <FAQ_ADMIN_TOKEN>`.
+"""The admin API under /admin (KB `default`) and /kbs/{kb}/admin, behind `Authorization: Bearer <token>`:
+FAQ_ADMIN_TOKEN reaches every KB, a KB's admin token (`faq kb token`) only that KB (app/api/deps.py).
 
 FAQ CRUD writes go to the store and then refresh the served retriever's delta at once
 (`ServiceState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or
 gone) in the very next /match without an index rebuild. Handlers are plain `def`s: FastAPI runs them
 in its thread pool, so database work and delta encoding never block the event loop.
-
-main.py mounts this router only when an admin token is configured.
 """
 from __future__ import annotations
 
@@ -38,7 +37,8 @@ router = APIRouter(
     prefix="/admin",
     tags=["admin"],
     dependencies=[Depends(require_admin)],
-    responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"}},
+    responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"},
+               403: {"model": ErrorBody, "description": "an admin token of another KB"}},
 )
 _BAD_ID = {422: {"model": ErrorBody, "description": "the faq_id in the path is too long or not storable text"}}
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}, **_BAD_ID}

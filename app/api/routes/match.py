@@ -1,4 +1,4 @@
-"""`POST /match`, `POST /match/batch` and `POST /feedback`.
+"""`POST /match`, `POST /match/batch` and `POST /feedback`, bare (KB `default`) and under /kbs/{kb}.
 
 The handlers only validate, pin the served retriever and hand the queries to the MatchBatcher (encode
 and search run in its bounded thread pool); the query log is written later by a background thread.
@@ -29,7 +29,9 @@ from app.arms import arm_split, resolve_arm, uses_reranker
 from app.pipeline import MatchQuery, MatchResult
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 
-router = APIRouter(tags=["match"], dependencies=[Depends(require_reader)])
+router = APIRouter(tags=["match"], dependencies=[Depends(require_reader)], responses={
+    401: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and no valid token was sent"},
+    403: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and the token is another KB's"}})
 
 NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
                "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "

@@ -1,0 +1,296 @@
+"""Many KBs in one service: /kbs/{kb} routes, per-KB tokens on every admin route, read keys, the
+resident-KB budget, per-KB settings followed live, the query log per KB and a hot swap of one KB under load."""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import tenants as tenants_module
+from app.api.main import create_app
+from kb.records import KbRecord
+from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
+from test_api_swap import LiveServer
+
+ROOT = "root-token"
+SHOP = {
+    "pets": ("Dogs on a leash are welcome in every store.", ["Can I bring my dog?", "Are pets allowed inside?"]),
+    "parking": ("Free parking is behind the store.", ["Where can I park?", "Is there a car park?"]),
+    "wifi": ("The guest wifi is called Shop-Guest, no password.", ["Is there free wifi?", "wifi password"]),
+}
+
+
+def shop_records(faqs: dict = SHOP) -> list[KbRecord]:
+    return [KbRecord(faq_id, q, answer) for faq_id, (answer, questions) in faqs.items() for q in questions]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def kbs(tmp_path, encoder):  # noqa: F811
+    """The default KB and KB `shop`, both built, with an admin and a read token each."""
+    settings = make_settings(tmp_path, admin_token=ROOT)
+    store = make_store(settings)
+    build(store, encoder, settings)
+    store.kbs.create("shop")
+    shop = store.for_kb("shop")
+    shop.import_records(shop_records())
+    build(shop, encoder, settings.for_kb("shop"))
+    tokens = {(kb, kind): store.kbs.issue_token(kb, kind)[1] for kb in ("default", "shop") for kind in ("admin", "read")}
+    return settings, store, tokens
+
+
+def top_faq(response) -> str:
+    assert response.status_code == 200, response.text
+    return response.json()["matches"][0]["faq_id"]
+
+
+def test_each_kb_answers_from_its_own_faqs(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        assert top_faq(client.post("/kbs/shop/match", json={"query": "may I bring my dog"})) == "pets"
+        assert top_faq(client.post("/match", json={"query": "may I bring my dog"})) != "pets"
+        assert top_faq(client.post("/kbs/default/match", json={"query": "I forgot my password"})) == "reset_password"
+        r = client.post("/kbs/shop/match/batch", json={"queries": [{"query": "where to park"}, {"query": "wifi?"}]})
+        assert [res["matches"][0]["faq_id"] for res in r.json()["results"]] == ["parking", "wifi"]
+        versions = {client.post(p, json={"query": "x"}).json()["index_version"] for p in ("/match", "/kbs/shop/match")}
+        assert len(versions) == 2, "each KB serves its own build"
+
+
+@pytest.mark.parametrize("name", ["nope", "other-kb"])
+def test_unknown_kb_is_404_naming_it(kbs, encoder, name):  # noqa: F811
+    settings, store, _ = kbs
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        for method, path, body in [("POST", "/match", {"query": "x"}), ("POST", "/match/batch", {"queries": [{"query": "x"}]}),
+                                   ("POST", "/feedback", {"request_id": "r", "correct": True}),
+                                   ("GET", "/admin/faqs", None)]:
+            r = client.request(method, f"/kbs/{name}{path}", json=body, headers=bearer(ROOT))
+            assert r.status_code == 404 and repr(name) in r.json()["error"], (path, r.text)
+
+
+@pytest.mark.parametrize("name", ["Shop", "-shop", "shop!", "a" * 65, "sh op", "%00"])
+def test_malformed_kb_name_is_422(kbs, encoder, name):  # noqa: F811
+    settings, store, tokens = kbs
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        for token in (ROOT, tokens["shop", "admin"]):
+            for method, path in [("POST", "/match"), ("GET", "/admin/faqs")]:
+                r = client.request(method, f"/kbs/{name}{path}", json={"query": "x"}, headers=bearer(token))
+                assert r.status_code in (404, 422), (name, path, r.text)  # 404: a path the router cannot split
+                if r.status_code == 422:
+                    assert r.json()["detail"][0]["field"] == "kb", r.text
+
+
+def admin_calls(kb_prefix: str, faq_id: str) -> list[tuple[str, str, dict | None]]:
+    """One call per admin operation, valid for the KB it targets."""
+    base = f"{kb_prefix}/admin"
+    return [
+        ("GET", f"{base}/faqs", None),
+        ("POST", f"{base}/faqs", {"faq_id": "intruder", "answer": "x", "questions": ["planted question"]}),
+        ("GET", f"{base}/faqs/{faq_id}", None),
+        ("PUT", f"{base}/faqs/{faq_id}", {"answer": "overwritten", "questions": ["overwritten"]}),
+        ("PATCH", f"{base}/faqs/{faq_id}", {"answer": "patched"}),
+        ("DELETE", f"{base}/faqs/{faq_id}", None),
+        ("GET", f"{base}/index", None),
+        ("POST", f"{base}/index/reload", None),
+    ]
+
+
+def test_admin_calls_cover_every_admin_operation(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    app = create_app(settings, store=store, encoder=encoder)
+    documented = {(method.upper(), path) for path, ops in app.openapi()["paths"].items()
+                  for method in ops if "/admin" in path}
+    covered = {(m, p.replace("/kbs/shop", "/kbs/{kb}").replace("/parking", "/{faq_id}"))
+               for prefix in ("", "/kbs/shop") for m, p, _ in admin_calls(prefix, "parking")}
+    assert documented == covered
+
+
+def snapshot(store) -> dict:
+    """Everything an admin route could change, per KB."""
+    return {kb: (sorted(map(repr, store.for_kb(kb).export_records())), store.for_kb(kb).revision())
+            for kb in ("default", "shop")}
+
+
+def test_a_kb_token_never_reads_or_changes_another_kb(kbs, encoder):  # noqa: F811
+    settings, store, tokens = kbs
+    before = snapshot(store)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        served = {p: client.post(p, json={"query": "x"}).json()["index_version"] for p in ("/match", "/kbs/shop/match")}
+        foreign = [  # (token, KB prefix it must not reach, an FAQ of that KB)
+            (tokens["shop", "admin"], "", "refund"), (tokens["shop", "admin"], "/kbs/default", "refund"),
+            (tokens["default", "admin"], "/kbs/shop", "parking"),
+            (tokens["shop", "admin"], "/kbs/nope", "refund"),  # an unknown KB: 403 too, its existence stays hidden
+        ]
+        for token, prefix, faq_id in foreign:
+            for method, path, body in admin_calls(prefix, faq_id):
+                r = client.request(method, path, json=body, headers=bearer(token))
+                assert r.status_code == 403, (method, path, r.status_code, r.text)
+                assert "another KB" in r.json()["error"] and faq_id not in r.text
+        # read keys are not admin tokens, not even on their own KB
+        for kb, prefix, faq_id in [("shop", "/kbs/shop", "parking"), ("default", "", "refund")]:
+            for method, path, body in admin_calls(prefix, faq_id):
+                assert client.request(method, path, json=body, headers=bearer(tokens[kb, "read"])).status_code == 401
+        assert snapshot(store) == before, "nothing changed"
+        assert {p: client.post(p, json={"query": "x"}).json()["index_version"] for p in served} == served
+        # and each token does reach its own KB
+        r = client.get("/kbs/shop/admin/faqs/parking", headers=bearer(tokens["shop", "admin"]))
+        assert r.status_code == 200 and r.json()["faq_id"] == "parking"
+        assert client.get("/admin/faqs/refund", headers=bearer(tokens["default", "admin"])).status_code == 200
+        assert client.get("/kbs/default/admin/faqs/refund", headers=bearer(tokens["default", "admin"])).status_code == 200
+        # the global token reaches both
+        assert client.get("/kbs/shop/admin/faqs/parking", headers=bearer(ROOT)).status_code == 200
+        assert client.get("/admin/faqs/parking", headers=bearer(ROOT)).status_code == 404, "KB default has none"
+
+
+def test_kb_admin_writes_stay_in_their_kb(kbs, encoder):  # noqa: F811
+    settings, store, tokens = kbs
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        h = bearer(tokens["shop", "admin"])
+        r = client.post("/kbs/shop/admin/faqs", headers=h,
+                        json={"faq_id": "refund", "answer": "Shop refunds at the till.", "questions": ["shop refund"]})
+        assert r.status_code == 201, "the same faq_id exists in KB default: KBs do not share ids"
+        assert top_faq(client.post("/kbs/shop/match", json={"query": "shop refund"})) == "refund"
+        assert store.get_faq("refund").answer != "Shop refunds at the till."
+        assert store.for_kb("shop").get_faq("refund").answer == "Shop refunds at the till."
+        assert client.delete("/kbs/shop/admin/faqs/refund", headers=h).status_code == 204
+        assert store.get_faq("refund") is not None, "KB default's refund is untouched"
+
+
+def test_revoked_token_stops_working(kbs, encoder, monkeypatch):  # noqa: F811
+    settings, store, tokens = kbs
+    monkeypatch.setattr(tenants_module, "TOKEN_CACHE_S", 0.0)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        h = bearer(tokens["shop", "admin"])
+        assert client.get("/kbs/shop/admin/faqs", headers=h).status_code == 200
+        [info] = [t for t in store.kbs.tokens("shop") if t.kind == "admin"]
+        assert store.kbs.revoke_token("shop", info.id)
+        assert client.get("/kbs/shop/admin/faqs", headers=h).status_code == 401
+
+
+def test_read_keys_guard_match_when_required(kbs, encoder):  # noqa: F811
+    settings, store, tokens = kbs
+    settings = settings.model_copy(update={"match_requires_key": True})
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        query = {"query": "where can I park"}
+        assert client.post("/kbs/shop/match", json=query).status_code == 401
+        assert client.post("/match", json=query).status_code == 401
+        assert client.post("/kbs/shop/match", json=query, headers=bearer("faqkb_made-up")).status_code == 401
+        for token in (tokens["shop", "read"], tokens["shop", "admin"], ROOT):
+            assert top_faq(client.post("/kbs/shop/match", json=query, headers=bearer(token))) == "parking"
+        assert client.post("/match", json=query, headers=bearer(tokens["shop", "read"])).status_code == 403
+        assert client.post("/kbs/default/match/batch", json={"queries": [query]},
+                           headers=bearer(tokens["shop", "read"])).status_code == 403
+        rid = client.post("/kbs/shop/match", json=query, headers=bearer(tokens["shop", "read"])).json()["request_id"]
+        fb = {"request_id": rid, "correct": True}
+        assert client.post("/kbs/shop/feedback", json=fb).status_code == 401
+        assert client.post("/kbs/shop/feedback", json=fb, headers=bearer(tokens["default", "read"])).status_code == 403
+        assert client.post("/kbs/shop/feedback", json=fb, headers=bearer(tokens["shop", "read"])).status_code == 200
+
+
+def test_query_log_and_feedback_are_per_kb(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        rid = client.post("/kbs/shop/match", json={"query": "is there wifi"}).json()["request_id"]
+        client.post("/match", json={"query": "opening hours please"})
+        # a request of KB shop is unknown to KB default: no feedback through it
+        assert client.post("/feedback", json={"request_id": rid, "correct": True}).status_code == 404
+        assert client.post("/kbs/shop/feedback", json={"request_id": rid, "faq_id": "refund"}).status_code == 422
+        assert client.post("/kbs/shop/feedback", json={"request_id": rid, "correct": True}).status_code == 200
+        metrics = client.get("/metrics").text
+    shop_log = store.for_kb("shop").read_query_log()
+    assert [r["query"] for r in shop_log] == ["is there wifi"] and shop_log[0]["feedback_correct"] is True
+    assert [r["query"] for r in store.read_query_log()] == ["opening hours please"]
+    assert 'faq_kb_match_queries_total{decision=' in metrics and 'kb="shop"' in metrics
+
+
+def test_resident_kbs_stay_within_budget(tmp_path, encoder):  # noqa: F811
+    settings = make_settings(tmp_path, max_resident_kbs=2)
+    store = make_store(settings)
+    build(store, encoder, settings)
+    for name in ("a", "b", "c"):
+        store.kbs.create(name)
+        store.for_kb(name).import_records(shop_records())
+        build(store.for_kb(name), encoder, settings.for_kb(name))
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        tenants = app.state.tenants
+        for name in ("a", "b", "c", "a"):
+            assert top_faq(client.post(f"/kbs/{name}/match", json={"query": "can my dog come"})) == "pets"
+            assert len(tenants.resident()) <= 2, [s.kb for s in tenants.resident()]
+        assert [s.kb for s in tenants.resident()] == ["default", "a"]
+        assert tenants.loads == 4 and tenants.unloads == 3
+        # a KB in use is never unloaded: the budget gives way for that moment instead
+        busy = tenants.peek("a")
+        busy.in_flight += 1
+        try:
+            client.post("/kbs/b/match", json={"query": "parking"})
+            assert {s.kb for s in tenants.resident()} == {"default", "a", "b"}
+        finally:
+            busy.in_flight -= 1
+        client.post("/kbs/c/match", json={"query": "parking"})
+        assert len(tenants.resident()) == 2
+        assert "faq_kbs_resident 2.0" in client.get("/metrics").text
+        # the shared encoder: every KB built with it holds the same object
+        assert tenants.peek("c").encoder is app.state.service.encoder
+
+
+def test_kb_settings_are_followed_live(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        query = {"query": "where can I park"}
+        assert client.post("/kbs/shop/match", json=query).json()["threshold"] != 0.97
+        store.kbs.set_settings("shop", {"default_threshold": 0.97, "ab_split": "lexical:1"})
+        store.kbs.set_settings("default", {"default_threshold": 0.91})
+        app.state.housekeeping.poll_all()
+        r = client.post("/kbs/shop/match", json=query).json()
+        assert r["threshold"] == 0.97 and r["arm"] == "lexical"
+        r = client.post("/match", json=query).json()
+        assert r["threshold"] == 0.91 and r["arm"] == "ann"
+        store.kbs.delete("shop")
+        app.state.housekeeping.poll_all()
+        assert client.post("/kbs/shop/match", json=query).status_code == 404
+
+
+def test_hot_swap_of_one_kb_under_load(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    app = create_app(settings.model_copy(update={"kb_poll_seconds": 0}), store=store, encoder=encoder)
+    failures: list[str] = []
+    seen: dict[str, set[str]] = {"/match": set(), "/kbs/shop/match": set()}
+    stop = threading.Event()
+
+    def client_loop(path: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    r = client.post(path, json={"query": "can I bring my dog"})
+                    if r.status_code != 200:
+                        failures.append(f"{path} {r.status_code}: {r.text[:200]}")
+                    else:
+                        seen[path].add(r.json()["index_version"])
+                except Exception as exc:  # noqa: BLE001 - a connection error is a failure too
+                    failures.append(repr(exc))
+
+    with LiveServer(app) as server:
+        threads = [threading.Thread(target=client_loop, args=(p,)) for p in seen for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        shop = store.for_kb("shop")
+        shop.create_faq("toilets", "Toilets are next to the entrance.", ["Where are the toilets?"])
+        v2 = build(shop, app.state.service.encoder, settings.for_kb("shop"))["version"]
+        with httpx.Client(base_url=server.url, timeout=60) as admin:
+            r = admin.post("/kbs/shop/admin/index/reload", headers=bearer(ROOT))
+            assert r.status_code == 200 and r.json()["version"] == v2, r.text
+            time.sleep(1.0)
+            stop.set()
+            for t in threads:
+                t.join(60)
+    assert not failures, failures[:5]
+    assert v2 in seen["/kbs/shop/match"] and len(seen["/kbs/shop/match"]) == 2
+    assert len(seen["/match"]) == 1, "the default KB's index was not touched"
