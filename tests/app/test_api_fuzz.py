@@ -24,14 +24,24 @@ from test_api_contract import build, encoder, make_settings, make_store  # noqa:
 
 TOKEN = "fuzz-token"
 EXAMPLES = 40  # per operation and mode: about a minute for the 14 operations on 2 cores
+#: a KB of its own, whose admin token fuzzes every other KB's routes
+OTHER = "other"
 
 
 @pytest.fixture(scope="module")
-def api_schema(tmp_path_factory, encoder):  # noqa: F811
+def fuzzed(tmp_path_factory, encoder):  # noqa: F811
     settings = make_settings(tmp_path_factory.mktemp("fuzz"), admin_token=TOKEN)
     store = make_store(settings)
     build(store, encoder, settings)
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(settings, store=store, encoder=encoder))
+    store.kbs.create(OTHER)
+    foreign = store.kbs.issue_token(OTHER, "admin")[1]
+    app = create_app(settings, store=store, encoder=encoder)
+    return schemathesis.openapi.from_asgi("/openapi.json", app), store, foreign
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzzed):
+    return fuzzed[0]
 
 
 @pytest.mark.slow
@@ -56,3 +66,34 @@ def test_no_server_error_and_documented_responses(api_schema, mode):
             # no input to break (GET /healthz, DELETE /admin/faqs/{faq_id} with a plain string id, ...)
             assert mode is GenerationMode.NEGATIVE, operation.label
     assert len(tested) >= (14 if mode is GenerationMode.POSITIVE else 7), tested
+
+
+def _kb_of_case(case) -> str:
+    return (case.path_parameters or {}).get("kb", "default")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
+def test_a_foreign_token_reaches_nothing(fuzzed, mode):
+    """KB `other`'s admin token on generated requests to every admin operation: no 5xx, and nothing
+    but 4xx unless the request was for KB `other` itself; afterwards the default KB is unchanged."""
+    api_schema, store, foreign = fuzzed
+    before = (sorted(map(repr, store.export_records())), store.revision())
+    operations = [result.ok() for result in api_schema.get_all_operations() if "/admin" in result.ok().path]
+    assert len(operations) >= 16, [op.label for op in operations]
+    leaks: list[str] = []
+    for operation in operations:
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(max_examples=EXAMPLES // 2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        def check(case):
+            response = case.call(headers={"Authorization": f"Bearer {foreign}"})
+            assert response.status_code < 500, (case.path, response.status_code, response.text[:200])
+            if response.status_code < 400 and _kb_of_case(case) != OTHER:
+                leaks.append(f"{case.method} {case.formatted_path}: {response.status_code}")
+
+        try:
+            check()
+        except Unsatisfiable:
+            assert mode is GenerationMode.NEGATIVE, operation.label
+    assert not leaks, leaks[:10]
+    assert (sorted(map(repr, store.export_records())), store.revision()) == before
