@@ -1,4 +1,4 @@
-"""`faq kb lint --kb FILE`: text and JSON on a KB file with a swapped answer."""
+"""`faq kb lint --file FILE`: text and JSON on a KB file with a swapped answer."""
 from __future__ import annotations
 
 import json
@@ -20,12 +20,12 @@ def _write_kb(path, swap=("refund", "dark-mode")):
 
 def test_lint_kb_file_text_and_json(faq_env, tmp_path, capsys):
     kb = _write_kb(tmp_path / "kb.jsonl")
-    assert main(["kb", "lint", "--kb", str(kb), "--encoder", "minilm"]) == 0
+    assert main(["kb", "lint", "--file", str(kb), "--encoder", "minilm"]) == 0
     text = capsys.readouterr().out
     assert "2 flagged" in text and "  1. " in text and "'dark-mode'" in text
 
     out = tmp_path / "lint.json"
-    assert main(["kb", "lint", "--kb", str(kb), "--encoder", "minilm", "--json", "--top", "2",
+    assert main(["kb", "lint", "--file", str(kb), "--encoder", "minilm", "--json", "--top", "2",
                  "--out", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["n_flagged"] == 2 and {f["faq_id"] for f in data["faqs"]} == {"refund", "dark-mode"}
@@ -33,5 +33,5 @@ def test_lint_kb_file_text_and_json(faq_env, tmp_path, capsys):
 
 
 def test_lint_bad_input(faq_env, tmp_path, capsys):
-    assert main(["kb", "lint", "--kb", str(tmp_path / "missing.jsonl"), "--encoder", "minilm"]) == 2
-    assert main(["kb", "lint", "--kb", str(_write_kb(tmp_path / "kb.jsonl")), "--threshold", "2"]) == 2
+    assert main(["kb", "lint", "--file", str(tmp_path / "missing.jsonl"), "--encoder", "minilm"]) == 2
+    assert main(["kb", "lint", "--file", str(_write_kb(tmp_path / "kb.jsonl")), "--threshold", "2"]) == 2
