@@ -540,7 +540,7 @@ def _es_indexes(registry: Any) -> list[str]:
     for version in registry.versions():
         try:
             manifest = registry.read_manifest(version)
-        except (OSError, ValueError):
+        except (OSError, ValueError, LookupError):  # a folder half gone must not stop the deletion
             continue
         name = ((manifest.get("lexical") or {}).get("elasticsearch") or {}).get("index")
         if name:

@@ -35,3 +35,18 @@ def test_lint_kb_file_text_and_json(faq_env, tmp_path, capsys):
 def test_lint_bad_input(faq_env, tmp_path, capsys):
     assert main(["kb", "lint", "--file", str(tmp_path / "missing.jsonl"), "--encoder", "minilm"]) == 2
     assert main(["kb", "lint", "--file", str(_write_kb(tmp_path / "kb.jsonl")), "--threshold", "2"]) == 2
+
+
+def test_lint_a_kb_of_the_store(faq_env, tmp_path, capsys):
+    """--kb NAME lints that KB's rows; --file with --kb lints the file (with that KB's settings)."""
+    assert main(["kb", "import", str(_write_kb(tmp_path / "kb.jsonl")), "--kb", "shop"]) == 0
+    capsys.readouterr()
+    assert main(["kb", "lint", "--kb", "shop", "--encoder", "minilm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 2
+    assert main(["kb", "lint", "--encoder", "minilm", "--json"]) == 0  # the default KB is empty
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 0
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": a}) + "\n"
+                             for f, a, qs in INDEX_TEST_FAQS for q in qs))
+    assert main(["kb", "lint", "--file", str(clean), "--kb", "shop", "--encoder", "minilm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 0
