@@ -413,10 +413,11 @@ def _register_kbs(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser(
-        "token", help="issue, list or revoke a KB's access tokens",
-        description="Issue a token for one KB: the token alone goes to stdout (only its SHA-256 is stored, so it "
+        "token", help="create, list or revoke a KB's access tokens",
+        description="Create a token for one KB: the token alone goes to stdout (only its SHA-256 is stored, so it "
                     "cannot be shown again). An admin token is for the KB's admin API, a read token for its /match "
-                    "and /feedback (required with FAQ_MATCH_REQUIRES_KEY). --list shows the KB's tokens (never the tokens themselves), --revoke ID ends one.")
+                    "and /feedback (required with FAQ_MATCH_REQUIRES_KEY). --list shows the KB's tokens (never the "
+                    "tokens themselves), --revoke ID ends one.")
     add_kb_option(p)
     p.add_argument("--kind", choices=TOKEN_KINDS, default=None, help="admin (default) or read")
     p.add_argument("--label", default=None, help=f"a note on what the token is for (at most "
@@ -640,9 +641,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     from kb.records import text_problem
 
     if (args.list or args.revoke is not None) and (args.kind or args.label is not None):
-        return _bad("--kind and --label go with issuing a token, not with --list or --revoke")
+        return _bad("--kind and --label go with creating a token, not with --list or --revoke")
     if args.json and not args.list:
-        return _bad("--json goes with --list (an issued token is printed alone)")
+        return _bad("--json goes with --list (a new token is printed alone)")
     if args.label is not None:
         problem = text_problem(args.label) or (
             f"at most {MAX_TOKEN_LABEL_CHARS} characters, got {len(args.label)}"
@@ -671,7 +672,7 @@ def _print_tokens(tokens: list, kb: str, as_json: bool) -> int:
         print(json.dumps([t.as_dict() for t in tokens], indent=2, ensure_ascii=False))
         return EXIT_OK
     if not tokens:
-        print(f"KB {kb!r} has no tokens: `faq kb token --kb {kb}` issues one")
+        print(f"KB {kb!r} has no tokens: `faq kb token --kb {kb}` creates one")
         return EXIT_OK
     print(f"  {'ID':>4}  {'KIND':<5}  {'CREATED':<25}  {'REVOKED':<25}  LABEL")
     for t in tokens:

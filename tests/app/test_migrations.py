@@ -137,13 +137,14 @@ def _fill_0001(url: str) -> None:
                     "search_k, started_at, finished_at, timings, error) VALUES (:v, 'all-MiniLM-L6-v2', 4, 7, 384, "
                     ":s, 10, 100, :at, :at, :timings, :e)"),
                     {"v": f"20261101T10000{i}Z-00000{i}", "s": status, "at": at,
-                     "timings": json.dumps({"total_s": 1.5}), "e": "OSError: disk full" if status == "failed" else None})
+                     "timings": json.dumps({"total_s": 1.5}),
+                     "e": "OSError: disk full" if status == "failed" else None})
             for i in range(5):
                 conn.execute(text(
-                    "INSERT INTO query_log (request_id, created_at, arm, session_id, query, faq_id, score, "
-                    "latency_ms, index_version, feedback_correct, feedback_faq_id) VALUES (:r, :at, 'ann', :sid, :q, "
-                    ":f, 0.9, 12.5, '20261101T100003Z-000003', :ok, NULL)"),
-                    {"r": f"req-{i}", "at": at, "sid": f"s{i % 2}", "q": f"query {i}", "f": "refund" if i % 2 else None,
+                    "INSERT INTO query_log (request_id, created_at, arm, query, faq_id, score, latency_ms, "
+                    "index_version, feedback_correct, feedback_faq_id) VALUES (:r, :at, 'ann', :q, :f, 0.9, 12.5, "
+                    "'20261101T100003Z-000003', :ok, NULL)"),
+                    {"r": f"req-{i}", "at": at, "q": f"query {i}", "f": "refund" if i % 2 else None,
                      "ok": None if i == 4 else bool(i % 2)})
             conn.execute(text("UPDATE kb_meta SET value = :r WHERE key = 'revision'"), {"r": OLD_REVISION})
     finally:

@@ -44,7 +44,8 @@ def test_each_kb_has_its_own_rows_stats_and_export(two_kbs, tmp_path, capsys):
     assert code == 0 and report["kb"] == "sales" and not report["kb_created"] and report["changes"] == 0
 
     code, out, _ = run(capsys, "kb", "stats", "--kb", "sales", "--json")
-    assert code == 0 and (json.loads(out)["kb"], json.loads(out)["faqs"], json.loads(out)["variants"]) == ("sales", 3, 4)
+    stats = json.loads(out)
+    assert code == 0 and (stats["kb"], stats["faqs"], stats["variants"]) == ("sales", 3, 4)
     code, out, _ = run(capsys, "kb", "stats")
     assert code == 0 and "KB:                 default" in out and "FAQs:               2" in out
 
@@ -196,7 +197,7 @@ def test_kb_create(faq_env, capsys):
         assert store.kbs.names() == ["default", "faq-2"]
 
 
-def test_kb_tokens_issue_list_revoke(two_kbs, capsys):
+def test_kb_tokens_create_list_revoke(two_kbs, capsys):
     code, out, err = run(capsys, "kb", "token", "--kb", "sales", "--kind", "read", "--label", "chat widget")
     token = out.strip()
     assert code == 0 and out == token + "\n" and token.startswith("faqkb_")
@@ -223,7 +224,7 @@ def test_kb_tokens_issue_list_revoke(two_kbs, capsys):
     for argv, message in [
         (["--revoke", "1"], "KB 'sales' has no live token 1"),
         (["--revoke", "2", "--kb", "default"], "KB 'default' has no live token 2"),  # another KB's token
-        (["--list", "--kind", "read"], "--kind and --label go with issuing a token"),
+        (["--list", "--kind", "read"], "--kind and --label go with creating a token"),
         (["--label", "x" * 201], "--label: at most 200 characters, got 201"),
         (["--json"], "--json goes with --list"),
     ]:
@@ -242,8 +243,8 @@ def _with_folder(settings, kb: str):
 def test_kb_delete_asks_then_removes_rows_and_folder(two_kbs, tmp_path, monkeypatch, capsys):
     folder = _with_folder(two_kbs, "sales")
     other = _with_folder(two_kbs, "keep")
+    assert run(capsys, "kb", "token", "--kb", "sales")[0] == 0
     with _store(two_kbs) as store:
-        store.kbs.issue_token("sales")
         store.kbs.create("keep")
 
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: --yes or nothing
