@@ -7,6 +7,8 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from cli.scope import add_kb_option
+
     ev = subparsers.add_parser("eval", help="evaluate matching quality")
     ev_sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
     p = ev_sub.add_parser(
@@ -102,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = ev_sub.add_parser(
         "online",
         help="online A/B report from the query log and /feedback: per-arm answer rate, accuracy, latency, significance",
-        description="Reads the configured store's query log (FAQ_DATABASE_URL). Per arm: answer rate and accuracy "
+        description="Reads one KB's query log in the configured store (FAQ_DATABASE_URL). Per arm: answer rate and accuracy "
         "from feedback with Wilson intervals, latency percentiles with an interval for the median; each arm is "
         "compared with the control arm (z-tests, Mann-Whitney U) and a difference that is not yet significant is "
         "reported as such, with the sample size the observed difference would need.",
@@ -112,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--arms", help="comma-separated arms to include (default: every logged arm)")
     p.add_argument("--control", help="arm the others are compared with (default: ann, else the busiest arm)")
     p.add_argument("--out", help="also write report.md and report.json into this folder")
+    add_kb_option(p, help="the KB whose query log is read (default: FAQ_KB, else 'default')")
     p.set_defaults(func=cmd_online)
 
     p = ev_sub.add_parser(
@@ -288,14 +291,13 @@ def _parse_time(value: str | None, flag: str):
 
 def cmd_online(args: argparse.Namespace) -> int:
     from evaluation.online import format_online_markdown, online_report, write_online_report
-    from app.settings import get_settings
-    from migrations.runner import migrated_store
+    from cli.scope import open_kb
 
     try:
         since, until = _parse_time(args.since, "--since"), _parse_time(args.until, "--until")
         arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
-        with migrated_store(get_settings()) as store:
-            report = online_report(store, since=since, until=until, arms=arms, control=args.control)
+        with open_kb(args) as scope:
+            report = online_report(scope.store, since=since, until=until, arms=arms, control=args.control)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

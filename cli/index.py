@@ -1,10 +1,11 @@
-"""`faq index ...`: build, list, activate (rollback) and verify index versions.
+"""`faq index ...`: build, list, activate (rollback) and verify index versions of one KB (--kb NAME, else
+FAQ_KB: cli/scope.py); each KB has its own versions under its folder (settings `index_dir`).
 
-    faq index build [--encoder SPEC] [--n-trees N] [--search-k K] [--batch-size B]
-    faq index list
-    faq index activate VERSION
-    faq index verify [VERSION]
-    faq index sweep [--dry-run]
+    faq index build [--kb NAME] [--encoder SPEC] [--n-trees N] [--search-k K] [--batch-size B]
+    faq index list [--kb NAME]
+    faq index activate VERSION [--kb NAME]
+    faq index verify [VERSION] [--kb NAME]
+    faq index sweep [--kb NAME] [--dry-run]
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
+from kb.records import DEFAULT_KB
+from cli.scope import add_kb_option, kb_settings, open_kb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,13 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the current build's (default 0.02)")
     p.add_argument("--min-labels", type=int, default=20, help="labels needed before they gate a build (default 20)")
     p.add_argument("--force", action="store_true", help="make the build current even when the labels say it is worse")
+    add_kb_option(p)
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser(
         "calibrate", help="refit the decision model on this KB's own labels (--dev FILE and /feedback)",
         description="Scores the labelled queries against the current build, refits the cross-KB decision "
         "model on them (pulled toward it with the weight of --strength labelled queries, so a few labels move "
-        "it little) and writes <FAQ_DATA_DIR>/decision_model.json, which the service uses from its next start. "
+        "it little) and writes decision_model.json in the KB's folder (<FAQ_DATA_DIR> for 'default', else "
+        "<FAQ_DATA_DIR>/kbs/<kb>), which the service uses from its next start. "
         "Prints a 5-fold comparison of the two models on the labels. --reset removes it.",
     )
     p.add_argument("--dev", default=None, help="labelled queries (JSONL/CSV: query, faq_id or null)")
@@ -63,18 +68,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the cross-KB model's weight in labelled queries (default index/decision.py PRIOR_STRENGTH)")
     p.add_argument("--dry-run", action="store_true", help="measure, write nothing")
     p.add_argument("--reset", action="store_true", help="remove this KB's model: serve the cross-KB one again")
+    add_kb_option(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("list", help="list index versions (current marked)")
+    add_kb_option(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("activate", help="make VERSION current (rollback); verifies its checksum first")
     p.add_argument("version")
+    add_kb_option(p)
     p.set_defaults(func=cmd_activate)
 
     p = sub.add_parser("verify", help="verify a version: files, checksum, counts, self-recall@10")
     p.add_argument("version", nargs="?", default=None, help="default: the current version")
     p.add_argument("--recall-floor", type=float, default=None, help="fail when self-recall@10 is below this")
+    add_kb_option(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser(
@@ -87,6 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and the service's start-up run the same sweep.",
     )
     p.add_argument("--dry-run", action="store_true", help="only say what would be cleaned up")
+    add_kb_option(p)
     p.set_defaults(func=cmd_sweep)
 
     group.set_defaults(func=lambda args: (group.print_help(), 2)[1])
@@ -94,6 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _registry(settings) -> BuildRegistry:
     return BuildRegistry(settings.index_dir)
+
+
+def _kb_flag(settings) -> str:
+    """The --kb a suggested command needs to act on the same KB again ('' for the default one)."""
+    return "" if settings.kb == DEFAULT_KB else f" --kb {settings.kb}"
 
 
 def _error(msg: str, code: int = 1) -> int:
@@ -113,19 +128,20 @@ def _warn_if_not_selected(spec: str) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
+    with open_kb(args) as scope:
+        return _build(args, scope.settings, scope.store)
+
+
+def _build(args: argparse.Namespace, settings, store) -> int:
     from app.assembly import encoder_spec, load_configured_encoder
-    from migrations.runner import migrated_store
     from index.build import BuildError, BuildInterrupted, build_index, sweep_builds
 
-    settings = get_settings()
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
     search_k = args.search_k if args.search_k is not None else settings.ann_search_k
 
     import torch
 
     torch.set_num_threads(max(1, int(settings.torch_threads)))
-    store = migrated_store(settings)
     registry = _registry(settings)
     try:
         swept = sweep_builds(store, registry)
@@ -181,6 +197,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         return gate
     if not args.no_activate:
         registry.activate(manifest["version"], verify=False)  # verified by the build
+        _prune_after_activation(args, settings, registry)
     print(f"built {manifest['version']}: {manifest['n_variants']} variants of {manifest['n_faqs']} FAQs, "
           f"{manifest['annoy_bytes'] / 1e6:.1f} MB; encode {t['encode_s']:.1f}s "
           f"({t['encode_sentences_per_s']:.0f} sentences/s), annoy {t['annoy_build_s']:.2f}s, "
@@ -191,6 +208,20 @@ def cmd_build(args: argparse.Namespace) -> int:
     if plot_expected_precision(manifest, settings, png):
         print(f"expected-precision curve: {png}")
     return 0
+
+
+def _prune_after_activation(args: argparse.Namespace, settings, registry: BuildRegistry) -> None:
+    """build_index pruned while the previous build was still current, and the current one is kept on top of
+    the count: with keep_versions 1 it would stay until the next build. Now that it is not current, the
+    KB's keep count holds."""
+    pruned = registry.prune(settings.keep_versions)
+    if not pruned:
+        return
+    print(f"pruned old versions: {', '.join(pruned)}")
+    if settings.es_url and not args.no_lexical:
+        from index.lexical import delete_es_indexes, es_index_name
+
+        delete_es_indexes(settings.es_url, [es_index_name(settings.es_index_prefix, v) for v in pruned])
 
 
 def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedback: bool = True,
@@ -249,8 +280,8 @@ def _gate(args: argparse.Namespace, settings, store, registry, encoder, version:
     print(f"labels ({len(labels)}): top-1 {before:.4f} on the current build {current}, {after:.4f} on {version}")
     if after < before - args.max_drop and not args.force:
         return _error(f"build {version} matches the labelled queries worse than {current} ({after:.4f} < "
-                      f"{before:.4f} - {args.max_drop}): not made current. `faq index activate {version}` or "
-                      f"--force makes it current anyway")
+                      f"{before:.4f} - {args.max_drop}): not made current. `faq index activate {version}"
+                      f"{_kb_flag(settings)}` or --force makes it current anyway")
     return None
 
 
@@ -285,16 +316,18 @@ def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tup
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    with open_kb(args) as scope:
+        return _calibrate(args, scope.settings, scope.store)
+
+
+def _calibrate(args: argparse.Namespace, settings, store) -> int:
     from datetime import datetime
 
     from app.decision import fit_on_labels, labelled_rows
     from app.assembly import build_pipeline, load_configured_encoder
-    from app.settings import get_settings
     from index.decision import PRIOR_STRENGTH, load_model
     from index.retriever import Retriever
-    from migrations.runner import migrated_store
 
-    settings = get_settings()
     target = settings.kb_decision_model
     if args.reset:
         target.unlink(missing_ok=True)
@@ -310,8 +343,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     registry = _registry(settings)
     version = registry.current()
     if version is None:
-        return _error("no index built: run `faq index build` first")
-    store = migrated_store(settings)
+        return _error(f"no index built: run `faq index build{_kb_flag(settings)}` first")
     labels = _labels(args, settings, store, set(store.snapshot().faqs), feedback=not args.no_feedback, since=since)
     if isinstance(labels, str):
         return _error(labels)
@@ -398,11 +430,14 @@ def plot_expected_precision(manifest: dict, settings, out: Path) -> bool:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
+    with open_kb(args) as scope:
+        return _list(scope.settings, scope.store)
 
-    manifests = _registry(get_settings()).list()
+
+def _list(settings, store) -> int:
+    manifests = _registry(settings).list()
     if not manifests:
-        print("no index versions yet: run `faq index build`")
+        print(f"no index versions yet: run `faq index build{_kb_flag(settings)}`")
         return 0
     header = f"  {'VERSION':<24} {'FAQS':>7} {'VARIANTS':>9} {'TREES':>5} {'SEARCH_K':>8} {'RECALL@10':>9}  {'ENCODER':<24} CREATED"
     print(header)
@@ -414,14 +449,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     current = next((m for m in manifests if m["current"]), None)
     if current is not None:
         from index.decision import MIN_TRAFFIC, TRAFFIC_WINDOW
-        from migrations.runner import migrated_store
 
-        settings = get_settings()
         scores: list[float] = []
         if settings.query_log:
-            store = migrated_store(settings)
             scores = store.recent_scores(current["version"], ("ann", "lexical"), TRAFFIC_WINDOW)
-            store.close()
         print()
         print(expected_precision_text(current, settings, scores if len(scores) >= MIN_TRAFFIC else None))
     return 0
@@ -453,9 +484,7 @@ def expected_precision_text(manifest: dict, settings, traffic: list[float] | Non
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
-
-    registry = _registry(get_settings())
+    registry = _registry(kb_settings(args))
     try:
         registry.activate(args.version)
     except (UnknownVersion, IndexVerificationError) as exc:
@@ -465,12 +494,11 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
-
-    registry = _registry(get_settings())
+    settings = kb_settings(args)
+    registry = _registry(settings)
     version = args.version or registry.current()
     if version is None:
-        return _error("no current index version: run `faq index build` or name a VERSION")
+        return _error(f"no current index version: run `faq index build{_kb_flag(settings)}` or name a VERSION")
     try:
         report = registry.verify(version, recall=True, recall_floor=args.recall_floor)
     except UnknownVersion as exc:
@@ -484,24 +512,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
+    from app.store import SchemaNotReady
     from index.build import sweep_builds
-    from migrations.runner import migrated_store
 
-    settings = get_settings()
-    if args.dry_run:  # not even a migration: a dry run changes nothing
-        from app.store import FaqStore, SchemaNotReady
-
-        try:
-            store = FaqStore.from_settings(settings)
-        except SchemaNotReady as exc:
-            return _error(str(exc))
-    else:
-        store = migrated_store(settings)
     try:
-        report = sweep_builds(store, _registry(settings), dry_run=args.dry_run)
-    finally:
-        store.close()
+        scope = open_kb(args, migrate=not args.dry_run)  # not even a migration: a dry run changes nothing
+    except SchemaNotReady as exc:
+        return _error(str(exc))
+    with scope:
+        report = sweep_builds(scope.store, _registry(scope.settings), dry_run=args.dry_run)
     print(("dry run: would have " if args.dry_run else "") + report.summary())
     for version in sorted(set(report.failed) | set(report.removed)):
         print(f"  {version}: " + ", ".join(

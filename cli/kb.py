@@ -1,4 +1,6 @@
-"""`faq kb ...`: import, export and summarise the FAQ knowledge base (file formats: kb/records.py)."""
+"""`faq kb ...`: import, export and summarise a knowledge base (file formats: kb/records.py), and manage the
+KBs themselves: list, create, delete, their stored settings and their access tokens. Every command acts
+on the KB `--kb NAME` names, else FAQ_KB (cli/scope.py)."""
 from __future__ import annotations
 
 import argparse
@@ -9,18 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
-from kb.records import KbValidationError, read_kb, write_kb
+from kb.records import DEFAULT_KB, KbRecord, KbValidationError, group_records, read_kb, write_kb
 from app.settings import get_settings
 from app.mining import mine_report, write_mined
-from app.store import FaqStore, ImportReport
+from app.store import ImportReport, KbNotFound
+from cli.scope import add_kb_option, kb_settings, open_kb
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    kb = subparsers.add_parser("kb", help="import/export the FAQ knowledge base, show stats",
-                               description="Manage the FAQ knowledge base (database from FAQ_DATABASE_URL).")
+    kb = subparsers.add_parser("kb", help="import/export a FAQ knowledge base, show stats; list, create, delete KBs",
+                               description="Manage the FAQ knowledge bases (database from FAQ_DATABASE_URL). "
+                                           "Each command acts on the KB --kb NAME names, else FAQ_KB, else 'default'.")
     kb.set_defaults(func=lambda args: _usage(kb))
     sub = kb.add_subparsers(dest="kb_command", metavar="COMMAND")
 
@@ -30,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Re-importing the same file changes nothing. Any invalid row aborts the whole import.",
     )
     p.add_argument("file", help="KB file: .jsonl, .csv, or - for JSONL on stdin")
+    add_kb_option(p, help="the KB to import into, created when it does not exist (default: FAQ_KB, else 'default')")
     p.add_argument("--sync", action="store_true",
                    help="also delete FAQs not in the file and variants of listed FAQs that are not in the file")
     p.add_argument("--dry-run", action="store_true", help="report what would change without writing anything")
@@ -40,11 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        description="Write every FAQ and question variant to FILE (.jsonl or .csv; '-' for JSONL "
                                    "on stdout). `faq kb import` of the result reproduces the KB.")
     p.add_argument("file", help="output file: .jsonl, .csv, or - for stdout")
+    add_kb_option(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("stats", help="summarise the KB", description="Counts of FAQs, variants and tags, "
                                                                     "the KB revision and the last index build.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_kb_option(p)
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser(
@@ -52,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Rank the KB's FAQs by how likely their answer is wrong: answer fit against the other FAQs' "
                     "answers (with the encoder), missing / truncated answers, answers or phrasings duplicated "
                     "across FAQs. Each flag carries its reasons and numbers (kb/lint.py).")
-    p.add_argument("--kb", metavar="FILE", help="lint this KB file (.jsonl or .csv) instead of the configured store")
+    p.add_argument("--file", metavar="FILE", help="lint this KB file (.jsonl or .csv) instead of the store's KB")
+    add_kb_option(p, help="the KB to lint, and whose encoder setting applies (default: FAQ_KB, else 'default')")
     p.add_argument("--encoder", metavar="SPEC",
                    help="encoder spec (minilm, mpnet, msem or a model folder); default: the product's configured "
                         "encoder (FAQ_ENCODER, else mpnet when installed, else minilm)")
@@ -98,18 +106,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"the Siamese probability that confirms a match (default {DEFAULT_MIN_AGREE:g})")
     p.add_argument("--top", type=int, default=20, metavar="N", help="show at most N of each in the text output")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    add_kb_option(p)
     p.set_defaults(func=cmd_mine)
+
+    _register_kbs(sub)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return EXIT_BAD_INPUT
-
-
-def _open_store() -> FaqStore:
-    from migrations.runner import migrated_store
-
-    return migrated_store(get_settings())
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -123,24 +128,46 @@ def cmd_import(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    with _open_store() as store:
-        try:
-            report = store.import_records(records, sync=args.sync, dry_run=args.dry_run)
-        except KbValidationError as exc:  # read_kb already checks the same rules; kept for safety
-            print(f"error: {exc}\nnothing was imported", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    if args.json:
-        print(json.dumps({"file": name, "rows": len(records), **report.as_dict()}, indent=2))
+    # read first: a file that does not read must not leave a new, empty KB behind
+    try:
+        scope = open_kb(args, create=not args.dry_run)
+    except KbNotFound as exc:
+        if not args.dry_run:
+            raise
+        kb, created, report = exc.kb, True, _report_for_new_kb(records, args.sync)
     else:
-        print(format_report(name, len(records), report))
+        kb, created = scope.name, scope.created
+        with scope:
+            try:
+                report = scope.store.import_records(records, sync=args.sync, dry_run=args.dry_run)
+            except KbValidationError as exc:  # read_kb already checks the same rules; kept for safety
+                print(f"error: {exc}\nnothing was imported", file=sys.stderr)
+                return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps({"file": name, "kb": kb, "kb_created": created and not args.dry_run,
+                          "rows": len(records), **report.as_dict()}, indent=2))
+    else:
+        if created:
+            print(f"KB {kb!r} does not exist: the import would create it." if args.dry_run else
+                  f"Created KB {kb!r}.")
+        print(format_report(name, len(records), report, kb))
     return EXIT_OK
 
 
-def format_report(name: str, n_rows: int, r: ImportReport) -> str:
+def _report_for_new_kb(records: list[KbRecord], sync: bool) -> ImportReport:
+    """What a dry run would do to a KB that does not exist yet: everything is new."""
+    specs, _ = group_records((f"record {i}", r) for i, r in enumerate(records, start=1))
+    return ImportReport(faqs_created=len(specs), variants_added=sum(len(s.questions) for s in specs.values()),
+                        sync=sync, dry_run=True)
+
+
+def format_report(name: str, n_rows: int, r: ImportReport, kb: str = DEFAULT_KB) -> str:
     n_faqs = r.faqs_created + r.faqs_updated + r.faqs_unchanged
     mode = " (dry run, --sync)" if r.dry_run and r.sync else " (dry run)" if r.dry_run else " (--sync)" if r.sync else ""
+    into = "" if kb == DEFAULT_KB else f" into KB {kb!r}"
     lines = [
-        f"Imported {name}{mode}: {n_rows} row{'' if n_rows == 1 else 's'}, {n_faqs} FAQ{'' if n_faqs == 1 else 's'}",
+        f"Imported {name}{into}{mode}: {n_rows} row{'' if n_rows == 1 else 's'}, "
+        f"{n_faqs} FAQ{'' if n_faqs == 1 else 's'}",
         f"  FAQs:      {r.faqs_created} created, {r.faqs_updated} updated, {r.faqs_unchanged} unchanged"
         + (f", {r.faqs_deleted} deleted" if r.sync else ""),
         f"  Variants:  {r.variants_added} added, {r.variants_removed} removed, {r.variants_unchanged} unchanged",
@@ -155,9 +182,9 @@ def format_report(name: str, n_rows: int, r: ImportReport) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with _open_store() as store:
+    with open_kb(args) as scope:
         try:
-            n_faqs, n_variants = write_kb(args.file, store.export_records())
+            n_faqs, n_variants = write_kb(args.file, scope.store.export_records())
         except KbValidationError as exc:  # unknown extension
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -166,13 +193,14 @@ def cmd_export(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     # keep stdout clean when the export itself goes there
     out = sys.stderr if args.file == "-" else sys.stdout
-    print(f"Exported {n_faqs} FAQs ({n_variants} question variants) to {args.file}", file=out)
+    into = "" if scope.name == DEFAULT_KB else f" of KB {scope.name!r}"
+    print(f"Exported {n_faqs} FAQs{into} ({n_variants} question variants) to {args.file}", file=out)
     return EXIT_OK
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with _open_store() as store:
-        stats = store.stats()
+    with open_kb(args) as scope:
+        stats = scope.store.stats()
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
     else:
@@ -185,6 +213,7 @@ def format_stats(s: dict[str, Any]) -> str:
     per_text = f" (per FAQ: min {per['min']}, median {per['median']:g}, max {per['max']})" if per else ""
     top = ", ".join(f"{tag} {n}" for tag, n in s["top_tags"])
     lines = [
+        f"KB:                 {s['kb']}",
         f"FAQs:               {s['faqs']}",
         f"Question variants:  {s['variants']}{per_text}",
         f"Tags:               {s['tags']} distinct" + (f" (most used: {top})" if top else ""),
@@ -212,21 +241,23 @@ def cmd_lint(args: argparse.Namespace) -> int:
     if not 0.0 <= threshold <= 1.0:
         print("error: --threshold must be between 0 and 1", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.kb:
+    settings = get_settings()
+    if args.file:
         try:
-            records = read_kb(args.kb)
+            records = read_kb(args.file)
         except KbValidationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except OSError as exc:
-            print(f"error: cannot read {args.kb}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"error: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    else:
-        with _open_store() as store:
-            records = list(store.export_records())
+    if not args.file or args.kb is not None:  # a file alone needs no database
+        with open_kb(args) as scope:
+            settings = scope.settings
+            if not args.file:
+                records = list(scope.store.export_records())
     from app.assembly import load_configured_encoder
 
-    settings = get_settings()
     try:
         encoder = load_configured_encoder(settings, spec=args.encoder)
     except ValueError as exc:
@@ -276,12 +307,13 @@ def cmd_mine(args: argparse.Namespace) -> int:
         if path and Path(path).suffix.lower() not in (".jsonl", ".ndjson"):
             print(f"error: {path}: write .jsonl files", file=sys.stderr)
             return EXIT_BAD_INPUT
+    settings = kb_settings(args)  # before loading models: an unknown KB fails at once
     embed = None
     if args.cluster_cosine is not None:
         from app.assembly import load_configured_encoder
 
         try:
-            encoder = load_configured_encoder(get_settings(), spec=args.encoder)
+            encoder = load_configured_encoder(settings, spec=args.encoder)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -291,12 +323,12 @@ def cmd_mine(args: argparse.Namespace) -> int:
         from models.matchers.siamese import load_siamese
 
         try:
-            siamese = load_siamese(args.siamese, device=get_settings().device)
+            siamese = load_siamese(args.siamese, device=settings.device)
         except (OSError, ValueError) as exc:
             print(f"error: --siamese {args.siamese}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    with _open_store() as store:
-        report = mine_report(store, since=since, min_score=args.min_score, low_score=args.low_score,
+    with open_kb(args) as scope:
+        report = mine_report(scope.store, since=since, min_score=args.min_score, low_score=args.low_score,
                              min_cluster=args.min_cluster, embed=embed, cosine=args.cluster_cosine,
                              siamese=siamese, min_agree=args.min_agree)
     clusters_out = args.clusters_out or (_clusters_path(args.out) if args.out else None)
@@ -331,4 +363,320 @@ def cmd_mine(args: argparse.Namespace) -> int:
     if clusters_out:
         lines.append(f"Wrote {clusters_out} (set faq_id and an answer before importing)")
     print("\n".join(lines))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- the KBs themselves
+
+#: kb_tokens.label's column width (app/db/models.py KbToken)
+MAX_TOKEN_LABEL_CHARS = 200
+
+
+def _register_kbs(sub: argparse._SubParsersAction) -> None:
+    from app.settings import KbSettings
+    from app.store import TOKEN_KINDS
+
+    keys = ", ".join(KbSettings.model_fields)
+    p = sub.add_parser("list", help="list the KBs: FAQs, phrasings, revision, current index version, settings",
+                       description="Every KB with its size, revision, current index version (from its own "
+                                   "index folder) and stored settings; * marks the KB commands act on without "
+                                   "--kb (FAQ_KB).")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("create", help="create an empty KB", description="Create an empty KB NAME (`faq kb import "
+                       "FILE --kb NAME` also creates one), optionally with its own settings.")
+    p.add_argument("name", metavar="NAME", help="1-64 characters of a-z, 0-9, '-' and '_', starting with a letter "
+                   "or digit")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"a setting of the KB ({keys})")
+    p.set_defaults(func=cmd_create)
+
+    p = sub.add_parser(
+        "delete", help="delete a KB: its FAQs, phrasings, builds, tokens, query log and index folder",
+        description="Delete KB NAME from the store (FAQs, phrasings, build records, tokens, query-log rows), "
+                    "then its folder (index versions, decision model) and, with FAQ_ES_URL set, the "
+                    "Elasticsearch indexes its builds name. The 'default' KB cannot be deleted. Asks to type "
+                    "the name on a terminal; elsewhere --yes is required.")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--yes", action="store_true", help="delete without asking")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser(
+        "settings", help="show or change a KB's own settings (threshold, precision, answer weight, encoder, keep)",
+        description=f"A KB's stored settings ({keys}) override the FAQ_* variables of the same name for that "
+                    f"KB alone; unset ones follow FAQ_*. Without --set/--unset: show them.")
+    add_kb_option(p)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="store a setting (repeatable)")
+    p.add_argument("--unset", action="append", default=[], metavar="KEY",
+                   help="remove a stored setting: follow FAQ_* again (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_settings)
+
+    p = sub.add_parser(
+        "token", help="create, list or revoke a KB's access tokens",
+        description="Create a token for one KB: the token alone goes to stdout (only its SHA-256 is stored, so it "
+                    "cannot be shown again). An admin token is for the KB's admin API, a read token for its /match "
+                    "and /feedback (required with FAQ_MATCH_REQUIRES_KEY). --list shows the KB's tokens (never the "
+                    "tokens themselves), --revoke ID ends one.")
+    add_kb_option(p)
+    p.add_argument("--kind", choices=TOKEN_KINDS, default=None, help="admin (default) or read")
+    p.add_argument("--label", default=None, help=f"a note on what the token is for (at most "
+                   f"{MAX_TOKEN_LABEL_CHARS} characters)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--list", action="store_true", help="list the KB's tokens")
+    what.add_argument("--revoke", type=int, default=None, metavar="ID", help="revoke the KB's token ID")
+    p.add_argument("--json", action="store_true", help="with --list: machine-readable output")
+    p.set_defaults(func=cmd_token)
+
+
+def _bad(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _parse_settings(pairs: list[str], unset: list[str] | None = None) -> tuple[dict[str, str], list[str]] | str:
+    """--set KEY=VALUE and --unset KEY as (values, keys), or the error to print."""
+    from app.settings import KbSettings
+
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            return f"--set {pair!r}: expected KEY=VALUE, e.g. --set default_threshold=0.6"
+        if key in values:
+            return f"--set {key}: given twice"
+        values[key] = value.strip()
+    for key in unset or []:
+        if key not in KbSettings.model_fields:
+            return f"--unset {key}: not a KB setting; a KB can set {', '.join(KbSettings.model_fields)}"
+        if key in values:
+            return f"{key}: both --set and --unset"
+    return values, list(unset or [])
+
+
+def _validated(settings: dict[str, Any]) -> dict[str, Any] | str:
+    """The settings as KbSettings stores them, or the error to print (each bad field with its limit)."""
+    from pydantic import ValidationError
+
+    from app.settings import KbSettings
+    from cli.scope import settings_problems
+
+    try:
+        return KbSettings.model_validate(settings).model_dump(exclude_none=True)
+    except ValidationError as exc:
+        return "; ".join(settings_problems(exc))
+
+
+def _shown(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "-"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from index.artifacts import BuildRegistry
+    from migrations.runner import migrated_store
+    from cli.scope import settings_for
+
+    settings = get_settings()
+    with migrated_store(settings) as store:
+        kbs = store.kbs.list()
+    rows = []
+    for info in kbs:
+        # the folder alone: a stored setting this version refuses must not hide the KB from the list
+        registry = BuildRegistry(settings_for(info.name).index_dir)
+        try:
+            index = registry.current()
+        except OSError:
+            index = None
+        rows.append({**info.as_dict(), "index": index})
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    width = max([len("NAME")] + [len(r["name"]) for r in rows])
+    print(f"  {'NAME':<{width}} {'FAQS':>7} {'PHRASINGS':>9} {'REVISION':>8}  {'INDEX':<24} SETTINGS")
+    for r in rows:
+        mark = "*" if r["name"] == settings.kb else " "
+        print(f"{mark} {r['name']:<{width}} {r['faqs']:>7} {r['variants']:>9} {r['revision']:>8}  "
+              f"{r['index'] or '-':<24} {_shown(r['settings'])}")
+    return EXIT_OK
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from app.store import KbExists
+    from kb.records import kb_name_problem
+    from migrations.runner import migrated_store
+
+    problem = kb_name_problem(args.name)
+    if problem:
+        return _bad(f"NAME: {problem}")
+    parsed = _parse_settings(args.set)
+    if isinstance(parsed, str):
+        return _bad(parsed)
+    stored = _validated(parsed[0])
+    if isinstance(stored, str):
+        return _bad(stored)
+    with migrated_store(get_settings()) as store:
+        try:
+            store.kbs.create(args.name, stored)
+        except KbExists as exc:
+            return _bad(f"{exc} (`faq kb list`; `faq kb settings --kb {args.name}` changes its settings)")
+    print(f"Created KB {args.name!r} (settings: {_shown(stored)}); fill it with "
+          f"`faq kb import FILE --kb {args.name}`")
+    return EXIT_OK
+
+
+def _confirm_delete(name: str, info: Any, folder: Path) -> bool:
+    print(f"KB {name!r}: {info.faqs} FAQs, {info.variants} phrasings, revision {info.revision}; its index "
+          f"versions, tokens and query log go with it ({folder}).", file=sys.stderr)
+    try:
+        typed = input(f"Type {name} to delete it: ")
+    except EOFError:
+        return False
+    return typed.strip() == name
+
+
+def _es_indexes(registry: Any) -> list[str]:
+    """The Elasticsearch indexes the KB's builds name in their manifests."""
+    names = []
+    for version in registry.versions():
+        try:
+            manifest = registry.read_manifest(version)
+        except (OSError, ValueError, LookupError):  # a folder half gone must not stop the deletion
+            continue
+        name = ((manifest.get("lexical") or {}).get("elasticsearch") or {}).get("index")
+        if name:
+            names.append(name)
+    return names
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    import shutil
+
+    from index.artifacts import BuildRegistry
+    from kb.records import kb_name_problem
+    from migrations.runner import migrated_store
+    from cli.scope import settings_for
+
+    name = args.name
+    problem = kb_name_problem(name)
+    if problem:
+        return _bad(f"NAME: {problem}")
+    if name == DEFAULT_KB:
+        return _bad(f"the {DEFAULT_KB!r} KB cannot be deleted (the routes without /kbs/ serve it); empty it with "
+                    f"`faq kb import EMPTY_FILE --sync`")
+    # without the KB's stored settings: a KB whose settings this version refuses must still be deletable,
+    # and they move neither its folder nor FAQ_ES_URL
+    settings = settings_for(name)
+    folder = settings.kb_dir
+    # never the data dir itself, whatever a future kb_dir rule says
+    if folder.resolve() == settings.data_dir.resolve() or folder.parent.parent != settings.data_dir:
+        return _bad(f"KB {name!r}: its folder {folder} is not under {settings.data_dir / 'kbs'}; not deleted")
+    with migrated_store(settings) as store:
+        info = next((k for k in store.kbs.list() if k.name == name), None)
+        if info is None:
+            raise KbNotFound(name)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                return _bad(f"deleting KB {name!r} needs --yes when stdin is not a terminal to confirm on")
+            if not _confirm_delete(name, info, folder):
+                print(f"KB {name!r} not deleted", file=sys.stderr)
+                return 1
+        registry = BuildRegistry(settings.index_dir)
+        es_names = _es_indexes(registry) if settings.es_url and registry.index_dir.is_dir() else []
+        counts = store.kbs.delete(name)
+    removed = folder.is_dir()
+    shutil.rmtree(folder, ignore_errors=True)
+    lines = [f"Deleted KB {name!r}: {counts['faqs']} FAQs, {counts['variants']} phrasings, {counts['builds']} "
+             f"builds, {counts['tokens']} tokens, {counts['query_log']} query-log rows"
+             + (f"; removed {folder}" if removed else "")]
+    if es_names:
+        from index.lexical import delete_es_indexes
+
+        deleted = delete_es_indexes(settings.es_url, es_names)
+        if deleted:
+            lines.append(f"Deleted Elasticsearch indexes: {', '.join(deleted)}")
+        left = [n for n in es_names if n not in deleted]
+        if left:
+            print(f"warning: could not delete Elasticsearch indexes {', '.join(left)} (see the log); delete them "
+                  f"by hand", file=sys.stderr)
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    from app.settings import KbSettings
+    from cli.scope import settings_for
+
+    parsed = _parse_settings(args.set, args.unset)
+    if isinstance(parsed, str):
+        return _bad(parsed)
+    values, unset = parsed
+    with open_kb(args) as scope:
+        stored = scope.store.kbs.settings(scope.name)
+        if values or unset:
+            wanted = {k: v for k, v in stored.items() if k not in unset}
+            wanted.update(values)
+            new = _validated(wanted)
+            if isinstance(new, str):
+                return _bad(new)
+            scope.store.kbs.set_settings(scope.name, new)
+            changes = [f"{k} {stored.get(k, 'unset')} -> {new.get(k, 'unset')}"
+                       for k in KbSettings.model_fields if stored.get(k) != new.get(k)]
+            stored = new
+            if not args.json:
+                print(f"KB {scope.name!r}: " + ("; ".join(changes) if changes else "no change"))
+    effective = settings_for(scope.name, stored)
+    values_now = {k: getattr(effective, k) for k in KbSettings.model_fields}
+    if args.json:
+        print(json.dumps({"kb": scope.name, "stored": stored, "effective": values_now}, indent=2, default=str))
+        return EXIT_OK
+    print(f"KB {scope.name!r} settings (* = stored for this KB; the others follow FAQ_*):")
+    width = max(len(k) for k in values_now)
+    for key, value in values_now.items():
+        print(f"{'*' if key in stored else ' '} {key:<{width}}  {'unset' if value is None else value}")
+    return EXIT_OK
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from kb.records import text_problem
+
+    if (args.list or args.revoke is not None) and (args.kind or args.label is not None):
+        return _bad("--kind and --label go with creating a token, not with --list or --revoke")
+    if args.json and not args.list:
+        return _bad("--json goes with --list (a new token is printed alone)")
+    if args.label is not None:
+        problem = text_problem(args.label) or (
+            f"at most {MAX_TOKEN_LABEL_CHARS} characters, got {len(args.label)}"
+            if len(args.label) > MAX_TOKEN_LABEL_CHARS else None)
+        if problem:
+            return _bad(f"--label: {problem}")
+    with open_kb(args) as scope:
+        kbs, name = scope.store.kbs, scope.name
+        if args.list:
+            return _print_tokens(kbs.tokens(name), name, args.json)
+        if args.revoke is not None:
+            if not kbs.revoke_token(name, args.revoke):
+                return _bad(f"KB {name!r} has no live token {args.revoke} (`faq kb token --kb {name} --list`)")
+            print(f"revoked token {args.revoke} of KB {name!r}")
+            return EXIT_OK
+        kind = args.kind or "admin"
+        token_id, token = kbs.issue_token(name, kind=kind, label=args.label)
+    print(token)
+    print(f"{kind} token {token_id} of KB {name!r}" + (f" ({args.label})" if args.label else "")
+          + ": store it now, it cannot be shown again", file=sys.stderr)
+    return EXIT_OK
+
+
+def _print_tokens(tokens: list, kb: str, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([t.as_dict() for t in tokens], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if not tokens:
+        print(f"KB {kb!r} has no tokens: `faq kb token --kb {kb}` creates one")
+        return EXIT_OK
+    print(f"  {'ID':>4}  {'KIND':<5}  {'CREATED':<25}  {'REVOKED':<25}  LABEL")
+    for t in tokens:
+        revoked = t.revoked_at.isoformat(timespec="seconds") if t.revoked_at else "-"
+        print(f"  {t.id:>4}  {t.kind:<5}  {t.created_at.isoformat(timespec='seconds'):<25}  {revoked:<25}  "
+              f"{t.label or ''}")
     return EXIT_OK

@@ -39,8 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from app.store import KbNotFound
+    from cli.scope import KbChoiceError
+
     try:
         return int(args.func(args) or 0)
+    except (KbChoiceError, KbNotFound) as exc:  # a wrong --kb is bad input, not a crash
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -120,13 +120,13 @@ def latency_test(a: Sequence[float], b: Sequence[float]) -> float | None:
 # -- the report -------------------------------------------------------------------------------------
 def read_log(store: Any, since: datetime | None = None, until: datetime | None = None,
              arms: Iterable[str] | None = None) -> list[LoggedMatch]:
-    """query_log rows (optionally a time window / some arms) of the store."""
+    """query_log rows (optionally a time window / some arms) of the store's KB."""
     from sqlalchemy import select
 
     from app.db.models import QueryLog
 
     stmt = select(QueryLog.arm, QueryLog.faq_id, QueryLog.latency_ms, QueryLog.feedback_correct,
-                  QueryLog.feedback_faq_id)
+                  QueryLog.feedback_faq_id).where(QueryLog.kb == store.kb_name)
     if since is not None:
         stmt = stmt.where(QueryLog.created_at >= since)
     if until is not None:

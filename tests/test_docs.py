@@ -17,6 +17,9 @@ PREFIX = Settings.model_config["env_prefix"]
 EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_DATA_DIR": ("/srv/faq", Path("/srv/faq")),
     "FAQ_DATABASE_URL": ("postgresql://faq@db/faq", "postgresql://faq@db/faq"),
+    "FAQ_KB": ("support", "support"),
+    "FAQ_MAX_RESIDENT_KBS": ("8", 8),
+    "FAQ_MATCH_REQUIRES_KEY": ("true", True),
     "FAQ_ENCODER": ("minilm", "minilm"),
     "FAQ_QUERY_ENCODER": ("/srv/query-encoder", "/srv/query-encoder"),
     "FAQ_MODEL_CACHE": ("/opt/models", Path("/opt/models")),

@@ -1,4 +1,4 @@
-"""`faq kb lint --kb FILE`: text and JSON on a KB file with a swapped answer."""
+"""`faq kb lint --file FILE`: text and JSON on a KB file with a swapped answer."""
 from __future__ import annotations
 
 import json
@@ -20,12 +20,12 @@ def _write_kb(path, swap=("refund", "dark-mode")):
 
 def test_lint_kb_file_text_and_json(faq_env, tmp_path, capsys):
     kb = _write_kb(tmp_path / "kb.jsonl")
-    assert main(["kb", "lint", "--kb", str(kb), "--encoder", "minilm"]) == 0
+    assert main(["kb", "lint", "--file", str(kb), "--encoder", "minilm"]) == 0
     text = capsys.readouterr().out
     assert "2 flagged" in text and "  1. " in text and "'dark-mode'" in text
 
     out = tmp_path / "lint.json"
-    assert main(["kb", "lint", "--kb", str(kb), "--encoder", "minilm", "--json", "--top", "2",
+    assert main(["kb", "lint", "--file", str(kb), "--encoder", "minilm", "--json", "--top", "2",
                  "--out", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["n_flagged"] == 2 and {f["faq_id"] for f in data["faqs"]} == {"refund", "dark-mode"}
@@ -33,5 +33,20 @@ def test_lint_kb_file_text_and_json(faq_env, tmp_path, capsys):
 
 
 def test_lint_bad_input(faq_env, tmp_path, capsys):
-    assert main(["kb", "lint", "--kb", str(tmp_path / "missing.jsonl"), "--encoder", "minilm"]) == 2
-    assert main(["kb", "lint", "--kb", str(_write_kb(tmp_path / "kb.jsonl")), "--threshold", "2"]) == 2
+    assert main(["kb", "lint", "--file", str(tmp_path / "missing.jsonl"), "--encoder", "minilm"]) == 2
+    assert main(["kb", "lint", "--file", str(_write_kb(tmp_path / "kb.jsonl")), "--threshold", "2"]) == 2
+
+
+def test_lint_a_kb_of_the_store(faq_env, tmp_path, capsys):
+    """--kb NAME lints that KB's rows; --file with --kb lints the file (with that KB's settings)."""
+    assert main(["kb", "import", str(_write_kb(tmp_path / "kb.jsonl")), "--kb", "shop"]) == 0
+    capsys.readouterr()
+    assert main(["kb", "lint", "--kb", "shop", "--encoder", "minilm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 2
+    assert main(["kb", "lint", "--encoder", "minilm", "--json"]) == 0  # the default KB is empty
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 0
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": a}) + "\n"
+                             for f, a, qs in INDEX_TEST_FAQS for q in qs))
+    assert main(["kb", "lint", "--file", str(clean), "--kb", "shop", "--encoder", "minilm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == 0

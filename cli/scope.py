@@ -1,0 +1,125 @@
+"""Which KB a `faq` command acts on, resolved the same way by every command: `--kb NAME`, else FAQ_KB
+(settings `kb`, `default` when unset), with the KB's stored settings (`faq kb settings`) applied over the
+FAQ_* values, so that a command sees the threshold, encoder, keep count and folders the KB is served with.
+
+A malformed name or a KB that does not exist is the operator's mistake, not a crash: `KbChoiceError`
+and `app.store.KbNotFound` reach cli/main.py, which prints their message and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.settings import KbSettings, Settings, get_settings
+from app.store import FaqStore, KbNotFound
+from kb.records import kb_name_problem
+
+KB_HELP = "the KB to act on (default: FAQ_KB, else 'default'; `faq kb list` shows them)"
+
+
+class KbChoiceError(Exception):
+    """--kb (or FAQ_KB) names no KB the command can act on; the message says why and what to do."""
+
+
+def add_kb_option(parser: argparse.ArgumentParser, help: str = KB_HELP) -> None:
+    parser.add_argument("--kb", metavar="NAME", default=None, help=help)
+
+
+def kb_name(args: argparse.Namespace) -> str:
+    """The KB `args` names (--kb, else FAQ_KB); raises KbChoiceError naming the rule a bad name breaks."""
+    name = getattr(args, "kb", None)
+    if name is None:
+        name = get_settings().kb
+    problem = kb_name_problem(name)
+    if problem:
+        raise KbChoiceError(f"--kb: {problem}")
+    return name
+
+
+def setting_rule(field: str) -> str:
+    """What KbSettings accepts for `field`, in words: 'a number >= 0 and <= 1'."""
+    info = KbSettings.model_fields[field]
+    kinds = [a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)]
+    kind = {int: "a whole number", float: "a number", str: "text of"}.get(kinds[0] if kinds else str, "a value")
+    bounds = []
+    for rule in info.metadata:
+        for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(rule, attr, None) is not None:
+                bounds.append(f"{word} {getattr(rule, attr):g}")
+        if getattr(rule, "min_length", None) is not None:
+            bounds.append(f"at least {rule.min_length} character{'' if rule.min_length == 1 else 's'}")
+        if getattr(rule, "max_length", None) is not None:
+            bounds.append(f"at most {rule.max_length} characters")
+    return kind + (" " + " and ".join(bounds) if bounds else "")
+
+
+def settings_problems(exc: ValidationError, what: str = "--set") -> list[str]:
+    """One line per field KbSettings refused, naming the field and what it accepts."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in err["loc"]) or "settings"
+        if err["type"] == "extra_forbidden" or field not in KbSettings.model_fields:
+            lines.append(f"{what} {field}: not a KB setting; a KB can set {', '.join(KbSettings.model_fields)}")
+        else:
+            lines.append(f"{what} {field}={err.get('input')!r}: must be {setting_rule(field)}")
+    return lines
+
+
+def settings_for(name: str, stored: dict[str, Any] | None = None) -> Settings:
+    """The deployment's settings for KB `name` with its `stored` settings over them."""
+    try:
+        return get_settings().for_kb(name, stored)
+    except ValidationError as exc:  # stored by an older version, or written to the database by hand
+        raise KbChoiceError(f"KB {name!r} has stored settings this version refuses: "
+                            f"{'; '.join(settings_problems(exc, 'stored'))}; fix them with "
+                            f"`faq kb settings --kb {name} --unset KEY`") from None
+
+
+@dataclass
+class KbScope:
+    """A command's KB: its name, its settings, and the store scoped to it (the caller closes it)."""
+
+    name: str
+    settings: Settings
+    store: FaqStore
+    created: bool = False
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> KbScope:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_kb(args: argparse.Namespace, *, create: bool = False, migrate: bool = True) -> KbScope:
+    """The KB `args` names, its database migrated first (`migrate=False`: only checked, raising
+    SchemaNotReady, for dry runs that must change nothing). `create`: make the KB when it does not
+    exist (`faq kb import`); otherwise a missing KB raises KbNotFound."""
+    from migrations.runner import migrated_store
+
+    name = kb_name(args)
+    base = settings_for(name)
+    store = migrated_store(base) if migrate else FaqStore.from_settings(base)
+    try:
+        created = False
+        if not store.kb_exists():
+            if not create:
+                raise KbNotFound(name)
+            created = store.kbs.ensure(name)
+        settings = settings_for(name, store.kbs.settings(name))
+    except BaseException:
+        store.close()
+        raise
+    return KbScope(name, settings, store, created)
+
+
+def kb_settings(args: argparse.Namespace) -> Settings:
+    """The settings of the KB `args` names, for commands that need its folders but not its store."""
+    with open_kb(args) as scope:
+        return scope.settings
