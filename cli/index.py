@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--search-k", type=int, default=None,
                    help="nodes inspected per query, -1 = Annoy default n_trees*k (default: settings.ann_search_k)")
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size (default 64)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="encode on N Ray workers (pip install -e '.[distributed]'; docs/operations.md); 0: in this process")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --workers: an existing Ray cluster (e.g. ray://head:10001, or auto); default: a local one")
+    p.add_argument("--threads-per-worker", type=int, default=1, metavar="T", help="with --workers: CPUs per worker")
     p.add_argument("--recall-floor", type=float, default=0.9, help="minimum self-recall@10 for the build to pass")
     p.add_argument("--no-activate", action="store_true", help="build and verify but leave `current` as it is")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -134,7 +139,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace, settings, store) -> int:
     from app.assembly import encoder_spec, load_configured_encoder
-    from index.build import BuildError, BuildInterrupted, build_index, sweep_builds
+    from index.build import sweep_builds
 
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
     search_k = args.search_k if args.search_k is not None else settings.ann_search_k
@@ -154,7 +159,31 @@ def _build(args: argparse.Namespace, settings, store) -> int:
     if Path(spec).exists():  # a model folder: record an absolute path so any working directory can load it
         spec = str(Path(spec).resolve())
     _warn_if_not_selected(spec)
+    if args.workers < 0 or args.threads_per_worker < 1:
+        return _error("--workers must be >= 0 and --threads-per-worker >= 1")
+    if args.workers:
+        from app.assembly import encoder_runtime
+        from models.encoders.distributed import RayEncoder
+
+        try:
+            encoder = RayEncoder(spec, workers=args.workers, threads=args.threads_per_worker,
+                                 runtime=encoder_runtime(settings), device=settings.device,
+                                 cache_dir=settings.mpnet_cache, address=args.ray_address)
+        except (RuntimeError, ValueError, ConnectionError) as exc:
+            return _error(f"--workers: {exc} (current index unchanged)")
+        try:
+            return _build_with(args, settings, store, registry, spec, encoder, n_trees, search_k)
+        finally:
+            encoder.close()
     encoder = load_configured_encoder(settings, spec=spec)
+    return _build_with(args, settings, store, registry, spec, encoder, n_trees, search_k)
+
+
+def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, encoder, n_trees: int,
+                search_k: int) -> int:
+    from app.assembly import load_configured_encoder
+    from index.build import BuildError, BuildInterrupted, build_index
+
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}, runtime "
           f"{getattr(encoder, 'runtime', 'torch')}; "
           f"n_trees={n_trees} search_k={search_k}")
