@@ -38,7 +38,7 @@ def _kb_of(request: Request) -> str:
     if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
         raise RequestValidationError([{
             "type": "value_error", "loc": ("path", "kb"),
-            "msg": "a KB name is 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit"}])
+            "msg": "must be 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit"}])
     return kb
 
 

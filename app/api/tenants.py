@@ -118,9 +118,11 @@ class Tenants:
         """Drop `kb`'s state (deleted, or its settings changed: the next request loads it afresh)."""
         with self._lock:
             state = self._resident.pop(kb, None)
+            resident = len(self._resident) + 1
         if state is not None:
             state.release()
             self.unloads += 1
+            state.metrics.kbs_resident.set(resident)
         return state is not None
 
     @staticmethod
