@@ -294,3 +294,10 @@ def test_hot_swap_of_one_kb_under_load(kbs, encoder):  # noqa: F811
     assert not failures, failures[:5]
     assert v2 in seen["/kbs/shop/match"] and len(seen["/kbs/shop/match"]) == 2
     assert len(seen["/match"]) == 1, "the default KB's index was not touched"
+
+
+def test_faq_kb_is_the_cli_default_not_the_services(kbs, encoder):  # noqa: F811
+    settings, store, _ = kbs
+    with TestClient(create_app(settings.model_copy(update={"kb": "shop"}), store=store, encoder=encoder)) as client:
+        assert top_faq(client.post("/match", json={"query": "I forgot my password"})) == "reset_password"
+        assert top_faq(client.post("/kbs/shop/match", json={"query": "can my dog come in"})) == "pets"
