@@ -67,6 +67,11 @@ VERIFY_SAMPLE = 20
 #: bulk requests of a build may take longer than a served search (FAQ_ES_TIMEOUT_S)
 BUILD_TIMEOUT_S = 120.0
 KINDS = ("phrasing", "answer")
+#: in index_dir: the version that was current before the latest activation. Servers swap to a new current
+#: only at their next poll and requests hold their Retriever to the end, so until then they still search
+#: that version's index: pruning keeps it (a pruned folder is safe, its Annoy file stays mapped; a deleted
+#: index is not)
+PREVIOUS_FILE = ".vector-previous"
 
 
 class VectorStoreUnavailable(RuntimeError):
@@ -423,13 +428,23 @@ class EsBuildRegistry(BuildRegistry):
                 with self.lock():
                     self._switch_current(previous)
             raise
+        if previous is not None and previous != version:
+            (self.index_dir / PREVIOUS_FILE).write_text(previous + "\n", encoding="utf-8")
         return manifest
+
+    def previous(self) -> str | None:
+        """The version that was current before the latest activation (see PREVIOUS_FILE)."""
+        try:
+            text = (self.index_dir / PREVIOUS_FILE).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        return text if VERSION_RE.match(text) else None
 
     def prune(self, keep: int) -> list[str]:
         deleted = super().prune(keep)
         try:
-            kept = set(self.versions()) | set(self.unfinished())
-            stale = sorted(set(deleted) | {v for v in self.vector_store.versions() if v not in kept})
+            kept = set(self.versions()) | set(self.unfinished()) | {self.previous()}
+            stale = sorted((set(deleted) | set(self.vector_store.versions())) - kept)
         except VectorStoreUnavailable as exc:
             log.warning("vector indexes of pruned versions not deleted: %s", exc)
             return deleted

@@ -142,13 +142,22 @@ def test_swap_rollback_prune_and_kb_deletion(kb_store, minilm_encoder, tmp_path,
     assert registry.versions() == [second, third] and es_store.versions() == [second, third]
     assert es_store.current_version() == third
 
+    # a rolled-back-to version is what servers search until their next poll: once a newer build replaces it,
+    # its folder may go but its index stays while it is the previous current one
+    registry.activate(second)
+    fourth = build(kb_store, minilm_encoder, registry, keep_versions=2)["version"]
+    assert registry.versions() == [third, fourth] and registry.previous() == second
+    assert es_store.versions() == [second, third, fourth]
+    fifth = build(kb_store, minilm_encoder, registry, keep_versions=2)["version"]
+    assert es_store.versions() == registry.versions() == [fourth, fifth]
+
     # another KB's indexes survive this KB's deletion
     other = EsVectorStore(es_emulator_url, prefix, "default-2", timeout_s=10)
     try:
-        other.client.indices.create(index=other.index_name(third))
-        assert delete_kb_vectors(es_emulator_url, prefix, "default") == [second, third]
+        other.client.indices.create(index=other.index_name(fifth))
+        assert delete_kb_vectors(es_emulator_url, prefix, "default") == [fourth, fifth]
         assert es_store.versions() == [] and es_store.alias_targets() == []
-        assert other.versions() == [third]
+        assert other.versions() == [fifth]
     finally:
         other.delete_all()
         other.close()
