@@ -270,8 +270,8 @@ class EsVectorStore:
         return found / len(rows)
 
     # -- serving -------------------------------------------------------------------------------------
-    def searcher(self, version: str, n_phrasings: int) -> "EsPhrasingSearch":
-        return EsPhrasingSearch(self, version, n_phrasings)
+    def searcher(self, version: str, n_phrasings: int, with_vectors: bool = True) -> "EsPhrasingSearch":
+        return EsPhrasingSearch(self, version, n_phrasings, with_vectors)
 
     def check_version_index(self, version: str, manifest: dict) -> None:
         """Refuse a version whose index is missing or does not hold what its manifest says (before it is
@@ -361,14 +361,19 @@ class EsPhrasingSearch:
     store: EsVectorStore
     version: str
     n_phrasings: int
+    #: False: hits come back as ids only and the Retriever takes their vectors from the build folder (Annoy's
+    #: fp32 copy, the same values): less to send and parse per hit, but the serving host then needs the folder's
+    #: vectors too
+    with_vectors: bool = True
 
     @property
     def index_name(self) -> str:
         return self.store.index_name(self.version)
 
-    def search(self, vecs: np.ndarray, want: int, exclude: Sequence[int] = ()) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query, (variant_ids, their stored vectors) of about OVERSAMPLE * `want` nearest phrasings of
-        this version, minus the `exclude`d variant ids, in Elasticsearch's order (approximate: re-rank them)."""
+    def search(self, vecs: np.ndarray, want: int, exclude: Sequence[int] = ()) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Per query, (variant_ids, their stored vectors or None without `with_vectors`) of about OVERSAMPLE *
+        `want` nearest phrasings of this version, minus the `exclude`d variant ids, in Elasticsearch's order
+        (approximate: re-rank them)."""
         vecs = np.asarray(vecs, dtype=np.float32)
         if vecs.ndim == 1:
             vecs = vecs[None, :]
@@ -388,7 +393,7 @@ class EsPhrasingSearch:
             body.append({"index": self.index_name})
             body.append({"knn": {"field": "vector", "query_vector": vec.tolist(), "k": k,
                                  "num_candidates": num_candidates, "filter": {"bool": flt}},
-                         "size": k, "_source": ["variant_id", "vector"]})
+                         "size": k, "_source": ["variant_id", "vector"] if self.with_vectors else ["variant_id"]})
         responses = self.store._call(f"kNN search of {self.index_name}", self.store.client.msearch,
                                      searches=body)["responses"]
         out = []
@@ -399,6 +404,9 @@ class EsPhrasingSearch:
                 raise VectorStoreUnavailable(f"{self.store._where()} failed a kNN search on {self.index_name!r}: {reason}")
             hits = response["hits"]["hits"]
             ids = np.array([int(h["_source"]["variant_id"]) for h in hits], dtype=np.int64)
+            if not self.with_vectors:
+                out.append((ids, None))
+                continue
             matrix = (np.array([h["_source"]["vector"] for h in hits], dtype=np.float32) if hits
                       else np.zeros((0, vecs.shape[1]), np.float32))
             out.append((ids, matrix))

@@ -324,6 +324,8 @@ class Retriever:
             self.__dict__["_dead_ids"] = dead
         out = []
         for vec, (vids, matrix) in zip(vecs, self._backend.search(vecs, want, exclude=dead)):
+            if matrix is None:  # ids only: the build folder's copy of the same vectors
+                matrix = self.vectors_of(vids.tolist())[0]
             hits = []
             for vid, cosine in zip(vids.tolist(), (matrix @ vec).tolist() if len(vids) else []):
                 item = self._item_of.get(int(vid))

@@ -106,6 +106,11 @@ def test_knn_serving_equals_the_in_process_search_with_edits(kb_store, minilm_en
         for k in (1, 5, 20, 100):
             for a, b in zip(remote.search(vecs, k), local.search(vecs, k)):
                 assert_same_hits(a, b)
+        # ids only, vectors from the build folder: the same hits
+        version = registry.current()
+        ids_only = Retriever.load(registry.path(version), backend=es.searcher(version, 68, with_vectors=False))
+        for a, b in zip(ids_only.with_kb(kb_store.snapshot(), minilm_encoder).search(vecs, 20), local.search(vecs, 20)):
+            assert_same_hits(a, b)
 
         # KB edits: the delta segment stays in process, tombstoned phrasings never come back from ES
         kb_store.create_faq("pet-policy", "Dogs are welcome.", ["Can I bring my dog to the store?"])
