@@ -179,7 +179,7 @@ def equality(url: str, work: Path, encoder: Any) -> dict:
         version = manifest["version"]
         snapshot = store.snapshot()
         ids_only = registry.vector_store.searcher(version, manifest["n_variants"], with_vectors=False)
-        retrievers = {"in_process": BuildRegistry(registry.index_dir).load_retriever(version).with_kb(snapshot, encoder),
+        retrievers = {"in_process": Retriever.load(BuildRegistry(registry.index_dir).path(version)).with_kb(snapshot, encoder),
                       "elasticsearch": registry.load_retriever(version).with_kb(snapshot, encoder),
                       "elasticsearch_ids_only": Retriever.load(registry.path(version), backend=ids_only).with_kb(snapshot, encoder)}
         queries = read_queries(DEMO_QUERIES)

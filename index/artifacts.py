@@ -363,13 +363,6 @@ class BuildRegistry:
                     shutil.rmtree(staging, ignore_errors=True)
         return deleted
 
-    def load_retriever(self, version: str, mmap: bool = True) -> Any:
-        """The served view of `version` (index/retriever.py Retriever). Registries whose builds are searched
-        elsewhere override it (index/es_vectors.py EsBuildRegistry)."""
-        from index.retriever import Retriever  # the retriever imports this module
-
-        return Retriever.load(self.path(version), mmap=mmap)
-
     # --- verification -------------------------------------------------------------------------
     def verify(self, version: str, recall: bool = True, sample: int = 1000, recall_floor: float | None = None) -> VerifyReport:
         """Check a finished version: files present, checksum, the index loads, counts match and

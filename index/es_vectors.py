@@ -468,6 +468,15 @@ class EsBuildRegistry(BuildRegistry):
         return Retriever.load(self.path(version), mmap=mmap, backend=backend)
 
 
+def load_retriever(registry: BuildRegistry, version: str, mmap: bool = True) -> Any:
+    """The served view of `version`: through the registry's vector store when it has one, else in process."""
+    if isinstance(registry, EsBuildRegistry):
+        return registry.load_retriever(version, mmap=mmap)
+    from index.retriever import Retriever
+
+    return Retriever.load(registry.path(version), mmap=mmap)
+
+
 def vector_store_for(settings: Any) -> EsVectorStore | None:
     """The settings' vector store: None for `annoy` (the build folder alone), else the KB's EsVectorStore."""
     kind = getattr(settings, "vector_store", "annoy") or "annoy"

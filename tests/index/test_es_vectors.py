@@ -12,8 +12,8 @@ import pytest
 from index.artifacts import BuildRegistry, IndexVerificationError
 from index.build import build_index
 from index.es_vectors import (
-    EsBuildRegistry, EsVectorStore, VectorStoreUnavailable, _version_of, delete_kb_vectors, open_registry,
-    vec_alias, vec_index_name,
+    EsBuildRegistry, EsVectorStore, VectorStoreUnavailable, _version_of, delete_kb_vectors, load_retriever,
+    open_registry, vec_alias, vec_index_name,
 )
 from index.retriever import Retriever
 
@@ -46,11 +46,12 @@ def build(store, encoder, registry, **kw):
 
 
 def served(registry, store, encoder, version=None):
-    return registry.load_retriever(version or registry.current()).with_kb(store.snapshot(), encoder)
+    return load_retriever(registry, version or registry.current()).with_kb(store.snapshot(), encoder)
 
 
 def in_process(registry, store, encoder, version=None):
-    return BuildRegistry(registry.index_dir).load_retriever(version or registry.current()).with_kb(store.snapshot(), encoder)
+    plain = BuildRegistry(registry.index_dir)
+    return load_retriever(plain, version or registry.current()).with_kb(store.snapshot(), encoder)
 
 
 def assert_same_hits(a, b):
