@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -324,7 +325,9 @@ def swap_under_load(url: str, work: Path, encoder: Any, clients: int = 4) -> dic
 # -- report ---------------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
     lines = ["# Elasticsearch as the vector store (index/es_vectors.py)", "",
-             f"Server: {report['server']}. Machine: {report['machine']}. `python -m bench.es_vectors`.", ""]
+             f"Server: {report['server']}. Machine: {report['machine']}, {report.get('cpus', '?')} CPUs, load average "
+             f"{report.get('load_average', '?')} during the run (shared: timings are indicative). "
+             "`python -m bench.es_vectors`.", ""]
     if "probe" in report:
         lines += ["## What the server accepts", "", "| feature | result |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in report["probe"].items()] + [""]
@@ -410,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if proc is not None:
                 stop_emulator(proc)
+    report["cpus"] = os.cpu_count()
+    report["load_average"] = round(os.getloadavg()[0], 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -17,6 +17,9 @@ Safety properties:
 - The lexical (BM25) indexes of the baseline arms are built under the same version (index/lexical.py):
   tantivy inside the build folder, and an Elasticsearch index `<prefix>-<version>` when an ES URL is
   given; pruned versions lose their Elasticsearch index too.
+- With a vector store (`FAQ_VECTOR_STORE=elasticsearch`: the registry's `vector_store`, index/es_vectors.py)
+  the phrasing and answer vectors are also written into a new Elasticsearch index of the version and
+  verified there before the version can be committed; a failed build deletes that index.
 """
 from __future__ import annotations
 

@@ -217,3 +217,54 @@ def test_open_registry_follows_the_settings(tmp_path, es_emulator_url):
     assert es.index_dir == tmp_path / "kbs" / "sales" / "indexes"
     with pytest.raises(ValueError, match="needs FAQ_ES_URL"):
         open_registry(Settings(data_dir=tmp_path, vector_store="elasticsearch"))
+
+
+def test_a_build_fails_cleanly_when_elasticsearch_is_down(kb_store, minilm_encoder, tmp_path):
+    registry = EsBuildRegistry(tmp_path / "indexes", EsVectorStore("http://127.0.0.1:9", "t", "default", timeout_s=1))
+    with pytest.raises(VectorStoreUnavailable, match="unreachable"):
+        build(kb_store, minilm_encoder, registry)
+    assert registry.versions() == [] and registry.current() is None and registry.unfinished() == []
+
+
+def test_searches_never_fail_while_the_alias_swaps_back_and_forth(kb_store, minilm_encoder, tmp_path, es_store):
+    import threading
+
+    registry = EsBuildRegistry(tmp_path / "indexes", es_store)
+    first = build(kb_store, minilm_encoder, registry)["version"]
+    kb_store.create_faq("pet-policy", "Dogs are welcome.", ["Can I bring my dog to the store?"])
+    second = build(kb_store, minilm_encoder, registry)["version"]
+    vecs = minilm_encoder.encode(QUERIES)
+    holder = {"retriever": served(registry, kb_store, minilm_encoder)}
+    stop, failures, done = threading.Event(), [], {"served": 0, "alias": 0}
+
+    def through_the_retriever() -> None:
+        while not stop.is_set():
+            try:
+                assert holder["retriever"].search(vecs, 5)[0]
+                done["served"] += 1
+            except Exception as exc:  # noqa: BLE001 - every failure counts
+                failures.append(repr(exc))
+
+    def through_the_alias() -> None:
+        knn = {"field": "vector", "query_vector": vecs[0].tolist(), "k": 5, "num_candidates": 50}
+        while not stop.is_set():
+            try:
+                hits = es_store.client.search(index=es_store.alias, knn=knn, size=5, _source=["version"]).body["hits"]["hits"]
+                assert len({h["_source"]["version"] for h in hits}) == 1
+                done["alias"] += 1
+            except Exception as exc:  # noqa: BLE001 - every failure counts
+                failures.append(repr(exc))
+
+    threads = [threading.Thread(target=through_the_retriever), threading.Thread(target=through_the_alias)]
+    for thread in threads:
+        thread.start()
+    try:
+        for version in [first, second] * 5:
+            registry.activate(version)
+            holder["retriever"] = served(registry, kb_store, minilm_encoder)  # the service's swap
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert failures == [] and done["served"] > 0 and done["alias"] > 0
+    assert registry.current() == second == es_store.current_version()
