@@ -17,6 +17,9 @@ Safety properties:
 - The lexical (BM25) indexes of the baseline arms are built under the same version (index/lexical.py):
   tantivy inside the build folder, and an Elasticsearch index `<prefix>-<version>` when an ES URL is
   given; pruned versions lose their Elasticsearch index too.
+- With a vector store (`FAQ_VECTOR_STORE=elasticsearch`: the registry's `vector_store`, index/es_vectors.py)
+  the phrasing and answer vectors are also written into a new Elasticsearch index of the version and
+  verified there before the version can be committed; a failed build deletes that index.
 """
 from __future__ import annotations
 
@@ -175,7 +178,7 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
                    timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
                    search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
                    lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = (),
-                   query_encoder: dict | None = None, query_side: Any = None) -> dict:
+                   query_encoder: dict | None = None, query_side: Any = None, vector_store: Any = None) -> dict:
     """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
     variants = snapshot.variants
     t = time.perf_counter()
@@ -219,6 +222,19 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     checksum = sha256_file(staging / artifacts.ANNOY_FILE)
     timings["save_s"] = time.perf_counter() - t
 
+    vector_block = None
+    if vector_store is not None:
+        t = time.perf_counter()
+        # answers as the build folder serves them (fp16), so both copies give the same cosines
+        vector_block = vector_store.build(
+            version, [v.variant_id for v in variants], [v.faq_id for v in variants], vectors,
+            answers.faq_ids if answers is not None else (),
+            answers.vectors.astype(np.float16).astype(np.float32) if answers is not None else None)
+        timings["vector_store_s"] = time.perf_counter() - t
+        say(f"vector store: {vector_block['n_phrasings']} phrasings and {vector_block['n_answers']} answers in "
+            f"Elasticsearch index {vector_block['index']} ({vector_block['index_options']['type']}) in "
+            f"{timings['vector_store_s']:.1f}s")
+
     stage_block = None
     if stage_vectors:
         t = time.perf_counter()
@@ -256,6 +272,8 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
     }
     if lexical_block is not None:
         manifest["lexical"] = lexical_block
+    if vector_block is not None:
+        manifest["vector_store"] = vector_block
     if stage_block:
         manifest["stage_vectors"] = stage_block
     write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
@@ -332,6 +350,7 @@ def build_index(
     stage_vectors: Any = (),
     query_encoder: dict | None = None,
     query_side: Any = None,
+    vector_store: Any = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -346,6 +365,8 @@ def build_index(
     when given, as index `<es_index_prefix>-<version>`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
     (`write_stage_vectors`; app/stages `vector_stages` picks them from FAQ_RERANKER).
+    `vector_store`: where the build's vectors are also written and served from (index/es_vectors.py
+    EsVectorStore); None: the registry's own (`EsBuildRegistry.vector_store`), if any.
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:
@@ -357,6 +378,8 @@ def build_index(
     if not 0.0 <= recall_floor <= 1.0:
         raise BuildError(f"recall_floor must be in [0, 1], got {recall_floor}")
     say = report or (lambda msg: log.info(msg))
+    if vector_store is None:
+        vector_store = getattr(registry, "vector_store", None)
     interrupts = _Interrupts().install()
     try:
         timings: dict[str, float] = {}
@@ -387,7 +410,7 @@ def build_index(
                     say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
                     recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
                     es_index_prefix=es_index_prefix, stage_vectors=stage_vectors, query_encoder=query_encoder,
-                    query_side=query_side)
+                    query_side=query_side, vector_store=vector_store)
 
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)
@@ -406,6 +429,8 @@ def build_index(
                     shutil.rmtree(staging, ignore_errors=True)
                     if lexical and es_url:  # the version never became one: its Elasticsearch index goes too
                         delete_es_indexes(es_url, [es_index_name(es_index_prefix, version)])
+                    if vector_store is not None:
+                        vector_store.delete_versions([version])
                 try:
                     if recorded:
                         store.update_build(version, status="failed", finished_at=_utcnow(), timings=timings,

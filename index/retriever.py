@@ -65,6 +65,7 @@ class Retriever:
         kb_revision: int | None = None,
         answer_vectors: AnswerVectors | None = None,
         exact: np.ndarray | None = None,
+        backend: Any = None,
     ):
         self.build_dir = Path(build_dir)
         self.manifest = manifest
@@ -88,6 +89,9 @@ class Retriever:
         #: the build's vectors (fp32, as Annoy holds them) when the build is small enough to search exactly
         #: (EXACT_MAX_CELLS); shared by every with_kb() copy
         self._exact = exact
+        #: where the build's phrasings are searched when not in process: an object with
+        #: `search(vecs, want, exclude) -> [(variant_ids, vectors)]` (index/es_vectors.py EsPhrasingSearch)
+        self._backend = backend
         # per thread, the last call's score rows by query bytes: `deepen` re-searches the same queries
         # deeper (a FAQ with 100 phrasings fills the first depth), and the product is most of the cost
         self._recent = threading.local()
@@ -96,9 +100,10 @@ class Retriever:
 
     # --- construction -----------------------------------------------------------------------------
     @classmethod
-    def load(cls, build_dir: str | Path, mmap: bool = True) -> "Retriever":
+    def load(cls, build_dir: str | Path, mmap: bool = True, backend: Any = None) -> "Retriever":
         """Open a finished build folder (or the `current` symlink). The Annoy file is memory-mapped,
-        so processes serving the same version share its pages."""
+        so processes serving the same version share its pages. With a `backend` the build's phrasings are
+        searched there (the Annoy file still answers `vectors_of`), so no in-process copy is made."""
         build_dir = Path(build_dir).resolve()  # resolve `current` once: later switches don't affect us
         manifest_path = build_dir / artifacts.MANIFEST_FILE
         if not manifest_path.is_file():
@@ -117,9 +122,10 @@ class Retriever:
                 questions.append(row["question"])
         if not (len(ids) == len(faq_ids) == ann.n_items):
             raise ValueError(f"{build_dir}: {len(ids)} ids, {len(faq_ids)} idmap rows, {ann.n_items} annoy items differ")
-        exact = ann.item_vectors(list(range(ann.n_items))) if ann.n_items * ann.dim <= EXACT_MAX_CELLS else None
+        small = backend is None and ann.n_items * ann.dim <= EXACT_MAX_CELLS
+        exact = ann.item_vectors(list(range(ann.n_items))) if small else None
         return cls(build_dir, manifest, ann, ids, faq_ids, questions, answer_vectors=_load_answers(build_dir, manifest),
-                   exact=exact)
+                   exact=exact, backend=backend)
 
     def as_built(self) -> "Retriever":
         """This build alone, as it matched when it was made: no delta segment, its own FAQs with the answers it
@@ -128,7 +134,7 @@ class Retriever:
         texts = dict(zip(av.faq_ids, av.texts)) if av is not None and av.texts is not None else {}
         return Retriever(self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
                          item_of=self._item_of, answers={f: (texts.get(f, ""), []) for f in set(self._faq_ids)},
-                         answer_vectors=av, exact=self._exact)
+                         answer_vectors=av, exact=self._exact, backend=self._backend)
 
     def with_kb(self, snapshot: Any, encoder: Any, cache: MutableMapping[str, np.ndarray] | None = None) -> "Retriever":
         """A new Retriever reflecting `snapshot` (a KbSnapshot): delta segment + tombstones + answers.
@@ -176,7 +182,7 @@ class Retriever:
             self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
             item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
             answers=dict(snapshot.faqs), kb_revision=snapshot.revision, answer_vectors=answer_vectors,
-            exact=self._exact,
+            exact=self._exact, backend=self._backend,
         )
 
     def _built_answers(self) -> dict[str, tuple[str, np.ndarray]] | None:
@@ -284,10 +290,10 @@ class Retriever:
         if vecs.ndim != 2 or vecs.shape[1] != self.dim:
             raise ValueError(f"query vectors: expected shape (q, {self.dim}), got {vecs.shape}")
         delta_scores = vecs @ self._delta_vecs.T if self.n_delta else None
-        built = self._search_exact(vecs, k) if self._exact is not None else None
+        built = self._search_built(vecs, k)
         results = []
-        for row, vec in enumerate(vecs):
-            hits = built[row] if built is not None else self._search_annoy(vec, k)
+        for row in range(len(vecs)):
+            hits = built[row]
             if delta_scores is not None:
                 scores = delta_scores[row]
                 top = np.argsort(-scores, kind="stable")[:k]
@@ -297,6 +303,37 @@ class Retriever:
                 hits.sort(key=lambda h: -h.cosine)
             results.append(hits[:k])
         return results
+
+    def _search_built(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
+        """Per query, the k most similar live build variants, best first, from wherever the build is searched."""
+        if self._backend is not None:
+            return self._search_backend(vecs, k)
+        if self._exact is not None:
+            return self._search_exact(vecs, k)
+        return [self._search_annoy(vec, k) for vec in vecs]
+
+    def _search_backend(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
+        """The backend's candidates re-ranked by their exact cosine: its own scores may come from quantized
+        vectors, and everything downstream (pooling, calibration, thresholds) was fitted on exact ones."""
+        want = min(k, len(self._ids) - self._n_tombstones)
+        if want <= 0:
+            return [[] for _ in vecs]
+        dead = self.__dict__.get("_dead_ids")
+        if dead is None:  # once per retriever (immutable)
+            dead = self._ids[self._tombstones].tolist()
+            self.__dict__["_dead_ids"] = dead
+        out = []
+        for vec, (vids, matrix) in zip(vecs, self._backend.search(vecs, want, exclude=dead)):
+            if matrix is None:  # ids only: the build folder's copy of the same vectors
+                matrix = self.vectors_of(vids.tolist())[0]
+            hits = []
+            for vid, cosine in zip(vids.tolist(), (matrix @ vec).tolist() if len(vids) else []):
+                item = self._item_of.get(int(vid))
+                if item is not None and not self._tombstones[item]:  # also when the backend could not exclude it
+                    hits.append(Hit(int(vid), self._faq_ids[item], self._questions[item], float(cosine)))
+            hits.sort(key=lambda h: -h.cosine)
+            out.append(hits[:k])
+        return out
 
     def _search_exact(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Every query against every live build vector in one matrix product: for a small build this

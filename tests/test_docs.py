@@ -55,6 +55,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_LEXICAL_K": ("10", 10),
     "FAQ_ES_INDEX_PREFIX": ("kb", "kb"),
     "FAQ_ES_TIMEOUT_S": ("0.5", 0.5),
+    "FAQ_VECTOR_STORE": ("elasticsearch", "elasticsearch"),
     "FAQ_DEFAULT_ARM": ("lexical", "lexical"),
     "FAQ_AB_SPLIT": ("ann:90, lexical:10", "ann:90,lexical:10"),
     "FAQ_RERANKER": ("models/a,models/b", "models/a,models/b"),
