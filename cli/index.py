@@ -108,7 +108,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _registry(settings) -> BuildRegistry:
-    return BuildRegistry(settings.index_dir)
+    """The KB's registry: with FAQ_VECTOR_STORE=elasticsearch, builds also write their vectors there and
+    activation moves the KB's alias (index/es_vectors.py)."""
+    from index.es_vectors import open_registry
+
+    return open_registry(settings)
 
 
 def _kb_flag(settings) -> str:

@@ -589,6 +589,17 @@ def cmd_delete(args: argparse.Namespace) -> int:
     lines = [f"Deleted KB {name!r}: {counts['faqs']} FAQs, {counts['variants']} phrasings, {counts['builds']} "
              f"builds, {counts['tokens']} tokens, {counts['query_log']} query-log rows"
              + (f"; removed {folder}" if removed else "")]
+    if settings.es_url and settings.vector_store == "elasticsearch":
+        from index.es_vectors import delete_kb_vectors
+
+        try:
+            gone = delete_kb_vectors(settings.es_url, settings.es_index_prefix, name)
+        except Exception as exc:  # noqa: BLE001 - the KB is deleted; say what is left behind
+            print(f"warning: could not delete the KB's vector indexes in Elasticsearch ({exc}); delete "
+                  f"{settings.es_index_prefix}-vec-{name}-* by hand", file=sys.stderr)
+        else:
+            if gone:
+                lines.append(f"Deleted its vector indexes of versions {', '.join(gone)}")
     if es_names:
         from index.lexical import delete_es_indexes
 

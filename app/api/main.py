@@ -41,6 +41,7 @@ from app.api.state import NO_INDEX_REASON, ServiceState
 from app.api.tenants import Tenants
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
+from index.es_vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from app.settings import DEFAULT_KB, Settings, get_settings
 
@@ -328,6 +329,10 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
         # only the lexical arms depend on it: the ann arms keep serving
         return _error(503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
                       headers={"Retry-After": "10"})
+
+    @app.exception_handler(VectorStoreUnavailable)
+    async def on_vector_store_unavailable(request: Request, exc: VectorStoreUnavailable) -> JSONResponse:
+        return _error(503, f"the vector store is unavailable: {exc}", headers={"Retry-After": "10"})
 
     @app.exception_handler(Overloaded)
     async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:

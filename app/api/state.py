@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from app.api.metrics import ServiceMetrics
@@ -108,7 +107,7 @@ class ServiceState:
         The housekeeping (housekeeping.py) starts after it: sweep, traffic table, KB poller."""
         import torch
 
-        from index.artifacts import BuildRegistry
+        from index.es_vectors import open_registry
 
         parent = self.parent
         if parent is None:
@@ -120,7 +119,7 @@ class ServiceState:
         # the KB's own settings (`faq kb settings`) over the deployment's
         self.applied_settings = self.stored_settings()
         self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
-        self.registry = BuildRegistry(Path(self.settings.index_dir))
+        self.registry = open_registry(self.settings)
         manifest = self._current_manifest()
         self.query_encoder = self._load_query_encoder(manifest)
         if self.encoder is None:
@@ -237,7 +236,7 @@ class ServiceState:
     def load_current_build(self, reason: str = "reload") -> tuple[str | None, str | None]:
         """Load the registry's `current` build (if it is not the one served) with the KB delta applied,
         then swap. Returns (previous_version, served_version)."""
-        from index.retriever import Retriever
+        from index.es_vectors import load_retriever
 
         with self._swap_lock:
             previous = self.retriever
@@ -249,7 +248,7 @@ class ServiceState:
                 return prev_version, prev_version
             if previous is not None and version == prev_version:
                 return prev_version, prev_version  # already served: nothing to load
-            fresh = Retriever.load(self.registry.path(version))
+            fresh = load_retriever(self.registry, version)
             try:
                 check_encoder(fresh.manifest or {}, self.encoder)
                 if self.query_encoder is not None:

@@ -301,3 +301,40 @@ def test_faq_kb_is_the_cli_default_not_the_services(kbs, encoder):  # noqa: F811
     with TestClient(create_app(settings.model_copy(update={"kb": "shop"}), store=store, encoder=encoder)) as client:
         assert top_faq(client.post("/match", json={"query": "I forgot my password"})) == "reset_password"
         assert top_faq(client.post("/kbs/shop/match", json={"query": "can my dog come in"})) == "pets"
+
+
+def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder, es_emulator_url):  # noqa: F811
+    """FAQ_VECTOR_STORE=elasticsearch (the emulator here): builds write each KB's vectors into its own
+    index, `faq serve` searches them by kNN, and every answer equals the in-process index's."""
+    import uuid
+
+    from index.es_vectors import delete_kb_vectors, open_registry
+    from index.build import build_index
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    settings = make_settings(tmp_path, vector_store="elasticsearch", es_url=es_emulator_url, es_index_prefix=prefix,
+                             es_timeout_s=10, lexical_engine="tantivy")
+    store = make_store(settings)
+    store.kbs.create("shop")
+    store.for_kb("shop").import_records(shop_records())
+    for kb in ("default", "shop"):
+        scoped = settings.for_kb(kb)
+        build_index(store.for_kb(kb), encoder, open_registry(scoped), n_trees=5, lexical=False)
+    queries = {"/match": ["I forgot my password", "when will my parcel arrive", "refund please"],
+               "/kbs/shop/match": ["can my dog come in", "where do I park the car", "wifi name"]}
+    answers = {}
+    try:
+        for store_kind in ("elasticsearch", "annoy"):
+            app = create_app(settings.model_copy(update={"vector_store": store_kind}), store=store, encoder=encoder)
+            with TestClient(app) as client:
+                answers[store_kind] = [
+                    [(m["faq_id"], round(m["score"], 5)) for m in client.post(path, json={"query": q}).json()["matches"]]
+                    for path, qs in queries.items() for q in qs]
+                served = [app.state.service.retriever, app.state.tenants.peek("shop").retriever]
+                # kNN in the store, or Annoy/exact search in process
+                assert all((r._backend is not None) == (store_kind == "elasticsearch") for r in served)
+    finally:
+        for kb in ("default", "shop"):
+            delete_kb_vectors(es_emulator_url, prefix, kb)
+    assert answers["elasticsearch"] == answers["annoy"]
+    assert answers["annoy"][3][0][0] == "pets"
