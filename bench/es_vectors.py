@@ -141,7 +141,7 @@ def probe(url: str) -> dict[str, str]:
 
 
 # -- the demo KB, built once -------------------------------------------------------------------------------
-def demo_build(url: str, work: Path, encoder: Any, prefix: str) -> tuple[Any, Any, Any, dict]:
+def demo_build(url: str, work: Path, encoder: Any, prefix: str, kb_file: Path = DEMO_KB) -> tuple[Any, Any, Any, dict]:
     """(settings, store, registry, manifest): the demo KB imported into a scratch store and built into
     Elasticsearch (and the build folder)."""
     from app.settings import Settings
@@ -153,11 +153,15 @@ def demo_build(url: str, work: Path, encoder: Any, prefix: str) -> tuple[Any, An
     settings = Settings(data_dir=work, database_url=f"sqlite:///{(work / 'bench.db').as_posix()}", es_url=url,
                         es_index_prefix=prefix, vector_store="elasticsearch", es_timeout_s=10.0)
     store = migrated_store(settings)
-    store.import_records(read_kb(DEMO_KB))
+    store.import_records(read_kb(kb_file))
     registry = EsBuildRegistry(settings.index_dir, EsVectorStore(url, prefix, settings.kb, timeout_s=10.0))
     manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
                            batch_size=64, encoder_spec="minilm", lexical=False)
     return settings, store, registry, manifest
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -166,7 +170,7 @@ def _ms(values: list[float]) -> dict[str, float]:
             "mean": round(statistics.fmean(values), 3)}
 
 
-def equality(url: str, work: Path, encoder: Any) -> dict:
+def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, queries_file: Path = DEMO_QUERIES) -> dict:
     from app.assembly import build_pipeline
     from evaluation.match import EVAL_TOP_K, match_all
     from evaluation.metrics import all_metrics, outcomes_from_results
@@ -175,7 +179,7 @@ def equality(url: str, work: Path, encoder: Any) -> dict:
     from kb.records import read_queries
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    settings, store, registry, manifest = demo_build(url, work, encoder, prefix)
+    settings, store, registry, manifest = demo_build(url, work, encoder, prefix, kb_file)
     try:
         version = manifest["version"]
         snapshot = store.snapshot()
@@ -183,7 +187,7 @@ def equality(url: str, work: Path, encoder: Any) -> dict:
         retrievers = {"in_process": Retriever.load(BuildRegistry(registry.index_dir).path(version)).with_kb(snapshot, encoder),
                       "elasticsearch": registry.load_retriever(version).with_kb(snapshot, encoder),
                       "elasticsearch_ids_only": Retriever.load(registry.path(version), backend=ids_only).with_kb(snapshot, encoder)}
-        queries = read_queries(DEMO_QUERIES)
+        queries = read_queries(queries_file)
         texts, golds = [q.query for q in queries], [q.faq_id for q in queries]
         threshold = float(settings.default_threshold)
         results, report = {}, {}
@@ -217,7 +221,7 @@ def equality(url: str, work: Path, encoder: Any) -> dict:
                 times.append((time.perf_counter() - t) * 1000)
             latency[name] = _ms(times)
         return {
-            "kb": str(DEMO_KB.relative_to(ROOT)), "queries": str(DEMO_QUERIES.relative_to(ROOT)),
+            "kb": _shown(kb_file), "queries": _shown(queries_file),
             "n_queries": len(queries), "n_phrasings": manifest["n_variants"], "n_faqs": manifest["n_faqs"],
             "encoder": encoder.id, "threshold": threshold, "top_k": EVAL_TOP_K,
             "index": manifest["vector_store"],
@@ -375,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--es-url", help="a running server; default: start the noida-db emulator")
     parser.add_argument("--parts", default="probe,equality,swap")
+    parser.add_argument("--kb", type=Path, default=DEMO_KB, help="the KB of the equality part (default: the demo)")
+    parser.add_argument("--queries", type=Path, default=DEMO_QUERIES, help="its labelled queries")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "es_vectors"))
     args = parser.parse_args(argv)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
@@ -402,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(report["probe"], indent=2))
             if "equality" in parts:
                 (work / "eq").mkdir()
-                report["equality"] = equality(url, work / "eq", encoder)
+                report["equality"] = equality(url, work / "eq", encoder, args.kb.resolve(), args.queries.resolve())
                 print(json.dumps({k: report["equality"][k] for k in ("results", "agreement_with_in_process",
                                                                      "search_latency_ms_k20")},
                                  indent=2))
