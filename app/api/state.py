@@ -17,6 +17,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable
 
@@ -142,8 +143,7 @@ class ServiceState:
                 self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
         # queries go through the query encoder when there is one (balanced mode); KB refreshes through the
         # encoder that built the index (its FAQ side)
-        self.matcher = build_pipeline(self.settings, self.query_encoder or self.encoder, lambda: self.retriever,
-                                      lexical=self.lexical_for, stages=stages)
+        self.matcher = self._pipeline(self.settings, stages)
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
@@ -161,12 +161,31 @@ class ServiceState:
         encoder setting applies to the next build."""
         settings = self._deployment_settings.for_kb(self.kb, stored)
         with self._swap_lock:
-            matcher = build_pipeline(settings, self.query_encoder or self.encoder, lambda: self.retriever,
-                                     lexical=self.lexical_for, stages=self.stages)
+            matcher = self._pipeline(settings, self.stages)
             self.settings, self.applied_settings, self.matcher = settings, dict(stored), matcher
             if self.parent is None and self.batcher is not None:
                 self.batcher.matcher = matcher
         log.info("KB %s: serving with its new settings %s", self.kb, stored)
+
+    def _pipeline(self, settings: Settings, stages: list) -> Pipeline:
+        """This KB's pipeline. It reaches back to the state through a weak reference: a state and its
+        pipeline must not form a cycle, or an unloaded KB (app/api/tenants.py) would hold its index in
+        memory until a full garbage collection instead of freeing it when its last request ends."""
+        state = weakref.ref(self)
+
+        def retriever() -> Retriever | None:
+            alive = state()
+            return alive.retriever if alive is not None else None
+
+        def lexical(retriever: Retriever) -> LexicalIndex:
+            alive = state()
+            if alive is None:
+                from index.lexical import LexicalUnavailable
+
+                raise LexicalUnavailable(f"KB {settings.kb} was unloaded; retry")
+            return alive.lexical_for(retriever)
+
+        return build_pipeline(settings, self.query_encoder or self.encoder, retriever, lexical=lexical, stages=stages)
 
     def stored_settings(self) -> dict:
         """The KB's stored settings ({} for a database without its row: nothing to apply)."""

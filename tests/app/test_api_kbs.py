@@ -239,6 +239,33 @@ def test_resident_kbs_stay_within_budget(tmp_path, encoder):  # noqa: F811
         assert tenants.peek("c").encoder is app.state.service.encoder
 
 
+def test_an_unloaded_kb_is_freed_at_once(tmp_path, encoder):  # noqa: F811
+    """Its state, pipeline and index go when its last reference does, without waiting for the cyclic
+    garbage collector (which a busy process runs rarely): memory follows FAQ_MAX_RESIDENT_KBS."""
+    import gc
+    import weakref
+
+    settings = make_settings(tmp_path, max_resident_kbs=2)
+    store = make_store(settings)
+    for name in ("a", "b"):
+        store.kbs.create(name)
+        store.for_kb(name).import_records(shop_records())
+        build(store.for_kb(name), encoder, settings.for_kb(name))
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        client.post("/kbs/a/match", json={"query": "dog"})
+        state = app.state.tenants.peek("a")
+        gone = [weakref.ref(state), weakref.ref(state.retriever), weakref.ref(state.matcher)]
+        del state
+        gc.collect()
+        gc.disable()
+        try:
+            client.post("/kbs/b/match", json={"query": "dog"})  # unloads a
+            assert [ref() is None for ref in gone] == [True, True, True]
+        finally:
+            gc.enable()
+
+
 def test_kb_settings_are_followed_live(kbs, encoder):  # noqa: F811
     settings, store, _ = kbs
     app = create_app(settings, store=store, encoder=encoder)
