@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Callable
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
-from app.assembly import build_encoder_for, build_pipeline, lexical_engine, load_configured_encoder
+from app.assembly import (
+    build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
+)
 from app.pipeline import NoIndexError, Pipeline
 from app.stages import load_stages
 from app.settings import Settings
@@ -127,9 +129,10 @@ class ServiceState:
             if parent is not None and parent._given_encoder:
                 self.encoder = parent.encoder
             else:
-                key = ("faq side", self.settings.encoder, self.settings.encoder_runtime,
-                       *((manifest or {}).get(k) for k in ("encoder_spec", "encoder_runtime", "encoder_id", "dim")),
-                       self.query_encoder is not None)
+                # what loads: the spec and runtime as resolved (a KB without a build loads the configured
+                # default, which is what the KBs with builds usually have too)
+                key = ("faq side", encoder_spec(self.settings, manifest),
+                       self._resolved_runtime(encoder_runtime(self.settings, manifest)), self.query_encoder is not None)
                 self.encoder = self._shared_encoder(
                     key, lambda: build_encoder_for(self.settings, manifest, self.query_encoder is not None))
         stages = []
@@ -195,6 +198,16 @@ class ServiceState:
             return self.store.kbs.settings(self.kb)
         except KbNotFound:
             return {}
+
+    def _resolved_runtime(self, runtime: str) -> str:
+        """"auto" as what it means on this machine, so that a KB without a build shares its encoder."""
+        from models.encoders.base import pick_device
+        from models.encoders.runtime import RuntimeUnavailable, resolve_runtime
+
+        try:
+            return resolve_runtime(runtime, pick_device(self.settings.device))
+        except RuntimeUnavailable:
+            return runtime  # loading it says why
 
     def _shared_encoder(self, key: tuple, load: Callable[[], Encoder]) -> Encoder:
         with self._encoders_lock:

@@ -266,6 +266,21 @@ def test_an_unloaded_kb_is_freed_at_once(tmp_path, encoder):  # noqa: F811
             gc.enable()
 
 
+def test_kbs_share_one_encoder_even_with_an_empty_default_kb(tmp_path, encoder):  # noqa: F811
+    settings = make_settings(tmp_path, encoder_runtime="torch")
+    store = make_store(settings, records=[])  # the default KB: no FAQs, no build
+    for name in ("a", "b"):
+        store.kbs.create(name)
+        store.for_kb(name).import_records(shop_records())
+        build(store.for_kb(name), encoder, settings.for_kb(name))
+    app = create_app(settings, store=store)  # encoders loaded by the service itself
+    with TestClient(app) as client:
+        for name in ("a", "b"):
+            assert top_faq(client.post(f"/kbs/{name}/match", json={"query": "can my dog come"})) == "pets"
+        tenants = app.state.tenants
+        assert tenants.peek("a").encoder is tenants.peek("b").encoder is app.state.service.encoder
+
+
 def test_kb_settings_are_followed_live(kbs, encoder):  # noqa: F811
     settings, store, _ = kbs
     app = create_app(settings, store=store, encoder=encoder)
