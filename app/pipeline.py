@@ -41,7 +41,8 @@ from index.candidates import (
 )
 from index.decision import WINDOW
 
-__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoRerankerError", "Pipeline"]
+__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoRerankerError", "Pipeline",
+           "run_pipelines"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,28 +161,7 @@ class Pipeline:
         its exception as its outcome and the others are still answered; an encoder failure is every
         group's. `on_encode(n)` hears the size of the encoder call (the service's batch-size metric).
         Timings: `encode` is that call's, a group's `total` runs from its submitted time."""
-        queries = [q for requests, _, _ in groups for q in requests]
-        try:
-            t0 = time.perf_counter()
-            vecs = self.encode([q.query for q in queries])
-            encode_ms = (time.perf_counter() - t0) * 1000.0
-        except Exception as exc:
-            return [exc] * len(groups)
-        if on_encode is not None:
-            on_encode(len(queries))
-        outcomes: list[list[MatchResult] | BaseException] = []
-        offset = 0
-        for requests, retriever, submitted in groups:
-            n = len(requests)
-            try:
-                results = self.rank(requests, vecs[offset: offset + n], retriever, encode_ms=encode_ms,
-                                    started=t0 if submitted is None else submitted)
-                self.remember(requests, retriever, results)
-                outcomes.append(results)
-            except Exception as exc:
-                outcomes.append(exc)
-            offset += n
-        return outcomes
+        return run_pipelines([(self, group) for group in groups], on_encode=on_encode)
 
     # -- the query cache -------------------------------------------------------------------------
     def _cache_key(self, request: MatchQuery, options: tuple) -> tuple:
@@ -316,6 +296,17 @@ class Pipeline:
             result.timings_ms.update(decide=round(decide_ms, 3), total=round(total_ms, 3))
         return results
 
+    def _rank_group(self, group: Group, vecs: np.ndarray, encode_ms: float,
+                    started: float) -> list[MatchResult] | BaseException:
+        requests, retriever, submitted = group
+        try:
+            results = self.rank(requests, vecs, retriever, encode_ms=encode_ms,
+                                started=started if submitted is None else submitted)
+            self.remember(requests, retriever, results)
+            return results
+        except Exception as exc:
+            return exc
+
     def served_pool(self, retriever: RetrieverLike) -> int:
         """The pool size `retriever`'s build is served with: the configured one, else (None) the best
         phrasing alone when the build's answers are evidence and the mean of the best 2 when not. Both
@@ -443,3 +434,33 @@ class NoIndexError(RuntimeError):
 
 class NoRerankerError(RuntimeError):
     """A `+rerank` arm was asked for but no re-ranker is installed."""
+
+
+def run_pipelines(work: Sequence[tuple[Pipeline, Group]], *,
+                  on_encode: Callable[[int], Any] | None = None) -> list[list[MatchResult] | BaseException]:
+    """`Pipeline.run` for groups of several pipelines (the KBs of one service, each with its own settings):
+    one encoder call for all the groups whose pipelines share an encoder, then each group ranked by its
+    own pipeline. Outcomes in the order of `work`."""
+    outcomes: list[list[MatchResult] | BaseException] = [RuntimeError("not run")] * len(work)
+    by_encoder: dict[int, list[int]] = {}
+    for i, (pipeline, _) in enumerate(work):
+        by_encoder.setdefault(id(pipeline.encoder), []).append(i)
+    for members in by_encoder.values():
+        queries = [q for i in members for q in work[i][1][0]]
+        t0 = time.perf_counter()
+        try:
+            vecs = work[members[0]][0].encode([q.query for q in queries])
+        except Exception as exc:
+            for i in members:
+                outcomes[i] = exc
+            continue
+        encode_ms = (time.perf_counter() - t0) * 1000.0
+        if on_encode is not None:
+            on_encode(len(queries))
+        offset = 0
+        for i in members:
+            pipeline, group = work[i]
+            n = len(group[0])
+            outcomes[i] = pipeline._rank_group(group, vecs[offset: offset + n], encode_ms, t0)
+            offset += n
+    return outcomes

@@ -296,6 +296,8 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.include_router(match.router)
     app.include_router(match.router, **by_kb)
     app.include_router(health.router)
+    app.include_router(health.ready_router)
+    app.include_router(health.ready_router, **by_kb)
     app.include_router(admin.router)
     app.include_router(admin.router, **by_kb)
     if not settings.admin_token:

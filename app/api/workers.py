@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.metrics import ServiceMetrics
-from app.pipeline import MatchQuery, MatchResult, Pipeline
+from app.pipeline import MatchQuery, MatchResult, Pipeline, run_pipelines
 
 log = logging.getLogger(__name__)
 
@@ -325,16 +325,8 @@ class MatchBatcher:
         return outcomes
 
     def _run_live(self, jobs: list[_Job]) -> list[list[MatchResult] | BaseException]:
-        """One `Pipeline.run` per pipeline among `jobs` (KBs differ in pipeline: their own settings)."""
+        """KBs differ in pipeline (their own settings) but usually share the encoder: one encoder call for
+        all the jobs whose pipelines share one (app/pipeline.py `run_pipelines`)."""
         on_encode = self.metrics.encode_batch.observe if self.metrics else None
-        by_matcher: dict[int, list[int]] = {}
-        for i, job in enumerate(jobs):
-            by_matcher.setdefault(id(job.matcher), []).append(i)
-        outcomes: list[list[MatchResult] | BaseException] = [RuntimeError("not run")] * len(jobs)
-        for members in by_matcher.values():
-            matcher = jobs[members[0]].matcher
-            done = matcher.run([(jobs[i].queries, jobs[i].retriever, jobs[i].submitted) for i in members],
-                               on_encode=on_encode)
-            for i, outcome in zip(members, done):
-                outcomes[i] = outcome
-        return outcomes
+        return run_pipelines([(job.matcher, (job.queries, job.retriever, job.submitted)) for job in jobs],
+                             on_encode=on_encode)

@@ -60,6 +60,10 @@ def test_each_kb_answers_from_its_own_faqs(kbs, encoder):  # noqa: F811
         assert [res["matches"][0]["faq_id"] for res in r.json()["results"]] == ["parking", "wifi"]
         versions = {client.post(p, json={"query": "x"}).json()["index_version"] for p in ("/match", "/kbs/shop/match")}
         assert len(versions) == 2, "each KB serves its own build"
+        ready = client.get("/kbs/shop/readyz")
+        assert ready.status_code == 200 and ready.json()["index_version"] in versions
+        assert client.get("/kbs/shop/readyz").json()["index_version"] != client.get("/readyz").json()["index_version"]
+        assert client.get("/kbs/nope/readyz").status_code == 404
 
 
 @pytest.mark.parametrize("name", ["nope", "other-kb"])
@@ -380,3 +384,29 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
             delete_kb_vectors(es_emulator_url, prefix, kb)
     assert answers["elasticsearch"] == answers["annoy"]
     assert answers["annoy"][3][0][0] == "pets"
+
+
+def test_queries_to_different_kbs_share_one_encoder_call(kbs, encoder):  # noqa: F811
+    from app.pipeline import MatchQuery, run_pipelines
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.calls, self.id, self.dim = inner, [], inner.id, inner.dim
+
+        def encode(self, texts, **kw):
+            self.calls.append(len(texts))
+            return self.inner.encode(texts, **kw)
+
+    settings, store, _ = kbs
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        client.post("/kbs/shop/match", json={"query": "load it"})
+        default, shop = app.state.service, app.state.tenants.peek("shop")
+        counting = Counting(encoder)
+        default.matcher.encoder = shop.matcher.encoder = counting
+        work = [(default.matcher, ([MatchQuery("I forgot my password")], default.retriever, None)),
+                (shop.matcher, ([MatchQuery("can my dog come in"), MatchQuery("parking?")], shop.retriever, None))]
+        outcomes = run_pipelines(work)
+    assert counting.calls == [3], "one encoder call for both KBs"
+    assert [r.matches[0].faq_id for r in outcomes[0]] == ["reset_password"]
+    assert [r.matches[0].faq_id for r in outcomes[1]] == ["pets", "parking"]

@@ -1,5 +1,6 @@
-"""`GET /healthz` (the process is up), `GET /readyz` (an index is loaded; `degraded` names parts some
-arms need that cannot answer, e.g. Elasticsearch for the lexical arms) and `GET /metrics`."""
+"""`GET /healthz` (the process is up), `GET /readyz` and `GET /kbs/{kb}/readyz` (that KB's index is loaded;
+`degraded` names parts some arms need that cannot answer, e.g. Elasticsearch for the lexical arms) and
+`GET /metrics`."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
@@ -11,6 +12,8 @@ from app.api.schemas import Health, Readiness
 from app.api.state import NO_INDEX_REASON, ServiceState
 
 router = APIRouter(tags=["health"])
+#: mounted bare (the default KB) and under /kbs/{kb}: a KB is ready when its index is loaded
+ready_router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
@@ -18,7 +21,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get(
+@ready_router.get(
     "/readyz", response_model=Readiness,
     responses={503: {"model": Readiness, "description": "no index loaded (the reason says why)"}},
     summary="Readiness: an index is loaded and /match can answer",
