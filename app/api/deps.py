@@ -24,8 +24,9 @@ from app.settings import DEFAULT_KB, KB_NAME_PATTERN
 _bearer = HTTPBearer(auto_error=False, description="FAQ_ADMIN_TOKEN, or a token of the KB (`faq kb token`)")
 
 
-def kb_path(kb: Annotated[str, Path(pattern=KB_NAME_PATTERN, max_length=64,
-                                    description="the KB's name (`faq kb list`)")]) -> str:
+async def kb_path(kb: Annotated[str, Path(pattern=KB_NAME_PATTERN, max_length=64,
+                                          description="the KB's name (`faq kb list`)")]) -> str:
+    # async: a sync dependency costs every /kbs/{kb} request a round trip through the thread pool
     return kb
 
 
