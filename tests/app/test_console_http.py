@@ -226,3 +226,26 @@ def test_sign_out_ends_the_session_on_the_server(served):
     replay = TestClient(app)
     replay.cookies.set(COOKIE, stolen, path="/console")
     assert replay.get("/console/kbs", follow_redirects=False).status_code == 303
+
+
+def test_saves_and_deletes_check_the_version_they_were_shown(served):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    store.create_faq("versioned", "first answer", ["a versioned question"])
+    page = client.get("/console/kbs/default/faqs/edit?id=versioned")
+    version = re.search(r'name="version" value="([^"]+)"', page.text).group(1)
+    edit = {"csrf": csrf, "id": "versioned", "answer": "mine", "questions": "a versioned question"}
+    r = client.post("/console/kbs/default/faqs/edit", data=edit)  # no version: never a blind overwrite
+    assert r.status_code == 409 and "nothing was saved" in r.text
+    store.update_faq("versioned", answer="theirs")
+    for path, fields in [("/console/kbs/default/faqs/edit", edit), ("/console/kbs/default/faqs/delete", {"csrf": csrf})]:
+        r = client.post(path, data={**fields, "id": "versioned", "version": version})
+        assert r.status_code == 409, (path, r.text)
+    assert store.get_faq("versioned").answer == "theirs"
+    fresh = re.search(r'name="version" value="([^"]+)"',
+                      client.get("/console/kbs/default/faqs/edit?id=versioned").text).group(1)
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "versioned", "version": fresh},
+                    follow_redirects=False)
+    assert r.status_code == 303 and store.get_faq("versioned") is None
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "versioned", "version": fresh})
+    assert r.status_code == 404

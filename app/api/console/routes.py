@@ -33,6 +33,8 @@ from app.pipeline import NoIndexError
 from app.settings import KB_NAME_PATTERN
 from app.store import (FaqExists, FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch,
                        KbValidationError)
+from index.es_vectors import VectorStoreUnavailable
+from index.lexical import LexicalUnavailable
 from kb.records import text_problem
 
 log = logging.getLogger(__name__)
@@ -291,8 +293,8 @@ async def try_question(request: Request, kb: str) -> Response:
     except NoIndexError as exc:
         return render(request, "try.html", 503, errors={"form": str(exc) or "no index built: run `faq index build`"},
                       **page)
-    except (Overloaded, DeadlineExceeded) as exc:
-        return render(request, "try.html", 503, errors={"form": f"{exc}: try again"}, **page)
+    except (Overloaded, DeadlineExceeded, LexicalUnavailable, VectorStoreUnavailable) as exc:
+        return render(request, "try.html", 503, errors={"form": f"{exc}: try again later"}, **page)
     except HTTPException as exc:
         return render(request, "try.html", exc.status_code, errors={"form": str(exc.detail)}, **page)
     page["result"] = result
@@ -461,8 +463,23 @@ async def delete_faq(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
     faq_id = _faq_id(request, fields, session)
-    if not await run_in_threadpool(state.store.delete_faq, faq_id):
+    seen = fields.get("version", "")
+
+    def remove() -> str:
+        with _write_lock:
+            stored = state.store.get_faq(faq_id)
+            if stored is None:
+                return "gone"
+            if _version(stored) != seen:  # deleting what the user has not seen would lose that edit
+                return "changed"
+            return "deleted" if state.store.delete_faq(faq_id) else "gone"
+
+    outcome = await run_in_threadpool(remove)
+    if outcome == "gone":
         return problem_page(request, 404, f"no FAQ {faq_id!r} in KB {kb!r}", session=session)
+    if outcome == "changed":
+        return problem_page(request, 409, f"FAQ {faq_id!r} was saved by someone else after you opened it: nothing "
+                                          "was deleted. Open it again to see the saved version.", session=session)
     await run_in_threadpool(_refresh, state)
     session.flash = f"Deleted FAQ {faq_id!r}."
     return _redirect(kb_url(kb, "/faqs"))
