@@ -5,6 +5,7 @@ What a browser shows is tested in test_console_browser.py; these run without one
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -249,3 +250,62 @@ def test_saves_and_deletes_check_the_version_they_were_shown(served):
     assert r.status_code == 303 and store.get_faq("versioned") is None
     r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "versioned", "version": fresh})
     assert r.status_code == 404
+
+
+def test_faq_list_searches_and_pages(served):
+    store = served[1]
+    client, _ = sign_in(served, ROOT)
+    added = [f"paged_{i:02d}" for i in range(25)]
+    for faq_id in added:
+        store.create_faq(faq_id, f"answer {faq_id}", [f"pageable question {faq_id}"])
+    try:
+        first = client.get("/console/kbs/default/faqs?q=pageable")
+        assert "(25)" in first.text and "page 1 of 2" in first.text
+        assert re.findall(r'<tr data-faq-id="([^"]+)"', first.text) == added[:20]
+        assert 'href="/console/kbs/default/faqs?q=pageable&amp;page=2"' in first.text
+        second = client.get("/console/kbs/default/faqs?q=pageable&page=2")
+        assert re.findall(r'<tr data-faq-id="([^"]+)"', second.text) == added[20:]
+        beyond = client.get("/console/kbs/default/faqs?q=pageable&page=3")
+        assert beyond.status_code == 200 and "No FAQs match that search" in beyond.text
+    finally:
+        for faq_id in added:
+            store.delete_faq(faq_id)
+
+
+@pytest.mark.parametrize("value", ["\x00", "\ud800", "%", "'\"<>", "\u202e", "x" * 5000, "..", "/", "a\nb"])
+def test_no_client_string_reaches_a_500(served, value):
+    client, csrf = sign_in(served, ROOT)
+    quoted = quote(value.encode("utf-8", "surrogatepass"), safe="")  # a lone surrogate: bytes that are not UTF-8
+    for path in (f"/console/kbs/default/faqs?q={quoted}", f"/console/kbs/default/faqs?page={quoted}",
+                 f"/console/kbs/default/faqs/edit?id={quoted}"):
+        assert client.get(path).status_code < 500, path
+    for path in ("/console/kbs/default/try", "/console/kbs/default/feedback", "/console/kbs/default/faqs/new",
+                 "/console/kbs/default/faqs/edit", "/console/kbs/default/faqs/delete", "/console/login"):
+        for name in ("query", "top_k", "request_id", "correct", "faq_id", "answer", "questions", "tags", "id",
+                     "version", "token"):
+            body = f"csrf={csrf}&{name}={quoted}".encode()
+            r = client.post(path, content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert r.status_code < 500, (path, name, r.text)
+    assert store_unchanged(served)
+
+
+def store_unchanged(served) -> bool:
+    return served[1].get_faq("refund") is not None
+
+
+def test_sessions_end_when_idle_or_old(monkeypatch):
+    from app.api.console import sessions as sessions_module
+
+    now = [1000.0]
+    monkeypatch.setattr(sessions_module.time, "monotonic", lambda: now[0])
+    sessions = sessions_module.Sessions()
+    idle, busy = sessions.open("t", None), sessions.open("t", "shop")
+    now[0] += sessions_module.IDLE_S - 1
+    assert sessions.get(busy.id) is busy
+    now[0] += 2
+    assert sessions.get(idle.id) is None and sessions.get(busy.id) is busy
+    while now[0] - busy.created <= sessions_module.MAX_AGE_S:
+        now[0] += sessions_module.IDLE_S / 2
+        sessions.get(busy.id)
+    assert sessions.get(busy.id) is None, "used all along, still ended after MAX_AGE_S"
+    assert len(sessions) == 0

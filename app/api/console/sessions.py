@@ -27,8 +27,8 @@ class ConsoleSession:
     #: the KB a KB token's session is bound to; None: FAQ_ADMIN_TOKEN, every KB
     kb: str | None
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    created: float = field(default_factory=time.monotonic)
-    last_used: float = field(default_factory=time.monotonic)
+    created: float = field(default_factory=lambda: time.monotonic())
+    last_used: float = field(default_factory=lambda: time.monotonic())
     #: one message shown on the next page (after a redirect)
     flash: str | None = None
 
