@@ -309,3 +309,13 @@ def test_sessions_end_when_idle_or_old(monkeypatch):
         sessions.get(busy.id)
     assert sessions.get(busy.id) is None, "used all along, still ended after MAX_AGE_S"
     assert len(sessions) == 0
+
+
+def test_two_sign_in_pages_open_at_once_both_work(served):
+    client = TestClient(served[0])
+    first, second = (csrf_of(client.get("/console/login").text) for _ in range(2))
+    assert first == second
+    forged = client.post("/console/login", data={"csrf": "A" * 43, "token": ROOT}, follow_redirects=False)
+    assert forged.status_code == 403
+    r = client.post("/console/login", data={"csrf": first, "token": ROOT}, follow_redirects=False)
+    assert r.status_code == 303

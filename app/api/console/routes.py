@@ -197,7 +197,10 @@ async def login_page(request: Request) -> Response:
 
 
 def _login_form(request: Request, status: int = 200, error: str | None = None) -> Response:
-    login_csrf = secrets.token_urlsafe(32)
+    # a second tab's sign-in page keeps the first one's value, so signing in from either still works
+    login_csrf = request.cookies.get(LOGIN_COOKIE) or ""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{43}", login_csrf):
+        login_csrf = secrets.token_urlsafe(32)
     response = render(request, "login.html", status=status, login_csrf=login_csrf, error=error)
     _set_cookie(request, response, LOGIN_COOKIE, login_csrf, "/console/login")
     return response
