@@ -40,6 +40,7 @@ from app.api.routes import admin, health, match
 from app.api.state import NO_INDEX_REASON, ServiceState
 from app.api.tenants import Tenants
 from app.api.workers import DeadlineExceeded, Overloaded
+from app.api.console import mount_console
 from app.pipeline import NoIndexError
 from index.es_vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
@@ -141,8 +142,11 @@ class RequestGuardMiddleware:
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = 10.0,
-                 cancel_paths: tuple[str, ...] = (), on_client_gone: Callable[[], None] | None = None) -> None:
+                 cancel_paths: tuple[str, ...] = (), on_client_gone: Callable[[], None] | None = None,
+                 form_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
+        # the console's HTML forms post urlencoded bodies: size and time limits still apply to them
+        self.form_prefixes = form_prefixes
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.cancel_paths = frozenset(cancel_paths)
@@ -186,7 +190,9 @@ class RequestGuardMiddleware:
                     break
             body = b"".join(chunks)
             content_type = headers.get("content-type", "")
-            if problem is None and body and content_type and not _is_json(content_type):
+            form_ok = content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded" and \
+                scope.get("path", "").startswith(self.form_prefixes or ("\0",))
+            if problem is None and body and content_type and not _is_json(content_type) and not form_ok:
                 problem = StarletteHTTPException(
                     415, f"Content-Type must be application/json, got {content_type.split(';')[0]!r}")
 
@@ -300,13 +306,14 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.include_router(health.ready_router, **by_kb)
     app.include_router(admin.router)
     app.include_router(admin.router, **by_kb)
+    mount_console(app)
     if not settings.admin_token:
         log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API answers only KB admin tokens (`faq kb token`)")
 
     # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s, cancel_paths=MATCH_PATHS,
-                       on_client_gone=metrics.client_gone.inc)
+                       on_client_gone=metrics.client_gone.inc, form_prefixes=("/console/",))
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)

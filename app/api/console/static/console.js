@@ -1,0 +1,21 @@
+// The console works without this file; it only keeps a slow request from being sent twice.
+"use strict";
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  if (form.dataset.sent === "1") {
+    event.preventDefault();  // a second click while the first post is on its way
+    return;
+  }
+  form.dataset.sent = "1";
+  // later, not now: a button disabled before the post is built would drop its own name=value
+  window.setTimeout(function () {
+    form.querySelectorAll("button[type=submit]").forEach(function (button) { button.disabled = true; });
+  }, 0);
+});
+// a page restored from the back-forward cache must accept posts again
+window.addEventListener("pageshow", function () {
+  document.querySelectorAll("form").forEach(function (form) {
+    delete form.dataset.sent;
+    form.querySelectorAll("button[type=submit]").forEach(function (button) { button.disabled = false; });
+  });
+});

@@ -1,0 +1,318 @@
+"""The console in a real browser: Playwright drives Debian's chromium against a live uvicorn server.
+
+One server and one browser for the module; each test opens its own browser context (its own cookies).
+Every page a test opens is watched: a JavaScript error or a console error fails the test, which also
+catches inline script or style that the Content-Security-Policy blocks.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import httpx
+import pytest
+
+from test_api_contract import KB, build, encoder, make_settings, make_store  # noqa: F401
+from test_api_kbs import shop_records
+from test_api_swap import LiveServer
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium; scripts/bootstrap.sh does it as root)",
+                allow_module_level=True)
+
+ROOT = "browser-root-token"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PROBES = {
+    "xss_script": "<script>window.__pwned = 'script'</script>",
+    "xss_img": "<img src=x onerror=\"window.__pwned = 'onerror'; alert(1)\">",
+    "xss_link": "<a href=\"javascript:window.__pwned='link'\">click</a>",
+    "javascript:alert(1)": "'\"><svg onload=alert(1)>",
+}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, encoder):  # noqa: F811
+    settings = make_settings(tmp_path_factory.mktemp("console_browser"), admin_token=ROOT)
+    store = make_store(settings)
+    build(store, encoder, settings)
+    store.kbs.create("shop")
+    shop = store.for_kb("shop")
+    shop.import_records(shop_records())
+    build(shop, encoder, settings.for_kb("shop"))
+    shop_token = store.kbs.issue_token("shop", "admin")[1]
+    from app.api.main import create_app
+
+    app = create_app(settings, store=store, encoder=encoder)
+    with LiveServer(app) as server:
+        yield server, app, store, shop_token
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+class Watched:
+    """Opens pages in one browser context and records their JavaScript errors, console errors and dialogs."""
+
+    def __init__(self, browser, base_url: str):
+        self.context = browser.new_context(base_url=base_url)
+        self.problems: list[str] = []
+        self.dialogs: list[str] = []
+        self.expected_statuses: set[int] = set()
+
+    def page(self):
+        page = self.context.new_page()
+        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        page.on("console", self._console)
+
+        def on_dialog(dialog) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        return page
+
+    def _console(self, message) -> None:
+        if message.type != "error":
+            return
+        text = message.text
+        # chromium logs a document answered with an error status; a test that asks for one says so
+        if any(f"status of {status}" in text for status in self.expected_statuses):
+            return
+        self.problems.append(f"console error: {text}")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def watched(browser, live):
+    opened: list[Watched] = []
+
+    def open_context() -> Watched:
+        w = Watched(browser, live[0].url)
+        opened.append(w)
+        return w
+
+    yield open_context
+    for w in opened:
+        w.close()
+    assert [p for w in opened for p in w.problems] == []
+    assert [d for w in opened for d in w.dialogs] == []
+
+
+def sign_in(w: Watched, token: str):
+    page = w.page()
+    page.goto("/console/login")
+    page.fill("#token", token)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+    return page
+
+
+def top_match(live, query: str, kb: str = "") -> list[str]:
+    prefix = f"/kbs/{kb}" if kb else ""
+    r = httpx.post(f"{live[0].url}{prefix}/match", json={"query": query, "top_k": 10}, timeout=30)
+    assert r.status_code == 200, r.text
+    return [m["faq_id"] for m in r.json()["matches"]]
+
+
+def test_global_token_picks_any_kb_and_signs_out(live, watched):
+    w = watched()
+    page = sign_in(w, ROOT)
+    assert page.url.endswith("/console/kbs")
+    assert page.locator("ul.kbs a").all_inner_texts() == ["default", "shop"]
+    with page.expect_navigation():
+        page.click("ul.kbs a >> text=shop")
+    assert page.url.endswith("/console/kbs/shop/faqs")
+    assert page.locator("tr[data-faq-id=pets]").count() == 1
+    page.goto("/console/kbs/default/faqs")
+    assert page.locator("tr[data-faq-id=refund]").count() == 1
+    cookie = next(c for c in w.context.cookies() if c["name"] == "faq_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
+    assert ROOT not in cookie["value"]
+    assert page.evaluate("document.cookie") == "", "no script can read the session cookie"
+    with page.expect_navigation():
+        page.click("#sign-out")
+    assert page.url.endswith("/console/login")
+    page.goto("/console/kbs/default/faqs")
+    assert page.url.endswith("/console/login"), "signed out: pages redirect to the sign-in"
+
+
+def test_kb_token_sees_only_its_kb(live, watched):
+    w = watched()
+    page = sign_in(w, live[3])
+    assert page.url.endswith("/console/kbs/shop/faqs")
+    assert page.locator("header a[href='/console/kbs']").count() == 0, "no KB picker for a KB token"
+    w.expected_statuses.add(403)
+    for kb in ("default", "nope"):
+        response = page.goto(f"/console/kbs/{kb}/faqs")
+        assert response.status == 403 and "another KB" in page.inner_text("#problem")
+    page.goto("/console/kbs")
+    assert page.url.endswith("/console/kbs/shop/faqs")
+
+
+def test_wrong_token_stays_on_the_sign_in_page(live, watched):
+    w = watched()
+    w.expected_statuses.add(401)
+    page = sign_in(w, "not-a-token")
+    assert page.url.endswith("/console/login") and "token" in page.inner_text("#token-error")
+
+
+def test_post_without_csrf_token_is_refused(live, watched):
+    w = watched()
+    page = sign_in(w, ROOT)
+    revision = live[2].revision()
+    for path, form in [("/console/kbs/default/faqs/delete", {"id": "refund"}),
+                       ("/console/kbs/default/try", {"query": "refund"}), ("/console/logout", {})]:
+        r = page.request.post(path, form=form, max_redirects=0)
+        assert r.status == 403, (path, r.status)
+        r = page.request.post(path, form={**form, "csrf": "forged"}, max_redirects=0)
+        assert r.status == 403, (path, r.status)
+    assert live[2].revision() == revision and live[2].get_faq("refund") is not None
+    page.goto("/console/kbs")
+    assert page.url.endswith("/console/kbs"), "still signed in"
+
+
+def test_try_a_question_and_record_feedback(live, watched):
+    store = live[2]
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/try")
+    page.fill("#query", "I forgot my password, how can I reset it?")
+    page.fill("#top_k", "3")
+    with page.expect_navigation():
+        page.click("#ask")
+    assert page.inner_text("#decision") in ("answer", "clarify", "abstain")
+    for field in ("#score", "#expected-precision", "#threshold"):
+        assert page.inner_text(field).strip()
+    rows = page.locator("table.matches tbody tr")
+    assert rows.count() == 3
+    assert rows.first.get_attribute("data-faq-id") == "reset_password"
+    phrasing, answer = rows.first.locator("td").nth(1).inner_text(), rows.first.locator("td").nth(2).inner_text()
+    assert phrasing in KB["reset_password"][1] and answer == KB["reset_password"][0]
+    assert page.get_attribute("input[name=request_id]", "value")
+    with page.expect_navigation():
+        page.click("#mark-wrong")
+    assert "Feedback recorded" in page.inner_text(".flash")
+    logged = [row for row in store.read_query_log(with_feedback=True)
+              if row["query"] == "I forgot my password, how can I reset it?"]
+    assert len(logged) == 1 and logged[0]["feedback_correct"] is False
+    assert logged[0]["faq_id"] in (None, "reset_password")
+
+
+def test_faq_create_edit_delete_show_in_match_at_once(live, watched):
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/faqs/new")
+    page.fill("#faq_id", "gift_cards")
+    page.fill("#answer", "Gift cards are sold at every checkout.")
+    page.fill("#questions", "Do you sell gift cards?\nCan I buy a gift voucher?")
+    page.fill("#tags", "shop, gifts")
+    with page.expect_navigation():
+        page.click("#save")
+    assert "Created FAQ 'gift_cards'" in page.inner_text(".flash")
+    assert top_match(live, "do you sell gift cards")[0] == "gift_cards"
+
+    page.goto("/console/kbs/default/faqs?q=gift")
+    assert page.locator("tbody tr").count() == 1
+    with page.expect_navigation():
+        page.click("tr[data-faq-id=gift_cards] a.edit")
+    page.fill("#questions", "Is there a loyalty programme with points?")
+    with page.expect_navigation():
+        page.click("#save")
+    assert "Saved FAQ 'gift_cards'" in page.inner_text(".flash")
+    assert live[2].get_faq("gift_cards").questions == ["Is there a loyalty programme with points?"]
+    assert top_match(live, "loyalty programme points")[0] == "gift_cards"
+
+    page.goto("/console/kbs/default/faqs/edit?id=gift_cards")
+    with page.expect_navigation():
+        page.click("#delete")
+    assert "Deleted FAQ 'gift_cards'" in page.inner_text(".flash")
+    assert "gift_cards" not in top_match(live, "loyalty programme points")
+
+
+def test_validation_errors_show_next_to_the_field(live, watched):
+    w = watched()
+    w.expected_statuses.update({409, 422})
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/faqs/new")
+    page.fill("#faq_id", "refund")
+    page.fill("#answer", "   ")
+    page.fill("#questions", "my phrasing stays")
+    with page.expect_navigation():
+        page.click("#save")
+    assert "answer" in page.inner_text("#answer-error") or page.inner_text("#answer-error")
+    assert page.input_value("#questions") == "my phrasing stays"
+    page.fill("#answer", "An answer")
+    with page.expect_navigation():
+        page.click("#save")
+    assert "already exists" in page.inner_text("#faq_id-error")
+
+
+def test_two_editors_cannot_overwrite_each_other(live, watched):
+    store = live[2]
+    first, second = watched(), watched()
+    second.expected_statuses.add(409)
+    a, b = sign_in(first, ROOT), sign_in(second, ROOT)
+    for page in (a, b):
+        page.goto("/console/kbs/default/faqs/edit?id=shipping_time")
+    a.fill("#answer", "Shipping takes 2 days now.")
+    with a.expect_navigation():
+        a.click("#save")
+    assert "Saved" in a.inner_text(".flash")
+    b.fill("#answer", "Shipping takes a week, says B.")
+    b.fill("#questions", "How long does shipping take?\nB's new phrasing")
+    with b.expect_navigation():
+        b.click("#save")
+    assert "Someone else saved this FAQ" in b.inner_text("#form-error")
+    assert b.input_value("#answer") == "Shipping takes a week, says B."
+    assert "B's new phrasing" in b.input_value("#questions")
+    assert "Shipping takes 2 days now." in b.inner_text("#stored")
+    assert store.get_faq("shipping_time").answer == "Shipping takes 2 days now."
+    b.goto("/console/kbs/default/faqs/edit?id=shipping_time")  # the way out: edit the saved version
+    b.fill("#answer", "Shipping takes a week, says B.")
+    with b.expect_navigation():
+        b.click("#save")
+    assert store.get_faq("shipping_time").answer == "Shipping takes a week, says B."
+
+
+def test_xss_probes_are_inert(live, watched):
+    app, store = live[1], live[2]
+    for faq_id, probe in PROBES.items():
+        store.create_faq(faq_id, f"answer {probe}", [f"question about probes {probe}"], tags=[probe.replace(";", "")])
+    app.state.service.refresh_kb(reason="test")
+    w = watched()
+    page = sign_in(w, ROOT)
+    visits = ["/console/kbs/default/faqs?q=probe"] + [
+        f"/console/kbs/default/faqs/edit?id={httpx.URL('/', params={'id': faq_id}).query.decode()[3:]}"
+        for faq_id in PROBES]
+    for path in visits:
+        page.goto(path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("typeof window.__pwned") == "undefined", path
+        assert page.evaluate("[...document.querySelectorAll('[href]')].filter(e => "
+                             "e.getAttribute('href').trim().toLowerCase().startsWith('javascript:')).length") == 0
+        assert page.locator("script:not([src])").count() == 0
+    assert page.locator("textarea#answer").input_value() == f"answer {PROBES['javascript:alert(1)']}"
+    page.goto("/console/kbs/default/faqs?q=probe")
+    shown = set(page.locator("td.answer").all_inner_texts())
+    assert shown == {f"answer {probe}" for probe in PROBES.values()}, "the probes are shown as the text they are"
+    page.goto("/console/kbs/default/try")
+    page.fill("#query", "question about probes <script>window.__pwned = 1</script>")
+    with page.expect_navigation():
+        page.click("#ask")
+    assert page.locator("table.matches tbody tr").count() > 0
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    page.locator("table.matches td.answer").first.hover()
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    for faq_id in PROBES:
+        store.delete_faq(faq_id)
+    app.state.service.refresh_kb(reason="test")
