@@ -16,6 +16,7 @@ from pathlib import Path
 from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
 from kb.records import DEFAULT_KB
 from cli.scope import add_kb_option, kb_settings, open_kb
+from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for as _served_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -237,7 +238,7 @@ def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, 
           f"verify {t['verify_s']:.2f}s, total {t['total_s']:.1f}s"
           + ("" if args.no_activate else "; now current"))
     print(expected_precision_text(manifest, settings))
-    png = registry.path(manifest["version"]) / "expected_precision.png"
+    png = registry.path(manifest["version"]) / CURVE_FILE
     if plot_expected_precision(manifest, settings, png):
         print(f"expected-precision curve: {png}")
     return 0
@@ -421,45 +422,6 @@ def _calibrate(args: argparse.Namespace, settings, store) -> int:
     model.save(target)
     print(f"wrote {target}: the service scores with it from its next start (--reset to undo)")
     return 0
-
-
-def _served_table(manifest: dict, settings) -> list[dict] | None:
-    """The build's replayed table for the (pool, answer weight) `settings` serve it with (the rules of
-    `Pipeline.served_pool` / `served_answer_weight`, read off the manifest); None without one."""
-    from index.answers import nearest_weight
-    from index.decision import served_table
-
-    if settings.scoring != "model":
-        return None
-    used = (manifest.get("answers") or {}).get("used") and settings.answer_weight > 0
-    weight = nearest_weight(settings.answer_weight) if used else 0.0
-    return served_table(manifest, settings.pool_variants or (1 if used else 2), weight, settings.oos_share)
-
-
-def plot_expected_precision(manifest: dict, settings, out: Path) -> bool:
-    """The build's threshold -> expected precision / answer rate curve as a PNG; False when it has no table."""
-    table = _served_table(manifest, settings)
-    if not table:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = [r["threshold"] for r in table]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(t, [r["expected_precision"] for r in table], marker="o", label="expected precision")
-    ax.plot(t, [r["answer_rate"] for r in table], marker="s", label="answer rate")
-    ax.axvline(settings.default_threshold, color="grey", lw=1, ls="--")
-    ax.set_xlabel("threshold")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"{manifest['version']} ({settings.oos_share:.0%} out of scope assumed)", fontsize=9)
-    ax.legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return True
 
 
 def cmd_list(args: argparse.Namespace) -> int:

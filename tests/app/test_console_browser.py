@@ -316,3 +316,31 @@ def test_xss_probes_are_inert(live, watched):
     for faq_id in PROBES:
         store.delete_faq(faq_id)
     app.state.service.refresh_kb(reason="test")
+
+
+def served_version(live, kb: str = "") -> str:
+    prefix = f"/kbs/{kb}" if kb else ""
+    r = httpx.post(f"{live[0].url}{prefix}/match", json={"query": "refund"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["index_version"]
+
+
+def test_build_now_polls_then_rollback_from_the_builds_page(live, watched):
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/shop/builds")
+    first = page.locator("tr.current").get_attribute("data-version")
+    assert served_version(live, "shop") == first
+    with page.expect_navigation():
+        page.click("#build-now")
+    # console.js reloads the page while the build runs; the finished page stops polling
+    page.wait_for_selector("#build-state.build-done", timeout=120_000)
+    built = page.locator("tr.current").get_attribute("data-version")
+    assert built != first and served_version(live, "shop") == built
+    assert page.locator("[data-poll]").count() == 0
+    if page.locator("#curve").count():
+        assert page.evaluate("document.getElementById('curve').naturalWidth") > 0
+    with page.expect_navigation():
+        page.click(f"tr[data-version='{first}'] button.activate")
+    assert f"{first} is now current" in page.inner_text(".flash")
+    assert served_version(live, "shop") == first

@@ -19,3 +19,8 @@ window.addEventListener("pageshow", function () {
     form.querySelectorAll("button[type=submit]").forEach(function (button) { button.disabled = false; });
   });
 });
+// the builds page while a build runs: reload it so its status shows without a click
+var poll = document.querySelector("[data-poll]");
+if (poll) {
+  window.setTimeout(function () { window.location.reload(); }, parseInt(poll.dataset.poll, 10) || 2000);
+}
