@@ -125,6 +125,9 @@ def _error(status_code: int, message: str, headers: dict | None = None, **extra:
 
 
 # -- request guard middleware ---------------------------------------------------------------------
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
 class RequestGuardMiddleware:
     """Rejects oversized, slow and non-JSON bodies, and drops the work of clients that have gone.
 
@@ -145,7 +148,8 @@ class RequestGuardMiddleware:
                  cancel_paths: tuple[str, ...] = (), on_client_gone: Callable[[], None] | None = None,
                  form_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
-        # the console's HTML forms post urlencoded bodies: size and time limits still apply to them
+        # the console's HTML forms post urlencoded (and its upload multipart) bodies: size and time limits
+        # still apply to them
         self.form_prefixes = form_prefixes
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -190,7 +194,8 @@ class RequestGuardMiddleware:
                     break
             body = b"".join(chunks)
             content_type = headers.get("content-type", "")
-            form_ok = content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded" and \
+            # the console's forms: urlencoded, and multipart for its KB file upload
+            form_ok = content_type.split(";")[0].strip().lower() in _FORM_TYPES and \
                 scope.get("path", "").startswith(self.form_prefixes or ("\0",))
             if problem is None and body and content_type and not _is_json(content_type) and not form_ok:
                 problem = StarletteHTTPException(

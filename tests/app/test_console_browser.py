@@ -344,3 +344,36 @@ def test_build_now_polls_then_rollback_from_the_builds_page(live, watched):
         page.click(f"tr[data-version='{first}'] button.activate")
     assert f"{first} is now current" in page.inner_text(".flash")
     assert served_version(live, "shop") == first
+
+
+def test_import_dry_run_apply_and_bad_lines(live, watched, tmp_path):
+    store = live[2].for_kb("shop")
+    w = watched()
+    w.expected_statuses.add(422)
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/shop/import")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"faq_id": "ok", "question": "Fine?", "answer": "Fine."}\n{oops\n', encoding="utf-8")
+    page.set_input_files("#file", str(bad))
+    with page.expect_navigation():
+        page.click("#dry-run")
+    assert page.locator("#import-errors li").all_inner_texts() == [
+        page.locator("#import-errors li").first.inner_text()]
+    assert page.locator("#import-errors li").first.inner_text().startswith("bad.jsonl:2: invalid JSON")
+    assert page.locator("#apply").count() == 0 and store.get_faq("ok") is None
+    good = tmp_path / "more.csv"
+    good.write_text("faq_id,question,answer,tags\nopening_hours,When are you open?,From 9 to 5.,shop\n",
+                    encoding="utf-8")
+    page.set_input_files("#file", str(good))
+    with page.expect_navigation():
+        page.click("#dry-run")
+    assert page.inner_text("#faqs-created") == "1" and page.inner_text("#variants-added") == "1"
+    assert store.get_faq("opening_hours") is None
+    with page.expect_navigation():
+        page.click("#apply")
+    assert "Imported more.csv: 1 FAQs created" in page.inner_text(".flash")
+    assert top_match(live, "when are you open", "shop")[0] == "opening_hours"
+    page.goto("/console/kbs/shop/import")
+    with page.expect_download() as download:
+        page.click("#export")
+    assert '"faq_id": "opening_hours"' in open(download.value.path(), encoding="utf-8").read()

@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 #: a session unused for this long ends
 IDLE_S = 60 * 60.0
@@ -31,6 +32,8 @@ class ConsoleSession:
     last_used: float = field(default_factory=lambda: time.monotonic())
     #: one message shown on the next page (after a redirect)
     flash: str | None = None
+    #: the import checked by the latest dry run, waiting to be applied (app/api/console/imports.py)
+    pending_import: Any = None
 
     def take_flash(self) -> str | None:
         message, self.flash = self.flash, None

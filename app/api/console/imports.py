@@ -1,0 +1,192 @@
+"""The console's import and export: upload a KB file (JSONL or CSV), see what it would change (a dry run,
+with every bad line as `file:line: reason`), then apply it; download the KB as JSONL.
+
+An upload is read by `kb.records.read_kb`, the reader of `faq kb import`, so the console accepts exactly
+what the CLI accepts: a file with any bad line imports nothing. The checked records wait in the user's
+console session (in memory; the request guard's body limit bounds them) between the dry run and the
+apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
+`import_records` writes in one transaction, so a failed apply changes nothing.
+"""
+from __future__ import annotations
+
+import io
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from app.api.console.routes import (Answer, _redirect, checked_post, current, field_problem, kb_state, kb_url,
+                                    problem_page, render, router)
+from app.api.console.sessions import ConsoleSession
+from app.api.routes.admin import _refresh
+from kb.records import KbRecord, KbValidationError, _write_records, read_kb
+
+MAX_PARTS = 10
+MAX_FILENAME_CHARS = 200
+#: errors shown on the page; the rest are counted
+MAX_ERRORS_SHOWN = 200
+
+
+@dataclass
+class PendingImport:
+    id: str
+    kb: str
+    name: str
+    records: list[KbRecord]
+    sync: bool
+    revision: int
+
+
+def multipart(request: Request, body: bytes, session: ConsoleSession) -> dict[str, tuple[str | None, bytes]]:
+    """The multipart/form-data body as {field: (filename, bytes)}, first value of each name; 400 when
+    it cannot be read."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "multipart/form-data":
+        raise Answer(problem_page(request, 415, "the import form posts multipart/form-data", session=session))
+    try:
+        message = BytesParser(policy=policy.HTTP).parsebytes(
+            b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+        parts = list(message.iter_parts()) if message.is_multipart() else None
+    except Exception as exc:  # noqa: BLE001 - the parser's errors are many kinds of "not readable"
+        raise Answer(problem_page(request, 400, f"the form body could not be read: {exc}", session=session)) from exc
+    if parts is None or len(parts) > MAX_PARTS:
+        raise Answer(problem_page(request, 400, "the form body could not be read: not a multipart form of at most "
+                                                f"{MAX_PARTS} fields", session=session))
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in parts:
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields.setdefault(name, (part.get_filename(), payload))
+    return fields
+
+
+def _text(fields: dict[str, tuple[str | None, bytes]], name: str) -> str:
+    try:
+        return fields.get(name, (None, b""))[1].decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+def _display_name(request: Request, filename: str | None, session: ConsoleSession) -> tuple[str, str]:
+    """The upload's name as shown in `file:line: reason` (its last path part) and its kind."""
+    name = re.split(r"[\\/]", filename or "")[-1].strip()
+    problem = field_problem(name, MAX_FILENAME_CHARS) if name else "choose a .jsonl or .csv file"
+    if problem is None and any(ch in name for ch in "\r\n"):
+        problem = "must be one line"
+    suffix = Path(name).suffix.lower()
+    if problem is None and suffix not in (".jsonl", ".csv"):
+        problem = f"must be a .jsonl or .csv file, got {suffix or '(no extension)'!r}"
+    if problem is not None:
+        raise Answer(_import_page(request, session, None, 422, errors={"file": f"file: {problem}"}))
+    return name, suffix
+
+
+def check_upload(name: str, suffix: str, data: bytes) -> tuple[list[KbRecord] | None, list[str]]:
+    """The file's records, or None and every problem as `name:line: reason` (read_kb's own messages)."""
+    with tempfile.TemporaryDirectory(prefix="faq-console-import-") as folder:
+        path = Path(folder) / f"upload{suffix}"
+        path.write_bytes(data)
+        try:
+            return read_kb(path), []
+        except KbValidationError as exc:
+            return None, [e.replace(str(path), name, 1) for e in exc.errors]
+
+
+def _import_page(request: Request, session: ConsoleSession, kb: str | None, status: int = 200, **context: Any):
+    context.setdefault("errors", {})
+    return render(request, "import.html", status=status, session=session, kb=kb or request.path_params.get("kb"),
+                  **context)
+
+
+@router.get("/kbs/{kb}/import")
+async def import_page(request: Request, kb: str) -> Response:
+    session = current(request)
+    await kb_state(request, session, kb)
+    return _import_page(request, session, kb, limit=request.app.state.service.settings.max_body_bytes)
+
+
+@router.post("/kbs/{kb}/import")
+async def dry_run(request: Request, kb: str) -> Response:
+    session = current(request)
+    body = await request.body()
+    fields = multipart(request, body, session)
+    if not session.csrf_ok(_text(fields, "csrf")):
+        return problem_page(request, 403, "missing or wrong CSRF token: reload the page and try again",
+                            session=session)
+    state = await kb_state(request, session, kb)
+    sync = _text(fields, "sync")
+    if sync not in ("", "on"):
+        return _import_page(request, session, kb, 422, errors={"sync": "sync: must be on or absent"})
+    filename, data = fields.get("file", (None, b""))
+    name, suffix = _display_name(request, filename, session)
+    records, problems = await run_in_threadpool(check_upload, name, suffix, data)
+    limit = request.app.state.service.settings.max_body_bytes
+    if records is None:
+        return _import_page(request, session, kb, 422, filename=name, problems=problems[:MAX_ERRORS_SHOWN],
+                            n_problems=len(problems), limit=limit)
+    try:
+        report = await run_in_threadpool(state.store.import_records, records, sync == "on", True)
+    except KbValidationError as exc:  # read_kb checks the same rules; kept so nothing slips through
+        return _import_page(request, session, kb, 422, filename=name, problems=exc.errors[:MAX_ERRORS_SHOWN],
+                            n_problems=len(exc.errors), limit=limit)
+    pending = PendingImport(secrets.token_urlsafe(16), kb, name, records, sync == "on", report.revision_before)
+    session.pending_import = pending
+    return _import_page(request, session, kb, filename=name, report=report, rows=len(records), pending=pending,
+                        limit=limit)
+
+
+@router.post("/kbs/{kb}/import/apply")
+async def apply(request: Request, kb: str) -> Response:
+    session, fields = await checked_post(request)
+    state = await kb_state(request, session, kb)
+    pending: PendingImport | None = getattr(session, "pending_import", None)
+    sent = fields.get("import_id", "")
+    if pending is None or pending.kb != kb or not sent or not secrets.compare_digest(
+            sent.encode("utf-8", "surrogatepass"), pending.id.encode()):
+        return problem_page(request, 409, "import_id: no dry run to apply (it was applied, replaced by another, or "
+                                          "the server restarted): upload the file again", session=session)
+
+    def write() -> Any:
+        if state.store.revision() != pending.revision:
+            return None
+        return state.store.import_records(pending.records, sync=pending.sync)
+
+    try:
+        report = await run_in_threadpool(write)
+    except KbValidationError as exc:
+        return problem_page(request, 422, f"nothing was imported: {exc}", session=session)
+    if report is None:
+        session.pending_import = None
+        return problem_page(request, 409, "the KB changed since the dry run, so its counts are stale: nothing was "
+                                          "imported; upload the file again", session=session)
+    session.pending_import = None
+    await run_in_threadpool(_refresh, state)
+    session.flash = (f"Imported {pending.name}: {report.faqs_created} FAQs created, {report.faqs_updated} updated"
+                     + (f", {report.faqs_deleted} deleted" if pending.sync else "")
+                     + f"; {report.variants_added} phrasings added, {report.variants_removed} removed."
+                     if report.changes else f"Imported {pending.name}: nothing changed.")
+    return _redirect(kb_url(kb, "/faqs"))
+
+
+@router.get("/kbs/{kb}/export")
+async def export(request: Request, kb: str) -> Response:
+    session = current(request)
+    state = await kb_state(request, session, kb)
+
+    def dump() -> str:
+        out = io.StringIO()
+        _write_records(out, "jsonl", state.store.export_records())
+        return out.getvalue()
+
+    text = await run_in_threadpool(dump)
+    return Response(text.encode("utf-8"), media_type="application/x-ndjson",
+                    headers={"content-disposition": f'attachment; filename="{kb}.jsonl"'})
