@@ -377,3 +377,59 @@ def test_import_dry_run_apply_and_bad_lines(live, watched, tmp_path):
     with page.expect_download() as download:
         page.click("#export")
     assert '"faq_id": "opening_hours"' in open(download.value.path(), encoding="utf-8").read()
+
+
+def serious_violations(page) -> list[str]:
+    """axe-core's serious and critical findings on the page, one line each."""
+    axe = pytest.importorskip("axe_playwright_python.sync_playwright", reason="pip install -e '.[test]'")
+    results = axe.Axe().run(page)
+    assert results.response["testEngine"]["name"] == "axe-core", "axe ran on the page"
+    return [f"{page.url}: {v['id']} ({v['impact']}): {v['help']} at "
+            + ", ".join(", ".join(n["target"]) for n in v["nodes"][:3])
+            for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+
+
+def test_every_console_page_passes_axe(live, watched, tmp_path):
+    w = watched()
+    w.expected_statuses.update({404, 422})
+    page = w.page()
+    found: list[str] = []
+    page.goto("/console/login")
+    found += serious_violations(page)
+    page.fill("#token", "wrong")
+    w.expected_statuses.add(401)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+    found += serious_violations(page)  # the sign-in page with its error
+    page = sign_in(w, ROOT)
+    found += serious_violations(page)  # the KB picker
+    for path in ("/console/kbs/default/faqs", "/console/kbs/default/faqs?q=zzzz", "/console/kbs/default/faqs/new",
+                 "/console/kbs/default/faqs/edit?id=refund", "/console/kbs/default/try", "/console/kbs/default/builds",
+                 "/console/kbs/default/import", "/console/kbs/nope/faqs"):
+        page.goto(path)
+        found += serious_violations(page)
+    page.goto("/console/kbs/default/try")
+    page.fill("#query", "How do I get a refund?")
+    with page.expect_navigation():
+        page.click("#ask")
+    found += serious_violations(page)
+    page.goto("/console/kbs/default/faqs/new")
+    page.fill("#faq_id", "refund")
+    page.fill("#answer", " ")
+    page.fill("#questions", "x")
+    with page.expect_navigation():
+        page.click("#save")
+    found += serious_violations(page)  # a form with its errors
+    upload = tmp_path / "axe.jsonl"
+    upload.write_text('{"faq_id": "axe_faq", "question": "Axe?", "answer": "Axe."}\n{bad\n', encoding="utf-8")
+    page.goto("/console/kbs/default/import")
+    page.set_input_files("#file", str(upload))
+    with page.expect_navigation():
+        page.click("#dry-run")
+    found += serious_violations(page)  # bad lines
+    upload.write_text('{"faq_id": "axe_faq", "question": "Axe?", "answer": "Axe."}\n', encoding="utf-8")
+    page.set_input_files("#file", str(upload))
+    with page.expect_navigation():
+        page.click("#dry-run")
+    found += serious_violations(page)  # the dry run's counts
+    assert found == []
