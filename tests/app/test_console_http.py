@@ -102,7 +102,8 @@ def test_pages_need_a_session(served):
 
 @pytest.mark.parametrize("path", ["/console/logout", "/console/kbs/default/try", "/console/kbs/default/feedback",
                                   "/console/kbs/default/faqs/new", "/console/kbs/default/faqs/edit",
-                                  "/console/kbs/default/faqs/delete"])
+                                  "/console/kbs/default/faqs/delete", "/console/kbs/default/builds/new",
+                                  "/console/kbs/default/builds/activate", "/console/kbs/default/import/apply"])
 def test_every_post_needs_the_csrf_token(served, path):
     app, store = served[:2]
     client, csrf = sign_in(served, ROOT)
@@ -113,6 +114,7 @@ def test_every_post_needs_the_csrf_token(served, path):
         r = client.post(path, data={**fields, **sent}, follow_redirects=False)
         assert r.status_code == 403 and "CSRF" in r.text, (path, sent, r.text)
     assert store.revision() == before
+    assert app.state.console_builds.get("default") is None, "no build was started"
     assert client.get("/console/kbs").status_code == 200, "the refused posts did not sign out"
 
 
@@ -279,13 +281,23 @@ def test_no_client_string_reaches_a_500(served, value):
     for path in (f"/console/kbs/default/faqs?q={quoted}", f"/console/kbs/default/faqs?page={quoted}",
                  f"/console/kbs/default/faqs/edit?id={quoted}"):
         assert client.get(path).status_code < 500, path
+    for path in (f"/console/kbs/default/builds/curve?version={quoted}",):
+        assert client.get(path).status_code < 500, path
     for path in ("/console/kbs/default/try", "/console/kbs/default/feedback", "/console/kbs/default/faqs/new",
-                 "/console/kbs/default/faqs/edit", "/console/kbs/default/faqs/delete", "/console/login"):
+                 "/console/kbs/default/faqs/edit", "/console/kbs/default/faqs/delete", "/console/login",
+                 "/console/kbs/default/builds/activate", "/console/kbs/default/import/apply"):
         for name in ("query", "top_k", "request_id", "correct", "faq_id", "answer", "questions", "tags", "id",
-                     "version", "token"):
+                     "version", "token", "import_id"):
             body = f"csrf={csrf}&{name}={quoted}".encode()
             r = client.post(path, content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
             assert r.status_code < 500, (path, name, r.text)
+    # multipart: httpx cannot send a lone surrogate in a name or field, so those go percent-encoded
+    for fields, upload in (({}, (quoted, value.encode("utf-8", "surrogatepass"))),
+                           ({}, ("x.jsonl", value.encode("utf-8", "surrogatepass"))),
+                           ({"sync": quoted}, ("x.jsonl", b"")), ({"csrf": quoted}, ("x.jsonl", b""))):
+        r = client.post("/console/kbs/default/import", data={"csrf": csrf, **fields},
+                        files={"file": (*upload, "text/plain")})
+        assert r.status_code < 500, (fields, upload, r.text)
     assert store_unchanged(served)
 
 

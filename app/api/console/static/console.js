@@ -1,4 +1,5 @@
-// The console works without this file; it only keeps a slow request from being sent twice.
+// The console works without this file: it keeps a slow request from being sent twice, and reloads the
+// builds page while a build runs (the page has a reload link too).
 "use strict";
 document.addEventListener("submit", function (event) {
   var form = event.target;
