@@ -199,6 +199,15 @@ def test_try_a_question_and_record_feedback(live, watched):
     phrasing, answer = rows.first.locator("td").nth(1).inner_text(), rows.first.locator("td").nth(2).inner_text()
     assert phrasing in KB["reset_password"][1] and answer == KB["reset_password"][0]
     assert page.get_attribute("input[name=request_id]", "value")
+    # why it matched: the signals in the FAQ table and the words shaded by class, never a style attribute
+    assert float(rows.first.locator("td.phrasing-cosine").inner_text()) > 0
+    words = page.locator("#weights .word")
+    assert words.all_inner_texts() == "I forgot my password, how can I reset it?".split()
+    assert all(c.split()[-1] in {f"w{i}" for i in range(6)} for c in
+               [words.nth(i).get_attribute("class") for i in range(words.count())])
+    assert page.inner_text("#top-words").startswith("Weighed most:")
+    assert "ms" in page.inner_text("#weights-time")
+    assert page.locator("[style]").count() == 0
     with page.expect_navigation():
         page.click("#mark-wrong")
     assert "Feedback recorded" in page.inner_text(".flash")

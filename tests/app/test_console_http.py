@@ -331,3 +331,59 @@ def test_two_sign_in_pages_open_at_once_both_work(served):
     assert forged.status_code == 403
     r = client.post("/console/login", data={"csrf": first, "token": ROOT}, follow_redirects=False)
     assert r.status_code == 303
+
+
+def weights_of(html: str) -> dict[str, float]:
+    return {word: float(weight) for weight, word in
+            re.findall(r'<span class="word w\d" data-weight="(-?[0-9.]+)" title="[^"]*">([^<]+)</span>', html)}
+
+
+def test_try_shows_why_it_matched(served):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "how do I get a refund please"})
+    assert r.status_code == 200, r.text
+    assert 'data-faq-id="refund"' in r.text
+    first_row = r.text.split('<tr data-faq-id="refund">', 1)[1].split("</tr>", 1)[0]
+    for cls in ("phrasing-cosine", "first-cosine"):
+        assert re.search(rf'<td class="signal {cls}">-?\d\.\d{{3}}</td>', first_row), (cls, first_row)
+    assert re.search(r'<td class="signal answer-cosine">(-?\d\.\d{3}|–)</td>', first_row), first_row
+    assert '<td class="signal first-score">–</td>' in first_row, "the ann arm re-ranks nothing"
+    assert re.search(r'<td class="signal shared-words">\d+: [^<]*refund', first_row), first_row
+    weights = weights_of(r.text)
+    assert list(weights) == ["how", "do", "I", "get", "a", "refund", "please"], r.text
+    assert weights["refund"] > weights["please"]
+    assert "<strong>refund</strong>" in r.text.split('id="top-words"', 1)[1].split("</p>", 1)[0]
+    assert re.search(r'id="weights-time" class="note">Worked out in \d+ ms \(8 texts', r.text)
+
+
+def test_the_word_weights_of_a_long_question_are_skipped(served):
+    client, csrf = sign_in(served, ROOT)
+    query = " ".join(["refund"] + ["please"] * 39)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code == 200, r.text
+    assert 'id="weights-skipped"' in r.text and "40 words" in r.text and "skipped" in r.text
+    assert weights_of(r.text) == {}
+    assert 'class="signal phrasing-cosine"' in r.text, "the signals are still shown"
+
+
+def test_the_explanation_matches_once_and_leaves_match_as_it_was(served):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    query = "refund explained once"
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code == 200 and 'id="weights"' in r.text, r.text
+    app.state.service.query_log.flush()
+    assert [row["query"] for row in store.read_query_log()].count(query) == 1
+    body = client.post("/match", json={"query": query}).json()
+    assert set(body["matches"][0]) == {"faq_id", "question", "answer", "score"}
+
+
+@pytest.mark.parametrize("query", ["<script>alert(1)</script> refund", "refund \u202e please", "\u00a0refund\u2003now\u00a0",
+                                   "'\"<> & %", "😀 refund 😀", "x", "- - -", "refund " * 32, "a\tb\nc"])
+def test_hostile_questions_are_explained_not_a_500(served, query):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code < 500, r.text
+    if r.status_code == 200:
+        assert "<script>alert" not in r.text
+        assert 'id="weights"' in r.text or 'id="weights-skipped"' in r.text, r.text

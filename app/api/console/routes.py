@@ -23,11 +23,12 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api.routes.admin import _refresh
-from app.api.routes.match import _match
+from app.api.routes.match import MatchTrace, _match
 from app.api.schemas import MAX_ID_CHARS, FaqCreate, FaqReplace, MatchRequest
 from app.api.state import QueryLogDisabled, ServiceState
 from app.api.tenants import Tenants, UnknownKb
 from app.api.workers import DeadlineExceeded, Overloaded
+from app.api.console.explain import explain
 from app.api.console.sessions import ConsoleSession, Sessions
 from app.pipeline import NoIndexError
 from app.settings import KB_NAME_PATTERN
@@ -291,8 +292,9 @@ async def try_question(request: Request, kb: str) -> Response:
         item = MatchRequest.model_validate(values)
     except ValidationError as exc:
         return render(request, "try.html", 422, errors=pydantic_problems(exc), **page)
+    trace = MatchTrace()
     try:
-        result = (await _match(state, [item]))[0]
+        result = (await _match(state, [item], trace))[0]
     except NoIndexError as exc:
         return render(request, "try.html", 503, errors={"form": str(exc) or "no index built: run `faq index build`"},
                       **page)
@@ -301,7 +303,17 @@ async def try_question(request: Request, kb: str) -> Response:
     except HTTPException as exc:
         return render(request, "try.html", exc.status_code, errors={"form": str(exc.detail)}, **page)
     page["result"] = result
-    return render(request, "try.html", errors={}, logged=state.settings.query_log, **page)
+    why, why_problem = None, None
+    if trace.results and state.matcher is not None:
+        try:
+            # the word weights' encoder call runs here, off the batcher: the console is low traffic, and
+            # the answer above is already logged and counted as /match would have it
+            why = await run_in_threadpool(explain, state.matcher, trace.retriever, result.query, trace.results[0])
+        except Exception as exc:  # noqa: BLE001 - the answer is shown whatever befalls its explanation
+            log.exception("could not explain the console question")
+            why_problem = f"the explanation could not be worked out: {type(exc).__name__}"
+    return render(request, "try.html", errors={}, logged=state.settings.query_log, why=why, why_problem=why_problem,
+                  **page)
 
 
 @router.post("/kbs/{kb}/feedback")

@@ -6,7 +6,9 @@ and search run in its bounded thread pool); the query log is written later by a 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, status
 from fastapi.exceptions import RequestValidationError
@@ -67,7 +69,17 @@ def arm_of(state: ServiceState, item: MatchRequest) -> str:
     return resolve_arm(arm, item.rerank)
 
 
-async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchResponse]:
+@dataclass
+class MatchTrace:
+    """What one `_match` call ranked with, for the console's "why it matched": the pipeline's own results
+    carry more than a response shows (each FAQ's cosines), and the retriever they were ranked on is the one
+    to explain them with. Handing them back costs nothing; matching again would be a second logged query."""
+
+    retriever: Any = None
+    results: list[MatchResult] = field(default_factory=list)
+
+
+async def _match(state: ServiceState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
         if uses_reranker(arm) and not state.stages:
@@ -91,6 +103,8 @@ async def _match(state: ServiceState, items: list[MatchRequest]) -> list[MatchRe
         results = await state.batcher.submit(queries, retriever, state.matcher)
     finally:
         state.in_flight -= 1
+    if trace is not None:
+        trace.retriever, trace.results = retriever, list(results)
     responses = [_response(arm, result) for arm, result in zip(arms, results)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
