@@ -73,7 +73,8 @@ def arm_of(state: ServiceState, item: MatchRequest) -> str:
 class MatchTrace:
     """What one `_match` call ranked with, for the console's "why it matched": the pipeline's own results
     carry more than a response shows (each FAQ's cosines), and the retriever they were ranked on is the one
-    to explain them with. Handing them back costs nothing; matching again would be a second logged query."""
+    to explain them with. Handing them back costs nothing; matching again would encode and search twice, and
+    after a hot swap could explain another index's answer."""
 
     retriever: Any = None
     results: list[MatchResult] = field(default_factory=list)
