@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +31,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from bench.es_emulator import start_emulator, stop_emulator
 
 import numpy as np
 
@@ -41,44 +42,6 @@ DEMO_QUERIES = ROOT / "app" / "demo" / "queries.jsonl"
 
 
 # -- the emulator ---------------------------------------------------------------------------------------
-def start_emulator(data_dir: Path) -> tuple[subprocess.Popen, str]:
-    """The noida-db Elasticsearch-API emulator on a free loopback port (as tests/conftest.py starts it)."""
-    import socket
-    import urllib.request
-
-    import noida_db
-
-    binary = Path(noida_db.__file__).parent / "noida-db"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    log = open(data_dir / "noida.log", "w")
-    proc = subprocess.Popen([str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--only",
-                             "elasticsearch", "--elasticsearch-port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.1)
-    stop_emulator(proc)
-    raise RuntimeError(f"the emulator did not start: {(data_dir / 'noida.log').read_text()[-2000:]}")
-
-
-def stop_emulator(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 # -- probe ----------------------------------------------------------------------------------------------
 def probe(url: str) -> dict[str, str]:
     """Feature -> "ok" or the server's error, on a throwaway 8-d index."""

@@ -164,59 +164,21 @@ def write_kb_jsonl(path, faqs: dict[str, list[str]]):
 
 # --- lexical engines (tests/test_lexical.py, test_arms.py, test_ab.py) -----------------------------
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_es_emulator(data_dir):
-    """Start the noida-db binary (Elasticsearch API only) on a free loopback port -> (process, url).
-    Stop it with `stop_es_emulator(process)` (by its PID; nothing else is touched)."""
-    import subprocess
-    import time
-    import urllib.request
-    from pathlib import Path
+    """Start the noida-db binary (Elasticsearch API only) on a free loopback port -> (process, url)
+    (bench/es_emulator.py). Stop it with `stop_es_emulator(process)`."""
+    from bench.es_emulator import start_emulator
 
-    import noida_db
-
-    binary = Path(noida_db.__file__).parent / "noida-db"
-    log_path = Path(data_dir) / "noida.log"
-    for _attempt in range(3):  # the free port can be taken between probing and binding
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(
-                [str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-                 "--only", "elasticsearch", "--elasticsearch-port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        ready = False
-        deadline = time.monotonic() + 20
-        while not ready and time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    ready = response.status == 200
-            except OSError:
-                time.sleep(0.1)
-        if ready:
-            return proc, url
-        stop_es_emulator(proc)  # alive but not answering, or exited: try another port
-    pytest.fail(f"the noida-db Elasticsearch emulator did not start: {log_path.read_text()[-2000:]}")
+    try:
+        return start_emulator(data_dir)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 def stop_es_emulator(proc) -> None:
-    import subprocess
+    from bench.es_emulator import stop_emulator
 
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    stop_emulator(proc)
 
 
 @pytest.fixture(scope="session")

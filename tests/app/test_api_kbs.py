@@ -31,16 +31,22 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture
-def kbs(tmp_path, encoder):  # noqa: F811
-    """The default KB and KB `shop`, both built, with an admin and a read token each."""
-    settings = make_settings(tmp_path, admin_token=ROOT)
+def two_built_kbs(data_dir, encoder, admin_token: str):  # noqa: F811
+    """(settings, store): the default KB (test_api_contract's) and KB `shop`, both built."""
+    settings = make_settings(data_dir, admin_token=admin_token)
     store = make_store(settings)
     build(store, encoder, settings)
     store.kbs.create("shop")
     shop = store.for_kb("shop")
     shop.import_records(shop_records())
     build(shop, encoder, settings.for_kb("shop"))
+    return settings, store
+
+
+@pytest.fixture
+def kbs(tmp_path, encoder):  # noqa: F811
+    """The default KB and KB `shop`, both built, with an admin and a read token each."""
+    settings, store = two_built_kbs(tmp_path, encoder, ROOT)
     tokens = {(kb, kind): store.kbs.issue_token(kb, kind)[1] for kb in ("default", "shop") for kind in ("admin", "read")}
     return settings, store, tokens
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from test_api_contract import KB, build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import shop_records
+from test_api_kbs import two_built_kbs
 from test_api_swap import LiveServer
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
@@ -35,13 +35,7 @@ PROBES = {
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, encoder):  # noqa: F811
-    settings = make_settings(tmp_path_factory.mktemp("console_browser"), admin_token=ROOT)
-    store = make_store(settings)
-    build(store, encoder, settings)
-    store.kbs.create("shop")
-    shop = store.for_kb("shop")
-    shop.import_records(shop_records())
-    build(shop, encoder, settings.for_kb("shop"))
+    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_browser"), encoder, ROOT)
     shop_token = store.kbs.issue_token("shop", "admin")[1]
     from app.api.main import create_app
 

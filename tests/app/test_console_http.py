@@ -13,20 +13,14 @@ from fastapi.testclient import TestClient
 from app.api.console import SECURITY_HEADERS
 from app.api.console.routes import COOKIE
 from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import shop_records
+from test_api_kbs import two_built_kbs
 
 ROOT = "console-root-token"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
-    settings = make_settings(tmp_path_factory.mktemp("console_http"), admin_token=ROOT)
-    store = make_store(settings)
-    build(store, encoder, settings)
-    store.kbs.create("shop")
-    shop = store.for_kb("shop")
-    shop.import_records(shop_records())
-    build(shop, encoder, settings.for_kb("shop"))
+    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_http"), encoder, ROOT)
     tokens = {kind: store.kbs.issue_token("shop", kind)[1] for kind in ("admin", "read")}
     from app.api.main import create_app
 
