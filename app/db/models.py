@@ -31,7 +31,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -149,6 +149,8 @@ class QueryLog(Base):
     score: Mapped[float | None] = mapped_column(Float)
     latency_ms: Mapped[float | None] = mapped_column(Float)
     index_version: Mapped[str | None] = mapped_column(String(64))
+    # answer | clarify | abstain; None on rows logged before it was kept (faq_id still tells an answer)
+    decision: Mapped[str | None] = mapped_column(String(16))
     feedback_correct: Mapped[bool | None] = mapped_column(Boolean)
     feedback_faq_id: Mapped[str | None] = mapped_column(String(MAX_FAQ_ID_CHARS))
 
@@ -167,3 +169,21 @@ class KbToken(Base):
     label: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ReviewDismissal(Base):
+    """An item an FAQ owner dismissed from a review queue (app/review.py): a mined phrasing, a cluster of
+    unanswered queries or a lint finding, named by `key` (a hash of what identifies it), with why."""
+
+    __tablename__ = "review_dismissals"
+    __table_args__ = (UniqueConstraint("kb", "queue", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    nullable=False)
+    queue: Mapped[str] = mapped_column(String(16), nullable=False)  # phrasing | cluster | lint
+    key: Mapped[str] = mapped_column(String(64), nullable=False)
+    subject: Mapped[str] = mapped_column(Text, nullable=False)  # what was dismissed, as the queue showed it
+    reason: Mapped[str | None] = mapped_column(Text)
+    dismissed_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)

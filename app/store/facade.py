@@ -5,8 +5,9 @@ is the same database scoped to another KB, sharing the engine. `store.kbs` (app/
 catalogue of KBs and their tokens, the same for every scope.
 
 `store.kb` (app/store/kb.py: FAQs, phrasings, revision, import/export), `store.builds`
-(app/store/builds.py: index build records) and `store.query_log` (app/store/query_log.py: the log,
-feedback, retention) share one engine. The store's own methods are those parts' methods under the
+(app/store/builds.py: index build records), `store.query_log` (app/store/query_log.py: the log,
+feedback, retention) and `store.reviews` (app/store/reviews.py: what was dismissed from the review
+queues) share one engine. The store's own methods are those parts' methods under the
 names callers have always used, so `store.snapshot()` is `store.kb.snapshot()`.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from app.store.kb import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
 from app.store.kbs import KbCatalog
 from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
+from app.store.reviews import ReviewStore
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -49,6 +51,7 @@ class FaqStore:
         self.kb = KbStore(self.engine, kb)
         self.builds = BuildStore(self.engine, kb)
         self.query_log = QueryLogStore(self.engine, kb)
+        self.reviews = ReviewStore(self.engine, kb)
         self.kbs = KbCatalog(self.engine)
 
     def for_kb(self, kb: str) -> FaqStore:

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db.models import utcnow
-from app.store.base import KbNotFound, builds_t, faqs_t, kbs_t, qlog_t, tokens_t, utc, variants_t
+from app.store.base import KbNotFound, builds_t, dismissals_t, faqs_t, kbs_t, qlog_t, tokens_t, utc, variants_t
 from kb.records import DEFAULT_KB, kb_name_problem
 
 TokenKind = Literal["admin", "read"]
@@ -161,6 +161,7 @@ class KbCatalog:
             counts["query_log"] = conn.execute(delete(qlog_t).where(qlog_t.c.kb == name)).rowcount
             # phrasings, FAQs, builds and tokens go with the KB's row (ON DELETE CASCADE)
             conn.execute(delete(variants_t).where(variants_t.c.kb == name))
+            conn.execute(delete(dismissals_t).where(dismissals_t.c.kb == name))
             if conn.execute(delete(kbs_t).where(kbs_t.c.name == name)).rowcount == 0:
                 conn.rollback()
                 raise KbNotFound(name)

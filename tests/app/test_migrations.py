@@ -13,7 +13,7 @@ from cli.main import main
 from app.db import Base, make_engine
 from migrations import runner
 
-TABLES = {"kbs", "kb_tokens", "faqs", "question_variants", "index_builds", "query_log"}
+TABLES = {"kbs", "kb_tokens", "faqs", "question_variants", "index_builds", "query_log", "review_dismissals"}
 TABLES_0001 = {"faqs", "question_variants", "index_builds", "query_log", "kb_meta"}
 
 
@@ -33,7 +33,7 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_and_downgrade(any_url):
     assert runner.current(any_url) is None
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0002"
+    assert runner.current(any_url) == runner.head() == "0003"
     assert table_names(any_url) == TABLES
     engine = make_engine(any_url)
     try:
@@ -78,20 +78,20 @@ def test_cascade_and_unique_constraints_exist(any_url):
 
 def test_db_cli(faq_env, capsys):
     assert main(["db", "current"]) == 0
-    assert "empty, no migration applied (head is 0002)" in capsys.readouterr().out
+    assert "empty, no migration applied (head is 0003)" in capsys.readouterr().out
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().endswith(": at 0002 (head)")
+    assert capsys.readouterr().out.strip().endswith(": at 0003 (head)")
     assert main(["db", "downgrade", "base"]) == 0
     assert "empty" in capsys.readouterr().out
     assert table_names(faq_env.db_url) == set()
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0002)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0003)")
     assert table_names(faq_env.db_url) == TABLES_0001
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0002 (head)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0003 (head)")
     assert main(["db", "downgrade", "-1"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0002)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0002 (head is 0003)")
 
 
 def test_the_code_expects_the_latest_revision():
@@ -172,7 +172,7 @@ def test_0002_carries_a_single_kb_database_up_and_back_down(any_url):
     assert before == ({"faqs": 4, "question_variants": 7, "index_builds": 3, "query_log": 5}, OLD_VARIANTS)
 
     runner.upgrade(any_url)
-    assert runner.current(any_url) == "0002" and table_names(any_url) == TABLES
+    assert runner.current(any_url) == runner.head() and table_names(any_url) == TABLES
     assert _counts_and_variants(any_url) == before  # every row, and the phrasings under their old ids
     engine = make_engine(any_url)
     try:
@@ -213,7 +213,7 @@ def test_downgrade_below_0002_is_refused_while_another_kb_exists(any_url):
         store.for_kb("support").import_records([KbRecord("b", "q2", "other answer")])
     with pytest.raises(RuntimeError, match="'default'.*support.*faq kb delete"):
         runner.downgrade(any_url, "0001")
-    assert runner.current(any_url) == "0002"
+    assert runner.current(any_url) == runner.head()
     with FaqStore(any_url) as store:  # nothing was touched
         assert store.kbs.names() == ["default", "support"]
         assert [r.faq_id for r in store.for_kb("support").export_records()] == ["b"]

@@ -153,6 +153,7 @@ def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
         "score": best.score if best else None,
         "latency_ms": response.timings_ms.total,
         "index_version": response.index_version,
+        "decision": response.decision,
     }
 
 

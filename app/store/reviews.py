@@ -1,0 +1,71 @@
+"""What FAQ owners dismissed from one KB's review queues (app/review.py): a mined phrasing, a cluster of
+unanswered queries, a lint finding. A dismissal names its item by a key (a hash of what identifies it,
+made by app/review.py), keeps the text the queue showed and the reason given, and can be taken back."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from app.db.models import utcnow
+from app.store.base import StorePart, dismissals_t, storable, utc
+
+Queue = Literal["phrasing", "cluster", "lint"]
+QUEUES: tuple[str, ...] = ("phrasing", "cluster", "lint")
+#: longest reason kept (characters)
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Dismissal:
+    queue: str
+    key: str
+    subject: str
+    reason: str | None
+    dismissed_by: str | None
+    created_at: datetime
+
+
+class ReviewStore(StorePart):
+    def dismiss(self, queue: Queue, key: str, subject: str, reason: str | None = None,
+                by: str | None = None) -> bool:
+        """Record that the item `key` of `queue` was dismissed; False when it already was (the first
+        reason stands). Raises KbNotFound for a KB that does not exist, ValueError for a bad queue, key
+        or text (the callers validate first; this is the last line)."""
+        if queue not in QUEUES:
+            raise ValueError(f"queue must be one of {', '.join(QUEUES)}, got {queue!r}")
+        if not key or len(key) > 64 or not storable(key, subject, reason, by):
+            raise ValueError("a dismissal needs a key of 1-64 characters and storable text")
+        if reason is not None and len(reason) > MAX_REASON_CHARS:
+            raise ValueError(f"reason must be at most {MAX_REASON_CHARS} characters")
+        try:
+            with self._write() as conn:
+                conn.execute(dismissals_t.insert().values(
+                    kb=self.kb, queue=queue, key=key, subject=subject, reason=reason or None,
+                    dismissed_by=(by or None) and by[:200], created_at=utcnow()))
+        except IntegrityError:
+            return False
+        return True
+
+    def restore(self, queue: str, key: str) -> bool:
+        """Take a dismissal back (the item is proposed again); False when there was none."""
+        with self._write() as conn:
+            return conn.execute(delete(dismissals_t).where(
+                dismissals_t.c.kb == self.kb, dismissals_t.c.queue == queue, dismissals_t.c.key == key)).rowcount > 0
+
+    def dismissed(self, queue: str | None = None) -> list[Dismissal]:
+        """This KB's dismissals (of one queue, or all), newest first."""
+        stmt = select(dismissals_t).where(dismissals_t.c.kb == self.kb)
+        if queue is not None:
+            stmt = stmt.where(dismissals_t.c.queue == queue)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt.order_by(dismissals_t.c.id.desc())).all()
+        return [Dismissal(r.queue, r.key, r.subject, r.reason, r.dismissed_by, utc(r.created_at)) for r in rows]
+
+    def dismissed_keys(self, queue: str) -> set[str]:
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(dismissals_t.c.key).where(
+                dismissals_t.c.kb == self.kb, dismissals_t.c.queue == queue)).scalars())
