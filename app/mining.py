@@ -3,12 +3,15 @@ kb/mining.py. Shared by the command (cli/kb.py) and its measurement (evaluation/
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime
 from typing import Any, Callable, Sequence
 
 from app.store import FaqStore
+from app.store.reviews import cluster_key, phrasing_key
 from kb.mining import (
-    DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE, LoggedQuery, MiningStats, cluster_unanswered, mine_phrasings,
+    DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE, Cluster, LoggedQuery, MiningStats, cluster_unanswered, mine_phrasings,
+    phrasing_form,
 )
 
 
@@ -37,10 +40,15 @@ def siamese_agreement(scorer: Any, kb: dict[str, list[str]]) -> Callable[[Sequen
 
 def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: float | None = None,
                 low_score: float | None = None, min_cluster: int = 2, embed: Any = None,
-                cosine: float | None = None, siamese: Any = None, min_agree: float | None = None) -> dict[str, Any]:
+                cosine: float | None = None, siamese: Any = None, min_agree: float | None = None,
+                include_dismissed: bool = False) -> dict[str, Any]:
     """What `faq kb mine` reports: {"min_score", "stats", "phrasings": [...], "clusters": [...]};
     phrasing dicts also carry the FAQ's current answer and tags (import needs them). `siamese`: a
-    SiameseScorer whose probability >= `min_agree` also confirms a confident match (`siamese_agreement`)."""
+    SiameseScorer whose probability >= `min_agree` also confirms a confident match (`siamese_agreement`).
+
+    Every item carries its `review_key` (app/store/reviews.py). Items an owner dismissed (the console's
+    review queues) are left out unless `include_dismissed`, and counted in stats. A cluster's queries
+    that have since become phrasings of some FAQ (a draft made from it was saved) are left out too."""
     min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
     min_agree = DEFAULT_MIN_AGREE if min_agree is None else min_agree
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
@@ -54,11 +62,30 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     proposals = mine_phrasings(log, kb, min_score, stats, agree=agree, min_agree=min_agree)
     clusters = cluster_unanswered(log, low_score=low_score, min_size=min_cluster, embed=embed,
                                   cosine=0.0 if cosine is None else cosine)
-    phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1]} for p in proposals]
+    known = {phrasing_form(q) for qs in kb.values() for q in qs}
+    clusters = [c for c in (_without(c, known) for c in clusters) if c.size >= min_cluster]
+    phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1],
+                  "review_key": phrasing_key(p.faq_id, p.question)} for p in proposals]
+    cluster_rows = [{**c.as_dict(), "review_key": cluster_key(c.key)} for c in clusters]
+    hidden = {"phrasing": 0, "cluster": 0}
+    if not include_dismissed:
+        gone = store.reviews.dismissed_keys("phrasing")
+        hidden["phrasing"] = sum(p["review_key"] in gone for p in phrasings)
+        phrasings = [p for p in phrasings if p["review_key"] not in gone]
+        gone = store.reviews.dismissed_keys("cluster")
+        hidden["cluster"] = sum(c["review_key"] in gone for c in cluster_rows)
+        cluster_rows = [c for c in cluster_rows if c["review_key"] not in gone]
     return {"min_score": min_score, "min_agree": min_agree if siamese is not None else None,
-            "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c.size for c in clusters)},
+            "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c["size"] for c in cluster_rows),
+                      "dismissed_phrasings": hidden["phrasing"], "dismissed_clusters": hidden["cluster"]},
             "phrasings": phrasings,
-            "clusters": [{"faq_id": f"new-{i}", **c.as_dict()} for i, c in enumerate(clusters, start=1)]}
+            "clusters": [{"faq_id": f"new-{i}", **c} for i, c in enumerate(cluster_rows, start=1)]}
+
+
+def _without(cluster: Cluster, known: set[str]) -> Cluster:
+    """The cluster less the queries that are now phrasings of some FAQ."""
+    kept = Counter({q: n for q, n in cluster.queries.items() if phrasing_form(q) not in known})
+    return cluster if len(kept) == len(cluster.queries) else Cluster(cluster.key, kept)
 
 
 def write_mined(report: dict[str, Any], phrasings_path: str | None, clusters_path: str | None) -> None:

@@ -71,6 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", metavar="FILE", help="also write the full JSON report (every FAQ) to FILE")
     p.add_argument("--no-progress", action="store_true", help="no encoding progress bar on stderr")
+    p.add_argument("--dismissed", action="store_true", help="also flag findings an owner dismissed (in the "
+                   "console's review queue); they are left out by default")
     p.set_defaults(func=cmd_lint)
 
     p = sub.add_parser(
@@ -106,6 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"the Siamese probability that confirms a match (default {DEFAULT_MIN_AGREE:g})")
     p.add_argument("--top", type=int, default=20, metavar="N", help="show at most N of each in the text output")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--dismissed", action="store_true", help="also propose what an owner dismissed (in the "
+                   "console's review queues); left out by default")
     add_kb_option(p)
     p.set_defaults(func=cmd_mine)
 
@@ -265,6 +269,13 @@ def cmd_lint(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     report = lint_kb(records, encoder, threshold=threshold, progress=not args.no_progress and sys.stderr.isatty(),
                      encode=encode_in_batches)
+    if not args.file and not args.dismissed:  # dismissals belong to the store's KB, not to a file
+        from app.review import hide_dismissed_lint
+
+        with open_kb(args) as scope:
+            hidden = hide_dismissed_lint(scope.store, report)
+        if hidden:
+            report.notes.append(f"{hidden} finding(s) dismissed by an owner are not flagged (--dismissed flags them)")
     top = None if args.top <= 0 else args.top
     if args.out:
         try:
@@ -330,7 +341,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     with open_kb(args) as scope:
         report = mine_report(scope.store, since=since, min_score=args.min_score, low_score=args.low_score,
                              min_cluster=args.min_cluster, embed=embed, cosine=args.cluster_cosine,
-                             siamese=siamese, min_agree=args.min_agree)
+                             siamese=siamese, min_agree=args.min_agree, include_dismissed=args.dismissed)
     clusters_out = args.clusters_out or (_clusters_path(args.out) if args.out else None)
     try:
         write_mined(report, args.out, clusters_out)
@@ -348,6 +359,9 @@ def cmd_mine(args: argparse.Namespace) -> int:
              f"  skipped: {s['already_phrasing']} already a phrasing, {s['phrasing_of_other_faq']} a phrasing of "
              f"another FAQ, {s['rejected_by_feedback']} rejected by feedback, {s['conflicting']} proposed for "
              f"several FAQs"]
+    if s["dismissed_phrasings"] or s["dismissed_clusters"]:
+        lines.append(f"  dismissed by an owner, left out: {s['dismissed_phrasings']} phrasing(s), "
+                     f"{s['dismissed_clusters']} cluster(s) (--dismissed shows them)")
     if report["phrasings"]:
         lines.append("New phrasings (count, evidence):")
         for p in report["phrasings"][:top]:

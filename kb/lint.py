@@ -91,11 +91,15 @@ class FaqLint:
     answer: str
     n_phrasings: int
     numbers: dict[str, Any]  # every signal's raw value for this FAQ (None where not computed)
+    dismissed: str | None = None  # an owner's reason for dismissing the finding (then not flagged)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"faq_id": self.faq_id, "score": round(self.score, 4), "flagged": self.flagged,
-                "reasons": [r.as_dict() for r in self.reasons], "n_phrasings": self.n_phrasings,
-                "answer_preview": _preview(self.answer, 120), "numbers": self.numbers}
+        out = {"faq_id": self.faq_id, "score": round(self.score, 4), "flagged": self.flagged,
+               "reasons": [r.as_dict() for r in self.reasons], "n_phrasings": self.n_phrasings,
+               "answer_preview": _preview(self.answer, 120), "numbers": self.numbers}
+        if self.dismissed is not None:
+            out["dismissed"] = self.dismissed
+        return out
 
 
 @dataclass

@@ -385,6 +385,27 @@ class KbStore(StorePart):
                 bump_revision(conn, kb)
             return self._get(conn, faq_id)
 
+    def add_questions(self, faq_id: str, questions: Iterable[str]) -> tuple[FaqOut, int]:
+        """Add phrasings to an FAQ, keeping its answer, tags and other phrasings: (the FAQ, how many were
+        new). Atomic against other writers, so it never undoes an edit made meanwhile (a whole-FAQ
+        update built from an earlier read would). Raises FaqNotFound / KbValidationError."""
+        with self._write() as conn:
+            faq = self._get(conn, faq_id) if storable(faq_id) else None
+            if faq is None:
+                raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
+            wanted = list(dict.fromkeys([*faq.questions, *questions]))
+            # the same rules as every other way phrasings come in (lengths, text, count)
+            _, _, wanted, _ = check_faq(faq_id, faq.answer, wanted, list(faq.tags))
+            added = [q for q in wanted if q not in set(faq.questions)]
+            if not added:
+                return faq, 0
+            now = utcnow()
+            conn.execute(insert(variants_t), [
+                {"kb": self.kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added])
+            conn.execute(update(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id).values(updated_at=now))
+            bump_revision(conn, self.kb)
+            return self._get(conn, faq_id), len(added)
+
     def faq_exists(self, faq_id: str) -> bool:
         if not storable(faq_id):
             return False

@@ -3,6 +3,7 @@ unanswered queries, a lint finding. A dismissal names its item by a key (a hash 
 made by app/review.py), keeps the text the queue showed and the reason given, and can be taken back."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -12,11 +13,31 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.models import utcnow
 from app.store.base import StorePart, dismissals_t, storable, utc
+from kb.mining import phrasing_form
 
 Queue = Literal["phrasing", "cluster", "lint"]
 QUEUES: tuple[str, ...] = ("phrasing", "cluster", "lint")
 #: longest reason kept (characters)
 MAX_REASON_CHARS = 500
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def phrasing_key(faq_id: str, question: str) -> str:
+    """A mined phrasing: the FAQ and the phrasing's normalised form (case and spacing do not matter)."""
+    return _key("phrasing", faq_id, phrasing_form(question))
+
+
+def cluster_key(bow_key: str) -> str:
+    """A cluster of unanswered queries, by its bag-of-words key (kb/mining.py `cluster_unanswered`)."""
+    return _key("cluster", bow_key)
+
+
+def lint_key(faq_id: str, answer: str) -> str:
+    """A lint finding, by the FAQ and its answer: once the answer is edited, the FAQ is judged afresh."""
+    return _key("lint", faq_id, answer)
 
 
 @dataclass(frozen=True)

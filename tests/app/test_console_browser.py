@@ -382,6 +382,86 @@ def test_import_dry_run_apply_and_bad_lines(live, watched, tmp_path):
     assert '"faq_id": "opening_hours"' in open(download.value.path(), encoding="utf-8").read()
 
 
+def test_feedback_can_name_the_right_faq(live, watched):
+    store = live[2]
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/try")
+    page.fill("#query", "money back for a broken parcel")
+    with page.expect_navigation():
+        page.click("#ask")
+    page.select_option("#right-faq", "refund")
+    with page.expect_navigation():
+        page.click("#mark-other")
+    assert "the right FAQ is 'refund'" in page.inner_text(".flash")
+    [row] = [r for r in store.read_query_log(with_feedback=True) if r["query"] == "money back for a broken parcel"]
+    assert (row["feedback_correct"], row["feedback_faq_id"]) == (None, "refund")
+    # an id that names no FAQ is refused, and nothing is recorded
+    page.fill("#query", "a parcel question")
+    with page.expect_navigation():
+        page.click("#ask")
+    page.fill("#other-faq", "no-such-faq")
+    w.expected_statuses.add(422)
+    with page.expect_navigation():
+        page.click("#mark-other")
+    assert "no-such-faq" in page.inner_text("#problem")
+    assert [r for r in store.read_query_log(with_feedback=True) if r["query"] == "a parcel question"] == []
+
+
+def _review_when_checked(page, kb: str):
+    """The review page once its background lint has run (the page reloads itself until then)."""
+    page.goto(f"/console/kbs/{kb}/review")
+    page.wait_for_selector("#lint-running", state="detached", timeout=60_000)
+    page.wait_for_load_state("load")
+    return page
+
+
+def test_review_queues_accept_draft_and_dismiss(live, watched):
+    store = live[2].for_kb("shop")
+    store.create_faq("lockers", "TODO", ["Do you have lockers?"])
+    base = live[0].url
+    for query, feedback in [("my dog wants to come along", {"faq_id": "pets"}),
+                            ("do you rent bikes", {"correct": False}), ("Do you rent bikes?", {"correct": False})]:
+        r = httpx.post(f"{base}/kbs/shop/match", json={"query": query}, timeout=30)
+        assert r.status_code == 200, r.text
+        f = httpx.post(f"{base}/kbs/shop/feedback", json={"request_id": r.json()["request_id"], **feedback}, timeout=30)
+        assert f.status_code == 200, f.text
+    w = watched()
+    page = _review_when_checked(sign_in(w, ROOT), "shop")
+    assert serious_violations(page) == []
+    # a mined phrasing: accept, and /match finds it at once
+    row = page.locator("#phrasings tr", has_text="my dog wants to come along")
+    with page.expect_navigation():
+        row.locator("button.accept").click()
+    assert "Added the phrasing to FAQ 'pets'" in page.inner_text(".flash")
+    assert "my dog wants to come along" in store.get_faq("pets").questions
+    assert top_match(live, "my dog wants to come along", "shop")[0] == "pets"
+    # a lint finding: a reason is needed, then it moves to the dismissed list
+    _review_when_checked(page, "shop")
+    finding = page.locator("#lint tr", has_text="lockers")
+    assert finding.locator("a.open-faq").get_attribute("href").endswith("/faqs/edit?id=lockers")
+    finding.locator("input[name=reason]").fill("the rest is on the sign")
+    with page.expect_navigation():
+        finding.locator("button.dismiss-button").click()
+    assert page.locator("#lint tr", has_text="lockers").count() == 0
+    page.click("#dismissed summary")
+    assert "the rest is on the sign" in page.inner_text("#dismissed")
+    # an unanswered cluster: open it as a draft, write the answer, create
+    with page.expect_navigation():
+        page.locator("#clusters tr", has_text="rent bikes").locator("a.draft").click()
+    assert page.input_value("#faq_id") == "rent-bikes"
+    assert sorted(page.input_value("#questions").splitlines()) == ["Do you rent bikes?", "do you rent bikes"]
+    assert serious_violations(page) == []
+    page.fill("#answer", "We do not rent bikes.")
+    with page.expect_navigation():
+        page.click("#save")
+    assert store.get_faq("rent-bikes") is not None
+    page = _review_when_checked(page, "shop")
+    assert page.locator("#clusters tr", has_text="rent bikes").count() == 0
+    assert page.locator("#no-phrasings").count() == 1
+    assert page.locator("[style]").count() == 0
+
+
 def serious_violations(page) -> list[str]:
     """axe-core's serious and critical findings on the page, one line each."""
     axe = pytest.importorskip("axe_playwright_python.sync_playwright", reason="pip install -e '.[test]'")
@@ -408,7 +488,7 @@ def test_every_console_page_passes_axe(live, watched, tmp_path):
     found += serious_violations(page)  # the KB picker
     for path in ("/console/kbs/default/faqs", "/console/kbs/default/faqs?q=zzzz", "/console/kbs/default/faqs/new",
                  "/console/kbs/default/faqs/edit?id=refund", "/console/kbs/default/try", "/console/kbs/default/builds",
-                 "/console/kbs/default/import", "/console/kbs/nope/faqs"):
+                 "/console/kbs/default/import", "/console/kbs/default/review", "/console/kbs/nope/faqs"):
         page.goto(path)
         found += serious_violations(page)
     page.goto("/console/kbs/default/try")

@@ -50,3 +50,26 @@ def test_lint_a_kb_of_the_store(faq_env, tmp_path, capsys):
                              for f, a, qs in INDEX_TEST_FAQS for q in qs))
     assert main(["kb", "lint", "--file", str(clean), "--kb", "shop", "--encoder", "minilm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_flagged"] == 0
+
+
+def test_lint_leaves_out_findings_an_owner_dismissed(faq_env, tmp_path, capsys):
+    from app.settings import get_settings
+    from app.store.reviews import lint_key
+    from migrations.runner import migrated_store
+
+    assert main(["kb", "import", str(_write_kb(tmp_path / "kb.jsonl"))]) == 0
+    capsys.readouterr()
+    assert main(["kb", "lint", "--encoder", "minilm", "--json", "--top", "0"]) == 0
+    flagged = [f for f in json.loads(capsys.readouterr().out)["faqs"] if f["flagged"]]
+    first = flagged[0]
+    with migrated_store(get_settings()) as store:  # as the console's review page does
+        answer = store.get_faq(first["faq_id"]).answer
+        assert store.reviews.dismiss("lint", lint_key(first["faq_id"], answer), first["faq_id"], "checked by hand")
+    assert main(["kb", "lint", "--encoder", "minilm", "--json", "--top", "0"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n_flagged"] == len(flagged) - 1
+    [mine] = [f for f in report["faqs"] if f["faq_id"] == first["faq_id"]]
+    assert (mine["flagged"], mine["dismissed"]) == (False, "checked by hand")
+    assert "1 finding(s) dismissed by an owner" in " ".join(report["notes"])
+    assert main(["kb", "lint", "--encoder", "minilm", "--json", "--dismissed"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_flagged"] == len(flagged)

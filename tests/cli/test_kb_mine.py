@@ -119,3 +119,30 @@ def test_mine_with_a_siamese_matcher_as_second_opinion(faq_env, tmp_path, capsys
     assert runs["1"] == {("password reset how", ("key",))}
     assert main(["kb", "mine", "--siamese", str(tmp_path / "nothing")]) == 2
     assert "--siamese" in capsys.readouterr().err
+
+
+def test_mine_leaves_out_what_an_owner_dismissed(faq_env, tmp_path, capsys):
+    from app.settings import get_settings
+    from app.store.reviews import cluster_key, phrasing_key
+    from migrations.runner import migrated_store
+
+    _setup(tmp_path, [
+        {"query": "money back please", "faq_id": "refund", "score": 0.4, "feedback_correct": True},
+        {"query": "refund get", "faq_id": "refund", "score": 0.95},
+        {"query": "where is the cafeteria", "faq_id": None, "score": 0.2},
+        {"query": "cafeteria where", "faq_id": None, "score": 0.1},
+    ])
+    with migrated_store(get_settings()) as store:  # as the console's review page does
+        assert store.reviews.dismiss("phrasing", phrasing_key("refund", "Money back please!"), "refund: money back",
+                                     "not how customers talk")
+        assert store.reviews.dismiss("cluster", cluster_key("cafeteria"), "where is the cafeteria", None)
+    capsys.readouterr()
+    assert main(["kb", "mine", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["question"] for p in report["phrasings"]] == ["refund get"] and report["clusters"] == []
+    assert (report["stats"]["dismissed_phrasings"], report["stats"]["dismissed_clusters"]) == (1, 1)
+    assert main(["kb", "mine"]) == 0
+    assert "dismissed by an owner, left out: 1 phrasing(s), 1 cluster(s)" in capsys.readouterr().out
+    assert main(["kb", "mine", "--json", "--dismissed"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["phrasings"]) == 2 and len(report["clusters"]) == 1

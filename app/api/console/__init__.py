@@ -12,8 +12,9 @@ from fastapi.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.console import builds, imports  # noqa: F401 - their pages join `router`
+from app.api.console import builds, imports, review  # noqa: F401 - their pages join `router`
 from app.api.console.builds import BuildJobs
+from app.api.console.review import LintJobs
 from app.api.console.routes import Answer, router
 from app.api.console.sessions import Sessions
 
@@ -57,6 +58,7 @@ class SecurityHeaders:
 def mount_console(app: FastAPI) -> None:
     app.state.console_sessions = Sessions()
     app.state.console_builds = BuildJobs()
+    app.state.console_lints = LintJobs()
     app.include_router(router)
     app.mount(PREFIX + "/static", StaticFiles(directory=Path(__file__).parent / "static"), name="console-static")
     app.add_middleware(SecurityHeaders)

@@ -322,13 +322,21 @@ async def feedback(request: Request, kb: str) -> Response:
     state = await kb_state(request, session, kb)
     request_id = fields.get("request_id", "")
     verdict = fields.get("correct", "")
+    # "the right FAQ is ...": typed, else picked from the FAQs the page showed
+    right = fields.get("other_faq_id", "").strip() or fields.get("faq_id", "").strip()
     problem = field_problem(request_id, 64) if request_id else "must not be empty"
     if problem is not None:
         return problem_page(request, 422, f"request_id: {problem}", session=session)
-    if verdict not in ("true", "false"):
-        return problem_page(request, 422, "correct: must be true or false", session=session)
+    if verdict == "other":
+        problem = field_problem(right, MAX_ID_CHARS) if right else "pick the FAQ that answers the question, or type its id"
+        if problem is not None:
+            return problem_page(request, 422, f"faq_id: {problem}", session=session)
+    elif verdict not in ("true", "false"):
+        return problem_page(request, 422, "correct: must be true, false or other", session=session)
+    correct = None if verdict == "other" else verdict == "true"
     try:
-        found = await run_in_threadpool(state.record_feedback, request_id, verdict == "true", None, None)
+        found = await run_in_threadpool(state.record_feedback, request_id, correct, right if correct is None else None,
+                                        None)
     except QueryLogDisabled as exc:
         return problem_page(request, 409, str(exc), session=session)
     except FeedbackAlreadyRecorded as exc:
@@ -337,7 +345,8 @@ async def feedback(request: Request, kb: str) -> Response:
         return problem_page(request, 422, str(exc), session=session)
     if not found:
         return problem_page(request, 404, f"request_id: unknown request {request_id!r}", session=session)
-    session.flash = f"Feedback recorded: the answer was {'right' if verdict == 'true' else 'wrong'}."
+    session.flash = (f"Feedback recorded: the right FAQ is {right!r}." if correct is None
+                     else f"Feedback recorded: the answer was {'right' if correct else 'wrong'}.")
     return _redirect(kb_url(kb, "/try"))
 
 
