@@ -36,7 +36,7 @@ from app.api.deps import kb_path
 from app.api.housekeeping import Housekeeping
 from app.api.metrics import MetricsMiddleware, ServiceMetrics
 from app.api.schemas import ErrorBody
-from app.api.routes import admin, health, match
+from app.api.routes import admin, health, match, review
 from app.api.state import NO_INDEX_REASON, ServiceState
 from app.api.tenants import Tenants
 from app.api.workers import DeadlineExceeded, Overloaded
@@ -311,6 +311,8 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.include_router(health.ready_router, **by_kb)
     app.include_router(admin.router)
     app.include_router(admin.router, **by_kb)
+    app.include_router(review.router)
+    app.include_router(review.router, **by_kb)
     mount_console(app)
     if not settings.admin_token:
         log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API answers only KB admin tokens (`faq kb token`)")

@@ -309,3 +309,66 @@ class ReloadResult(BaseModel):
     previous_version: str | None
     version: str | None
     swapped: bool
+
+
+# -- review queues ---------------------------------------------------------------------------------
+ReviewKey = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="an item's review_key, as GET /admin/review gives it")]
+
+
+class ProposedPhrasing(BaseModel):
+    review_key: str
+    faq_id: str
+    question: str = Field(description="what users asked, to add as a phrasing of the FAQ")
+    count: int = Field(description="logged queries behind it")
+    evidence: dict[str, int] = Field(description="why: key (words agree with a phrasing), feedback_correct, feedback_faq_id, siamese")
+    score_max: float | None = None
+    matched_phrasing: str | None = None
+
+
+class UnansweredQuery(BaseModel):
+    query: str
+    count: int
+
+
+class UnansweredCluster(BaseModel):
+    review_key: str
+    size: int = Field(description="logged queries in the cluster")
+    queries: list[UnansweredQuery]
+
+
+class ReviewQueues(BaseModel):
+    phrasings: list[ProposedPhrasing]
+    clusters: list[UnansweredCluster]
+    dismissed_phrasings: int
+    dismissed_clusters: int
+
+
+class AcceptResult(BaseModel):
+    faq: FaqOutModel
+    added: int = Field(description="1 when the phrasing was added, 0 when the FAQ had it already")
+
+
+class DismissRequest(_Strict):
+    queue: Literal["phrasing", "cluster", "lint"]
+    key: ReviewKey | None = Field(None, description="the item's review_key (phrasing and cluster queues)")
+    faq_id: Annotated[str | None, Field(None, max_length=MAX_ID_CHARS,
+                                        description="the FAQ of a lint finding (`faq kb lint`): the finding is "
+                                                    "dismissed for its answer as it is now"), STORABLE]
+    reason: Annotated[str | None, Field(None, max_length=500, description="why; needed for lint findings"), STORABLE]
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "DismissRequest":
+        if self.queue == "lint" and self.faq_id is None:
+            raise ValueError("faq_id: a lint finding is named by its FAQ")
+        if self.queue != "lint" and self.key is None:
+            raise ValueError(f"key: a {self.queue} is named by its review_key")
+        return self
+
+
+class DismissalOut(BaseModel):
+    queue: str
+    key: str
+    subject: str
+    reason: str | None
+    dismissed_by: str | None
+    created_at: datetime
