@@ -157,6 +157,9 @@ class Settings(BaseSettings):
     # up to 0.9 and a served weight is rounded to the nearest one.
     answer_weight: float = Field(default=0.6, ge=0.0, le=0.9)
     max_body_bytes: int = 64 * 1024
+    # the console's KB file upload (POST /console/kbs/{kb}/import) alone: a KB file is larger than any API
+    # body, and it is read and checked before anything is written
+    max_upload_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     # Admission control (app/api/workers.py MatchBatcher). A request not answered within
     # request_timeout_ms gets a 503 and its queued work is dropped; a body not received within
     # body_timeout_s gets a 408 and the connection is closed, as does a connection whose request

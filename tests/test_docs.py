@@ -41,6 +41,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_POOL_VARIANTS": ("3", 3),
     "FAQ_ANSWER_WEIGHT": ("0.3", 0.3),
     "FAQ_MAX_BODY_BYTES": ("1024", 1024),
+    "FAQ_MAX_UPLOAD_BYTES": ("1048576", 1048576),
     "FAQ_BODY_TIMEOUT_S": ("2.5", 2.5),
     "FAQ_REQUEST_TIMEOUT_MS": ("500", 500),
     "FAQ_MAX_QUEUED_QUERIES": ("256", 256),

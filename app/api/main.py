@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
@@ -146,8 +147,12 @@ class RequestGuardMiddleware:
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = 10.0,
                  cancel_paths: tuple[str, ...] = (), on_client_gone: Callable[[], None] | None = None,
-                 form_prefixes: tuple[str, ...] = ()) -> None:
+                 form_prefixes: tuple[str, ...] = (), upload_path: str | None = None,
+                 max_upload_bytes: int | None = None) -> None:
         self.app = app
+        # the console's KB file upload gets its own, larger limit (FAQ_MAX_UPLOAD_BYTES)
+        self.upload_path = re.compile(upload_path) if upload_path else None
+        self.max_upload_bytes = max_upload_bytes or max_body_bytes
         # the console's HTML forms post urlencoded (and its upload multipart) bodies: size and time limits
         # still apply to them
         self.form_prefixes = form_prefixes
@@ -161,8 +166,11 @@ class RequestGuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        limit = self.max_body_bytes
-        too_large = f"request body too large: the limit is {limit} bytes (FAQ_MAX_BODY_BYTES)"
+        if self.upload_path is not None and self.upload_path.fullmatch(scope.get("path", "")):
+            limit, setting = self.max_upload_bytes, "FAQ_MAX_UPLOAD_BYTES"
+        else:
+            limit, setting = self.max_body_bytes, "FAQ_MAX_BODY_BYTES"
+        too_large = f"request body too large: the limit is {limit} bytes ({setting})"
         problem: StarletteHTTPException | None = None
         body = b""
         declared = headers.get("content-length")
@@ -320,7 +328,8 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s, cancel_paths=MATCH_PATHS,
-                       on_client_gone=metrics.client_gone.inc, form_prefixes=("/console/",))
+                       on_client_gone=metrics.client_gone.inc, form_prefixes=("/console/",),
+                       upload_path=r"/console/kbs/[^/]+/import", max_upload_bytes=settings.max_upload_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)

@@ -117,9 +117,27 @@ def test_empty_and_malformed_uploads_are_4xx(served):
     assert r.status_code in (400, 403)
     r = client.post(PAGE, data={"csrf": csrf})  # urlencoded: the upload form is multipart
     assert r.status_code == 415
-    r = client.post(PAGE, content=b"x" * 2_000_000, headers={"Content-Type": "multipart/form-data; boundary=zz"})
-    assert r.status_code == 413, "the request guard's body limit holds for uploads"
+    r = client.post(PAGE, content=b"x" * (8 * 1024 * 1024 + 1),
+                    headers={"Content-Type": "multipart/form-data; boundary=zz"})
+    assert r.status_code == 413 and "FAQ_MAX_UPLOAD_BYTES" in r.text, "the upload limit holds"
+    r = client.post("/console/kbs/default/try", content=b"query=" + b"x" * 70_000,
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413 and "FAQ_MAX_BODY_BYTES" in r.text, "other console forms keep the body limit"
     assert store.revision() == before
+
+
+def test_a_kb_file_larger_than_an_api_body_uploads(served):
+    """A KB file of some hundred KiB: over FAQ_MAX_BODY_BYTES, under FAQ_MAX_UPLOAD_BYTES."""
+    store = served[1]
+    client, csrf = sign_in(served, ROOT)
+    rows = [{"faq_id": f"bulk-{i}", "question": f"Bulk question number {i} about our {i % 7} services?",
+             "answer": "A bulk answer that is long enough to look like a real one. " * 3} for i in range(1500)]
+    data = jsonl(*rows)
+    assert 65536 < len(data) < 8 * 1024 * 1024
+    before = store.revision()
+    r = dry_run(client, csrf, "bulk.jsonl", data)
+    assert r.status_code == 200, r.text[:500]
+    assert "1500" in r.text and store.revision() == before  # a dry run writes nothing
 
 
 def test_import_posts_need_the_csrf_token(served):
@@ -159,3 +177,20 @@ def test_export_downloads_what_import_reads(served, tmp_path):
     records = read_kb(path)
     assert {rec.faq_id for rec in records} == {faq.faq_id for faq in store.list_faqs(0, 10_000)}
     assert client.get("/console/kbs/Bad!/export").status_code == 422
+
+
+def test_the_upload_limit_is_a_setting(tmp_path, encoder):  # noqa: F811
+    """FAQ_MAX_UPLOAD_BYTES set lower: the page says it, and a file over it is a 413 naming it."""
+    settings = make_settings(tmp_path, admin_token=ROOT, max_upload_bytes=128 * 1024)
+    store = make_store(settings)
+    from app.api.main import create_app
+
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        _, csrf = sign_in((None, store, {}, client), ROOT)
+        assert "up to 128 KiB" in client.get(PAGE).text
+        rows = [{"faq_id": f"bulk-{i}", "question": f"Bulk question {i}?", "answer": "A bulk answer. " * 10}
+                for i in range(1000)]
+        r = dry_run(client, csrf, "bulk.jsonl", jsonl(*rows))
+        assert r.status_code == 413 and "FAQ_MAX_UPLOAD_BYTES" in r.text
+        assert dry_run(client, csrf, "small.jsonl", jsonl(*rows[:50])).status_code == 200
+    store.close()

@@ -111,7 +111,7 @@ def _import_page(request: Request, session: ConsoleSession, kb: str | None, stat
 async def import_page(request: Request, kb: str) -> Response:
     session = current(request)
     await kb_state(request, session, kb)
-    return _import_page(request, session, kb, limit=request.app.state.service.settings.max_body_bytes)
+    return _import_page(request, session, kb, limit=request.app.state.service.settings.max_upload_bytes)
 
 
 @router.post("/kbs/{kb}/import")
@@ -129,7 +129,7 @@ async def dry_run(request: Request, kb: str) -> Response:
     filename, data = fields.get("file", (None, b""))
     name, suffix = _display_name(request, filename, session)
     records, problems = await run_in_threadpool(check_upload, name, suffix, data)
-    limit = request.app.state.service.settings.max_body_bytes
+    limit = request.app.state.service.settings.max_upload_bytes
     if records is None:
         return _import_page(request, session, kb, 422, filename=name, problems=problems[:MAX_ERRORS_SHOWN],
                             n_problems=len(problems), limit=limit)
