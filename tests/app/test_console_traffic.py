@@ -111,3 +111,24 @@ def test_a_kb_token_cannot_see_another_kbs_traffic(served):
     anonymous = TestClient(served[0])
     r = anonymous.get("/console/kbs/shop/traffic", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/login"
+
+
+def test_the_page_says_when_it_was_capped_and_what_rows_without_a_decision_count_as():
+    from datetime import datetime, timedelta, timezone
+
+    from app.api.console.routes import templates
+    from app.traffic import charts, summarize
+
+    now = datetime(2026, 11, 26, 9, 30, tzinfo=timezone.utc)
+    rows = [{"created_at": now - timedelta(hours=h), "arm": "ann", "faq_id": None, "decision": None,
+             "latency_ms": 3.0, "feedback_correct": None, "feedback_faq_id": None} for h in (1, 2)]
+    traffic = summarize(rows, "24h", now, capped=True)
+    html = templates.get_template("traffic.html").render(
+        session=None, csrf="", flash=None, kb="default", traffic=traffic, windows=["24h", "7d", "30d"],
+        charts=charts(traffic), logging=False)
+    assert re.search(r'id="capped">[^<]*only the newest\s+2, from 2026-11-26 07:30 UTC on', html)
+    assert re.search(r'id="undecided">2 requests\s+logged before decisions were kept named no FAQ: they are counted '
+                     r'as abstain', html)
+    assert 'id="log-off"' in html
+    assert re.search(r'<td class="abstain-rate">100.0%</td>', html)
+    assert 'class="empty"' in re.search(r'id="chart-accuracy">.*?</figure>', html, re.S).group(0)
