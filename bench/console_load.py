@@ -7,7 +7,8 @@ temporary data folder, uvicorn on 127.0.0.1 in this process). Each run opens a f
 (empty cache: the stylesheet, script and icon are fetched again), signs in, then loads the page once;
 the time is the navigation's load event (performance.getEntriesByType("navigation")), so it counts the
 server's answer, the static files and the browser's layout. "try a question (answer)" is the POST that
-asks the demo question. Median of --runs per page; the target is <= 1 s each.
+asks the demo question; "traffic" draws its charts from the requests `demo_traffic` sends first
+(420 on two arms, spread over a week). Median of --runs per page; the target is <= 1 s each.
 
 Writes bench/results/console_load.json and console_load.md. Browser and server share this machine's cores.
 """
@@ -24,7 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.machine_info import cpu_info  # noqa: E402
-from scripts.console_screenshots import IMPORT_SAMPLE, VIEWPORT, demo_console, launch, sign_in  # noqa: E402
+from scripts.console_screenshots import (IMPORT_SAMPLE, VIEWPORT, demo_console, demo_traffic, launch,  # noqa: E402
+                                         sign_in)
 
 TARGET_MS = 1000.0
 PAGES = [
@@ -38,6 +40,7 @@ PAGES = [
     ("builds", "/console/kbs/default/builds"),
     ("import", "/console/kbs/default/import"),
     ("import dry run", None),
+    ("traffic", "/console/kbs/default/traffic"),
 ]
 LOAD_MS = "(() => { const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime; })()"
 
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         browser = launch(playwright)
         sample = demo.data_dir / "edits.jsonl"
         sample.write_text(IMPORT_SAMPLE, encoding="utf-8")
+        demo_traffic(demo)
         first_load(browser, demo, "FAQs", "/console/kbs/default/faqs", sample)  # warm-up: the encoder's first call
         for name, path in PAGES:
             times = [first_load(browser, demo, name, path, sample) for _ in range(args.runs)]

@@ -4,7 +4,9 @@
 
 Starts the app on app/demo/faq.jsonl (MiniLM, one build, in a temporary data folder that is removed
 afterwards) on 127.0.0.1, signs in with a throwaway FAQ_ADMIN_TOKEN in headless Debian chromium
-(1200x800) and writes one PNG per page. The PNGs are quantised to 256 colours: they are documentation,
+(1200x800) and writes one PNG per page. The Traffic page's charts are drawn from real /match requests on
+two arms (`ann` and `lexical`) with feedback, sent by `demo_traffic` first and then spread over the past
+week in the log, since a run takes a minute and its requests would otherwise all fall in one hour. The PNGs are quantised to 256 colours: they are documentation,
 and git keeps every version of them. `demo_console()` is also what bench/console_load.py measures.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_KB = REPO / "app" / "demo" / "faq.jsonl"
@@ -35,6 +38,10 @@ IMPORT_SAMPLE = (
     '{"faq_id": "gift-cards", "question": "Do you sell gift cards?", "answer": "Not yet.", "tags": ["billing"]}\n'
     '{"faq_id": "gift-cards", "question": "Can I give Nimbus as a present?"}\n'
 )
+#: questions the demo KB has no answer for: the abstains of the Traffic page
+OFF_TOPIC = ("what is the weather in Lisbon tomorrow", "recommend a good pizza place", "who won the match last night",
+             "how tall is the Eiffel tower", "translate hello into Japanese", "is it going to rain",
+             "what time is it in Sydney", "tell me a joke about cats")
 
 
 @dataclass
@@ -42,6 +49,7 @@ class DemoConsole:
     url: str
     token: str
     data_dir: Path
+    app: Any = None
 
 
 def _free_port() -> int:
@@ -88,13 +96,69 @@ def demo_console() -> Iterator[DemoConsole]:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.05)
         try:
-            yield DemoConsole(f"http://127.0.0.1:{port}", token, data_dir)
+            yield DemoConsole(f"http://127.0.0.1:{port}", token, data_dir, app)
         finally:
             server.should_exit = True
             thread.join(30)
             store.close()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def demo_traffic(demo: DemoConsole, requests: int = 420, days: int = 7, seed: int = 7) -> int:
+    """Real /match requests on the arms `ann` and `lexical` (alternating) with /feedback on about half of
+    the answers, then their log rows' times spread over the past `days`; returns how many were sent.
+    Questions are the demo KB's phrasings, some with a word dropped, and a few off-topic ones."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    import httpx
+    from sqlalchemy import bindparam, update
+
+    from app.store.base import qlog_t
+    from kb.records import read_kb
+
+    rng = random.Random(seed)
+    phrasings = [(r.faq_id, r.question) for r in read_kb(DEMO_KB)]
+    asked = []
+    for i in range(requests):
+        if rng.random() < 0.08:
+            faq_id, query = None, rng.choice(OFF_TOPIC)
+        else:
+            faq_id, query = rng.choice(phrasings)
+            words = query.split()
+            if len(words) > 3 and rng.random() < 0.6:  # a shorter, sloppier question, and fewer cache hits
+                del words[rng.randrange(len(words))]
+                query = " ".join(words).lower()
+        asked.append((faq_id, {"query": query, "arm": ("ann", "lexical")[i % 2]}))
+    now = datetime.now(timezone.utc)
+    # back to the first day the 7-day page shows (it starts at a UTC midnight), never before it
+    span = now - now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=days - 1, minutes=-2)
+    times = []
+    with httpx.Client(base_url=demo.url, timeout=60) as client:
+        for start in range(0, len(asked), 20):
+            chunk = asked[start:start + 20]
+            r = client.post("/match/batch", json={"queries": [body for _, body in chunk]})
+            r.raise_for_status()
+            for (faq_id, _), result in zip(chunk, r.json()["results"]):
+                # busier in the middle of the week, so the lines are not flat by construction only
+                times.append({"rid": result["request_id"],
+                              "at": now - timedelta(minutes=1) - span * rng.triangular(0, 1, 0.5) ** 1.3})
+                answer = result["answer"]
+                if answer is None or rng.random() < 0.5:
+                    continue
+                if rng.random() < 0.7:
+                    feedback = {"request_id": result["request_id"], "correct": answer["faq_id"] == faq_id}
+                else:  # the FAQ the asker meant, as a clarify pick would send it
+                    feedback = {"request_id": result["request_id"], "faq_id": faq_id or answer["faq_id"]}
+                client.post("/feedback", json=feedback).raise_for_status()
+    state = demo.app.state.service
+    if not state.query_log.flush(60):
+        raise RuntimeError("the query log was not written")
+    with state.store.engine.begin() as conn:
+        conn.execute(update(qlog_t).where(qlog_t.c.request_id == bindparam("rid")).values(created_at=bindparam("at")),
+                     times)
+    return len(asked)
 
 
 def launch(playwright):
@@ -109,10 +173,10 @@ def sign_in(page, token: str) -> None:
         page.click("button[type=submit]")
 
 
-def _save(page, out: Path) -> int:
+def _save(page, out: Path, full_page: bool = False) -> int:
     from PIL import Image
 
-    shot = Image.open(io.BytesIO(page.screenshot(full_page=False)))
+    shot = Image.open(io.BytesIO(page.screenshot(full_page=full_page)))
     small = shot.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
     small.save(out, optimize=True)
     return out.stat().st_size
@@ -131,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         page = context.new_page()
         shots: list[tuple[str, int]] = []
 
-        def shot(name: str) -> None:
+        def shot(name: str, full_page: bool = False) -> None:
             page.wait_for_load_state("load")
-            shots.append((name, _save(page, args.out / f"{name}.png")))
+            shots.append((name, _save(page, args.out / f"{name}.png", full_page)))
 
         page.goto("/console/login")
         shot("01-sign-in")
@@ -157,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         with page.expect_navigation():
             page.click("#dry-run")
         shot("07-import-dry-run")
+        demo_traffic(demo)
+        page.goto("/console/kbs/default/traffic")
+        shot("08-traffic", full_page=True)  # all four charts
         browser.close()
     for name, size in shots:
         print(f"{args.out / name}.png: {size / 1024:.0f} KiB")

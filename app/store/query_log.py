@@ -1,6 +1,6 @@
 """The query log of one KB (retention is the deployment's: pruning spans every KB): every served /match (written in batches by the service's log writer), the feedback
 on it (written once per request), the reads of `faq eval online`, `faq kb mine` and the decider's
-traffic table, and retention (pruned in chunks so writers never wait long).
+traffic table, the console's Traffic page, and retention (pruned in chunks so writers never wait long).
 
 Text that no database can hold (kb.records.text_problem: NUL, lone surrogates) never reaches a
 statement: the log drops only the rows that carry it, and feedback naming such a key finds nothing.
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: query-log rows deleted per transaction by prune_query_log
 PRUNE_CHUNK = 5000
+#: rows traffic_rows reads at most: about 60 MB of Python objects, a few seconds on one core
+TRAFFIC_ROWS_LIMIT = 200_000
 
 
 class FeedbackAlreadyRecorded(Exception):
@@ -33,6 +35,12 @@ class FeedbackAlreadyRecorded(Exception):
 
 class FeedbackSessionMismatch(Exception):
     """record_feedback() with a session_id other than the logged query's (or none, when one is required)."""
+
+
+@dataclass(frozen=True)
+class TrafficRows:
+    rows: list[dict[str, Any]]  # oldest first
+    capped: bool  # True: the window held more rows than the limit, and only the newest were read
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,28 @@ class QueryLogStore(StorePart):
             stmt = stmt.where(or_(qlog_t.c.feedback_correct.is_not(None), qlog_t.c.feedback_faq_id.is_not(None)))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt.order_by(qlog_t.c.id))]
+
+    def traffic_rows(self, since: datetime, until: datetime | None = None,
+                     limit: int = TRAFFIC_ROWS_LIMIT) -> TrafficRows:
+        """This KB's logged queries created in [since, until), the newest `limit` of them, oldest first:
+        keys created_at, arm, faq_id, decision, latency_ms, feedback_correct, feedback_faq_id."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        # kb and created_at only, so the (kb, created_at) index serves the range and the order
+        conditions = [qlog_t.c.kb == self.kb, qlog_t.c.created_at >= utc(since)]
+        if until is not None:
+            conditions.append(qlog_t.c.created_at < utc(until))
+        stmt = (select(qlog_t.c.created_at, qlog_t.c.arm, qlog_t.c.faq_id, qlog_t.c.decision, qlog_t.c.latency_ms,
+                       qlog_t.c.feedback_correct, qlog_t.c.feedback_faq_id)
+                .where(and_(*conditions)).order_by(qlog_t.c.created_at.desc()).limit(limit + 1))
+        with self.engine.connect() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(stmt)]
+        capped = len(rows) > limit
+        rows = rows[:limit]
+        rows.reverse()
+        for row in rows:
+            row["created_at"] = utc(row["created_at"])
+        return TrafficRows(rows, capped)
 
     def recent_scores(self, index_version: str, arms: Sequence[str], limit: int) -> list[float]:
         """The best match's score of the latest `limit` queries served from `index_version` on `arms`."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -462,6 +463,48 @@ def test_review_queues_accept_draft_and_dismiss(live, watched):
     assert page.locator("[style]").count() == 0
 
 
+def test_traffic_page_draws_one_line_per_arm(live, watched):
+    app, store = live[1], live[2]
+    for arm in ("ann", "lexical"):
+        for query in ("How do I get a refund?", "I forgot my password"):
+            r = httpx.post(f"{live[0].url}/match", json={"query": query, "arm": arm}, timeout=30)
+            assert r.status_code == 200, r.text
+    # the hours before this one, so each arm's line has points to join
+    now = datetime.now(timezone.utc)
+    store.log_queries([{"request_id": f"traffic-{arm}-{h}-{i}", "query": "q", "arm": arm, "latency_ms": 5.0 + h,
+                        "created_at": now - timedelta(hours=h), "faq_id": "refund" if i else None,
+                        "decision": "answer" if i else "abstain", "feedback_correct": bool(i % 2) if i else None}
+                       for arm in ("ann", "lexical") for h in (1, 2, 3) for i in range(3)])
+    assert app.state.service.query_log.flush()
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/builds")
+    with page.expect_navigation():
+        page.click("header nav a >> text=Traffic")
+    assert page.url.endswith("/console/kbs/default/traffic")
+    with page.expect_navigation():
+        page.click("#window-24h")
+    assert page.locator("#window-24h").get_attribute("aria-current") == "page"
+    arms = page.locator("#arm-totals tbody tr").evaluate_all("rows => rows.map(r => r.dataset.arm)")
+    assert {"ann", "lexical"} <= set(arms)
+    for key in ("answer-rate", "abstain-rate", "accuracy", "latency-p50"):
+        chart = page.locator(f"#chart-{key} svg[role=img]")
+        assert chart.is_visible() and chart.bounding_box()["width"] > 300
+        for arm in ("ann", "lexical"):
+            series = chart.locator(f"g.series[data-arm='{arm}']")
+            assert series.count() == 1, (key, arm)
+            assert series.locator("polyline").count() >= 1, (key, arm)
+            assert series.locator(".dot").count() >= 3, (key, arm)
+    # colour is not the only cue: each arm's line is dashed its own way
+    dashes = {page.locator(f"#chart-answer-rate g.series[data-arm='{arm}'] polyline").first.evaluate(
+        "e => getComputedStyle(e).strokeDasharray") for arm in ("ann", "lexical")}
+    assert len(dashes) == 2
+    assert page.locator("#legend li").count() == len(arms)
+    page.click("#chart-accuracy summary")
+    assert page.locator("#chart-accuracy table.chart-table").is_visible()
+    assert page.locator("[style]").count() == 0 and page.locator("script:not([src])").count() == 0
+
+
 def serious_violations(page) -> list[str]:
     """axe-core's serious and critical findings on the page, one line each."""
     axe = pytest.importorskip("axe_playwright_python.sync_playwright", reason="pip install -e '.[test]'")
@@ -488,7 +531,8 @@ def test_every_console_page_passes_axe(live, watched, tmp_path):
     found += serious_violations(page)  # the KB picker
     for path in ("/console/kbs/default/faqs", "/console/kbs/default/faqs?q=zzzz", "/console/kbs/default/faqs/new",
                  "/console/kbs/default/faqs/edit?id=refund", "/console/kbs/default/try", "/console/kbs/default/builds",
-                 "/console/kbs/default/import", "/console/kbs/default/review", "/console/kbs/nope/faqs"):
+                 "/console/kbs/default/import", "/console/kbs/default/review", "/console/kbs/default/traffic?window=24h",
+                 "/console/kbs/default/traffic?window=30d", "/console/kbs/nope/faqs"):
         page.goto(path)
         found += serious_violations(page)
     page.goto("/console/kbs/default/try")

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.console import builds, imports, review  # noqa: F401 - their pages join `router`
+from app.api.console import builds, imports, review, traffic  # noqa: F401 - their pages join `router`
 from app.api.console.builds import BuildJobs
 from app.api.console.review import LintJobs
 from app.api.console.routes import Answer, router
