@@ -8,7 +8,9 @@ temporary data folder, uvicorn on 127.0.0.1 in this process). Each run opens a f
 the time is the navigation's load event (performance.getEntriesByType("navigation")), so it counts the
 server's answer, the static files and the browser's layout. "try a question (answer)" is the POST that
 asks the demo question; "traffic" draws its charts from the requests `demo_traffic` sends first
-(420 on two arms, spread over a week). Median of --runs per page; the target is <= 1 s each.
+(420 on two arms, spread over a week), and "review" its queues from the same log (its answer check runs
+in the background after the first load, so later loads show the lint findings; the load is the page's,
+not the check's). Median of --runs per page; the target is <= 1 s each.
 
 Writes bench/results/console_load.json and console_load.md. Browser and server share this machine's cores.
 """
@@ -41,6 +43,7 @@ PAGES = [
     ("import", "/console/kbs/default/import"),
     ("import dry run", None),
     ("traffic", "/console/kbs/default/traffic"),
+    ("review", "/console/kbs/default/review"),
 ]
 LOAD_MS = "(() => { const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime; })()"
 

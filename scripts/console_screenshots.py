@@ -161,6 +161,16 @@ def demo_traffic(demo: DemoConsole, requests: int = 420, days: int = 7, seed: in
     return len(asked)
 
 
+def placeholder_faq(demo: DemoConsole) -> None:
+    """An FAQ saved with a placeholder answer, as an editor drafting it might: the review page's lint
+    queue flags it."""
+    import httpx
+
+    r = httpx.post(f"{demo.url}/admin/faqs", headers={"Authorization": f"Bearer {demo.token}"}, timeout=60,
+                   json={"faq_id": "gift-cards", "answer": "TBD", "questions": ["Do you sell gift cards?"]})
+    r.raise_for_status()
+
+
 def launch(playwright):
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     return playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
@@ -224,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         demo_traffic(demo)
         page.goto("/console/kbs/default/traffic")
         shot("08-traffic", full_page=True)  # all four charts
+        placeholder_faq(demo)
+        page.goto("/console/kbs/default/review")
+        page.wait_for_selector("#lint-running", state="detached", timeout=120_000)  # it reloads until lint is done
+        shot("09-review", full_page=True)
         browser.close()
     for name, size in shots:
         print(f"{args.out / name}.png: {size / 1024:.0f} KiB")

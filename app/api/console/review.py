@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 #: how far back the queues read the query log
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90), "all": None}
 DEFAULT_WINDOW = "30d"
-#: items shown per queue (the CLI's --json gives all)
-SHOWN = 50
+#: items shown per queue, most asked first: a queue is worked from the top (the CLI's --json gives all)
+SHOWN = 10
 
 
 @dataclass
