@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -296,6 +297,8 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
             yield
         finally:
             await housekeeping.stop()
+            # the console's answer checks take seconds; one cut off inside the encoder would abort the process
+            await run_in_threadpool(app.state.console_lints.wait, 30.0)
             await state.close()
 
     app = FastAPI(

@@ -44,6 +44,7 @@ class LintJob:
     seconds: float | None = None
     report: Any = None
     message: str = ""
+    thread: threading.Thread | None = None
 
 
 class LintJobs:
@@ -60,8 +61,16 @@ class LintJobs:
             if job is not None and (job.revision == revision or job.state == "running"):
                 return job
             job = self._latest[kb] = LintJob(revision)
-        threading.Thread(target=run_lint, args=(job, state), name=f"console-lint-{kb}", daemon=True).start()
+        job.thread = threading.Thread(target=run_lint, args=(job, state), name=f"console-lint-{kb}", daemon=True)
+        job.thread.start()
         return job
+
+    def wait(self, timeout: float) -> None:
+        """Let running checks end (at shutdown): a thread killed inside the encoder aborts the process."""
+        deadline = time.monotonic() + timeout
+        for job in list(self._latest.values()):
+            if job.thread is not None:
+                job.thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def run_lint(job: LintJob, state: ServiceState) -> None:
