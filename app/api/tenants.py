@@ -163,6 +163,19 @@ class Tenants:
         self._tokens[token] = (now, info)
         return info
 
+    def token_live(self, token_id: int) -> TokenInfo | None:
+        """Token `token_id` while it is live (remembered for TOKEN_CACHE_S, like `token_info`)."""
+        now = time.monotonic()
+        key = f"#id:{int(token_id)}"  # no token has this form: it cannot collide with token_info's entries
+        cached = self._tokens.get(key)
+        if cached is not None and now - cached[0] < TOKEN_CACHE_S:
+            return cached[1]
+        info = self.default.store.kbs.live_token(token_id)
+        if len(self._tokens) > 10_000:
+            self._tokens.clear()
+        self._tokens[key] = (now, info)
+        return info
+
     def allows(self, token: str, kb: str, kinds: tuple[str, ...]) -> bool:
         """May `token` reach KB `kb` for an action needing one of `kinds`? FAQ_ADMIN_TOKEN reaches every
         KB; a KB token only its own KB."""

@@ -187,3 +187,22 @@ class ReviewDismissal(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     dismissed_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+class ConsoleSession(Base):
+    """One console sign-in (app/api/console/sessions.py). The browser's cookie is a random id; this row is
+    found by its SHA-256 and holds no token: a KB token's session names the token's row (revoking or
+    deleting it ends the session), FAQ_ADMIN_TOKEN's session the digest of the admin token it was opened
+    with (changing FAQ_ADMIN_TOKEN ends it)."""
+
+    __tablename__ = "console_sessions"
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kb: Mapped[str | None] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"))
+    token_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("kb_tokens.id", ondelete="CASCADE"))
+    admin_sha256: Mapped[str | None] = mapped_column(String(64))
+    csrf: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow, index=True)
+    flash: Mapped[str | None] = mapped_column(Text)  # one message for the next page
+    pending: Mapped[dict | None] = mapped_column(JSON)  # the import a dry run checked, waiting to be applied

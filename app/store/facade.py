@@ -2,7 +2,8 @@
 
 A store reads and writes the KB it was opened for (`store.kb_name`, settings `kb`); `store.for_kb(name)`
 is the same database scoped to another KB, sharing the engine. `store.kbs` (app/store/kbs.py) is the
-catalogue of KBs and their tokens, the same for every scope.
+catalogue of KBs and their tokens, the same for every scope, as is `store.console_sessions`
+(app/store/console_sessions.py: who is signed in to the console).
 
 `store.kb` (app/store/kb.py: FAQs, phrasings, revision, import/export), `store.builds`
 (app/store/builds.py: index build records), `store.query_log` (app/store/query_log.py: the log,
@@ -25,6 +26,7 @@ from app.db.session import make_engine
 from app.store.base import SchemaNotReady
 from app.store.builds import BuildStore
 from app.store.kb import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
+from app.store.console_sessions import ConsoleSessionStore
 from app.store.kbs import KbCatalog
 from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
@@ -53,6 +55,7 @@ class FaqStore:
         self.query_log = QueryLogStore(self.engine, kb)
         self.reviews = ReviewStore(self.engine, kb)
         self.kbs = KbCatalog(self.engine)
+        self.console_sessions = ConsoleSessionStore(self.engine)
 
     def for_kb(self, kb: str) -> FaqStore:
         """This database scoped to KB `kb` (sharing the engine: closing it closes nothing)."""

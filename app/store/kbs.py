@@ -191,6 +191,13 @@ class KbCatalog:
                                                       tokens_t.c.revoked_at.is_(None))).first()
         return _token_info(row) if row is not None else None
 
+    def live_token(self, token_id: int) -> TokenInfo | None:
+        """Token `token_id` while it is live (not revoked), else None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tokens_t).where(tokens_t.c.id == int(token_id),
+                                                      tokens_t.c.revoked_at.is_(None))).first()
+        return _token_info(row) if row is not None else None
+
     def tokens(self, kb: str) -> list[TokenInfo]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(tokens_t).where(tokens_t.c.kb == kb).order_by(tokens_t.c.id)).all()

@@ -1,4 +1,4 @@
-"""The review queues and the decision of each logged query.
+"""The review queues, the decision of each logged query, and console sign-ins in the database.
 
 Revision ID: 0003
 Revises: 0002
@@ -8,6 +8,8 @@ Create Date: 2026-11-26
 of unanswered queries, a lint finding), with the reason, so `faq kb mine`, `faq kb lint` and the console
 stop proposing it. `query_log.decision` (answer | clarify | abstain) tells a clarification from an
 abstention; rows logged before it have none (an answered row still says so through `faq_id`).
+`console_sessions` keeps who is signed in to the console, so sign-ins survive a restart and every replica
+sees them; it holds digests and token ids, never a token.
 """
 from __future__ import annotations
 
@@ -38,7 +40,27 @@ def upgrade() -> None:
     )
 
 
+    op.create_table(
+        "console_sessions",
+        sa.Column("id_sha256", sa.String(64), nullable=False),
+        sa.Column("kb", sa.String(64), nullable=True),
+        sa.Column("token_id", sa.Integer(), nullable=True),
+        sa.Column("admin_sha256", sa.String(64), nullable=True),
+        sa.Column("csrf", sa.String(64), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("flash", sa.Text(), nullable=True),
+        sa.Column("pending", sa.JSON(), nullable=True),
+        sa.ForeignKeyConstraint(["kb"], ["kbs.name"], name="fk_console_sessions_kb_kbs", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["token_id"], ["kb_tokens.id"], name="fk_console_sessions_token_id_kb_tokens",
+                                ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id_sha256", name="pk_console_sessions"),
+    )
+    op.create_index("ix_console_sessions_last_used_at", "console_sessions", ["last_used_at"])
+
+
 def downgrade() -> None:
+    op.drop_table("console_sessions")
     op.drop_table("review_dismissals")
     with op.batch_alter_table("query_log") as batch:
         batch.drop_column("decision")

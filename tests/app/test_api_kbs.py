@@ -107,7 +107,15 @@ def admin_calls(kb_prefix: str, faq_id: str) -> list[tuple[str, str, dict | None
         ("DELETE", f"{base}/faqs/{faq_id}", None),
         ("GET", f"{base}/index", None),
         ("POST", f"{base}/index/reload", None),
+        ("GET", f"{base}/review", None),
+        ("POST", f"{base}/review/phrasings/{REVIEW_KEY}/accept", None),
+        ("POST", f"{base}/review/dismissals", {"queue": "lint", "faq_id": faq_id, "reason": "planted"}),
+        ("GET", f"{base}/review/dismissals", None),
+        ("DELETE", f"{base}/review/dismissals/lint/{REVIEW_KEY}", None),
     ]
+
+
+REVIEW_KEY = "ab" * 32
 
 
 def test_admin_calls_cover_every_admin_operation(kbs, encoder):  # noqa: F811
@@ -115,14 +123,16 @@ def test_admin_calls_cover_every_admin_operation(kbs, encoder):  # noqa: F811
     app = create_app(settings, store=store, encoder=encoder)
     documented = {(method.upper(), path) for path, ops in app.openapi()["paths"].items()
                   for method in ops if "/admin" in path}
-    covered = {(m, p.replace("/kbs/shop", "/kbs/{kb}").replace("/parking", "/{faq_id}"))
+    covered = {(m, p.replace("/kbs/shop", "/kbs/{kb}").replace("/parking", "/{faq_id}")
+                .replace(REVIEW_KEY, "{key}").replace("/dismissals/lint/", "/dismissals/{queue}/"))
                for prefix in ("", "/kbs/shop") for m, p, _ in admin_calls(prefix, "parking")}
     assert documented == covered
 
 
 def snapshot(store) -> dict:
     """Everything an admin route could change, per KB."""
-    return {kb: (sorted(map(repr, store.for_kb(kb).export_records())), store.for_kb(kb).revision())
+    return {kb: (sorted(map(repr, store.for_kb(kb).export_records())), store.for_kb(kb).revision(),
+                 store.for_kb(kb).reviews.dismissed())
             for kb in ("default", "shop")}
 
 

@@ -299,22 +299,74 @@ def store_unchanged(served) -> bool:
     return served[1].get_faq("refund") is not None
 
 
-def test_sessions_end_when_idle_or_old(monkeypatch):
-    from app.api.console import sessions as sessions_module
+def test_sessions_end_when_idle_or_old(tmp_path):
+    from datetime import datetime, timedelta, timezone
 
-    now = [1000.0]
-    monkeypatch.setattr(sessions_module.time, "monotonic", lambda: now[0])
-    sessions = sessions_module.Sessions()
-    idle, busy = sessions.open("t", None), sessions.open("t", "shop")
-    now[0] += sessions_module.IDLE_S - 1
-    assert sessions.get(busy.id) is busy
-    now[0] += 2
-    assert sessions.get(idle.id) is None and sessions.get(busy.id) is busy
-    while now[0] - busy.created <= sessions_module.MAX_AGE_S:
-        now[0] += sessions_module.IDLE_S / 2
+    from app.api.console import sessions as sessions_module
+    from migrations.runner import migrated_store
+
+    settings = make_settings(tmp_path)
+    store = migrated_store(settings)
+    token_id = store.kbs.issue_token("default", "admin")[0]
+    now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    sessions = sessions_module.Sessions(store.console_sessions, clock=lambda: now[0])
+    idle, busy = sessions.open(None, admin_token="t"), sessions.open("default", token_id)
+    now[0] += timedelta(seconds=sessions_module.IDLE_S - 1)
+    assert sessions.get(busy.id).csrf == busy.csrf
+    now[0] += timedelta(seconds=2)
+    assert sessions.get(idle.id) is None and sessions.get(busy.id) is not None
+    while now[0] - busy.created <= timedelta(seconds=sessions_module.MAX_AGE_S):
+        now[0] += timedelta(seconds=sessions_module.IDLE_S / 2)
         sessions.get(busy.id)
     assert sessions.get(busy.id) is None, "used all along, still ended after MAX_AGE_S"
     assert len(sessions) == 0
+    # the table holds neither the cookie nor a token
+    kept = sessions.open(None, admin_token="the-admin-token")
+    with store.engine.connect() as conn:
+        rows = [tuple(map(str, r)) for r in conn.exec_driver_sql("SELECT * FROM console_sessions")]
+    assert not any(kept.id in cell or "the-admin-token" in cell for row in rows for cell in row)
+    store.close()
+
+
+def test_a_sign_in_holds_across_a_restart_and_on_every_replica(served, encoder):  # noqa: F811
+    """Two apps on one database (two replicas, or one before and after a restart): a session opened on
+    one works on the other, with its flash message and its pending import; signing out ends it on both."""
+    from app.api.main import create_app
+
+    app, store = served[0], served[1]
+    first, csrf = sign_in(served, ROOT)
+    data = b'{"faq_id": "replica_faq", "question": "Replica?", "answer": "Yes."}\n'
+    r = first.post("/console/kbs/default/import", data={"csrf": csrf}, files={"file": ("r.jsonl", data, "text/plain")})
+    assert r.status_code == 200, r.text
+    import_id = re.search(r'name="import_id" value="([^"]+)"', r.text).group(1)
+    cookie = first.cookies.get(COOKIE)
+    other = create_app(app.state.service.settings, store=store, encoder=encoder)
+    with TestClient(other) as second:
+        second.cookies.set(COOKIE, cookie, path="/console")
+        page = second.get("/console/kbs/default/faqs")
+        assert page.status_code == 200 and "Sign out" in page.text
+        r = second.post("/console/kbs/default/import/apply", data={"csrf": csrf, "import_id": import_id},
+                        follow_redirects=False)
+        assert r.status_code == 303, r.text
+        assert "Imported r.jsonl" in second.get("/console/kbs/default/faqs").text
+        assert store.get_faq("replica_faq") is not None
+        assert second.post("/console/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    first.cookies.set(COOKIE, cookie, path="/console")
+    assert first.get("/console/kbs/default/faqs", follow_redirects=False).status_code == 303
+    store.delete_faq("replica_faq")
+
+
+def test_a_changed_admin_token_ends_its_sessions(served, encoder):  # noqa: F811
+    from app.api.main import create_app
+
+    app, store = served[0], served[1]
+    client, _ = sign_in(served, ROOT)
+    cookie = client.cookies.get(COOKIE)
+    rotated = app.state.service.settings.model_copy(update={"admin_token": "a-new-root-token"})
+    with TestClient(create_app(rotated, store=store, encoder=encoder)) as restarted:
+        restarted.cookies.set(COOKIE, cookie, path="/console")
+        r = restarted.get("/console/kbs/default/faqs", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/login"
 
 
 def test_two_sign_in_pages_open_at_once_both_work(served):

@@ -13,7 +13,8 @@ from cli.main import main
 from app.db import Base, make_engine
 from migrations import runner
 
-TABLES = {"kbs", "kb_tokens", "faqs", "question_variants", "index_builds", "query_log", "review_dismissals"}
+TABLES = {"kbs", "kb_tokens", "faqs", "question_variants", "index_builds", "query_log", "review_dismissals",
+          "console_sessions"}
 TABLES_0001 = {"faqs", "question_variants", "index_builds", "query_log", "kb_meta"}
 
 

@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import (Answer, _redirect, checked_post, current, kb_state, kb_url, problem_page,
+from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url, problem_page,
                                     render, router)
 from app.api.state import ServiceState
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
@@ -149,7 +149,7 @@ def _listing(state: ServiceState) -> tuple[list[dict], dict | None]:
 
 @router.get("/kbs/{kb}/builds")
 async def builds_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     return await _page(request, session, kb, state)
 
@@ -167,7 +167,7 @@ async def _page(request: Request, session: Any, kb: str, state: ServiceState, st
 
 @router.get("/kbs/{kb}/builds/curve")
 async def curve(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     version = _version_field(request, request.query_params.get("version", ""), session)
     # only a finished build of this KB's registry: VERSION_RE leaves no room for a path
@@ -210,7 +210,7 @@ async def activate(request: Request, kb: str) -> Response:
     problem = await run_in_threadpool(switch)
     if problem is not None:
         return await _page(request, session, kb, state, 409, problem)
-    session.flash = f"{version} is now current and served."
+    await flash(session, f"{version} is now current and served.")
     return _redirect(kb_url(kb, "/builds"))
 
 
@@ -221,5 +221,5 @@ async def build_now(request: Request, kb: str) -> Response:
     if jobs_of(request).start(kb, state) is None:
         return await _page(request, session, kb, state, 409,
                            "a build of this KB is already running: wait for it to end")
-    session.flash = "Build started."
+    await flash(session, "Build started.")
     return _redirect(kb_url(kb, "/builds"))

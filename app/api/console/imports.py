@@ -3,7 +3,7 @@ with every bad line as `file:line: reason`), then apply it; download the KB as J
 
 An upload is read by `kb.records.read_kb`, the reader of `faq kb import`, so the console accepts exactly
 what the CLI accepts: a file with any bad line imports nothing. The checked records wait in the user's
-console session (in memory; the request guard's body limit bounds them) between the dry run and the
+console session (its database row, so any replica can apply it; FAQ_MAX_UPLOAD_BYTES bounds them) between the dry run and the
 apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
 `import_records` writes in one transaction, so a failed apply changes nothing.
 """
@@ -23,7 +23,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import (Answer, _redirect, checked_post, current, field_problem, kb_state, kb_url,
+from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, field_problem, kb_state, kb_url,
                                     problem_page, render, router)
 from app.api.console.sessions import ConsoleSession
 from app.api.routes.admin import _refresh
@@ -43,6 +43,18 @@ class PendingImport:
     records: list[KbRecord]
     sync: bool
     revision: int
+
+    def as_json(self) -> dict[str, Any]:
+        """What the session row keeps (records as [faq_id, question, answer, tags])."""
+        return {"id": self.id, "kb": self.kb, "name": self.name, "sync": self.sync, "revision": self.revision,
+                "records": [[r.faq_id, r.question, r.answer, r.tags] for r in self.records]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> PendingImport | None:
+        if not data:
+            return None
+        return cls(data["id"], data["kb"], data["name"], [KbRecord(*r) for r in data["records"]], data["sync"],
+                   data["revision"])
 
 
 def multipart(request: Request, body: bytes, session: ConsoleSession) -> dict[str, tuple[str | None, bytes]]:
@@ -109,14 +121,14 @@ def _import_page(request: Request, session: ConsoleSession, kb: str | None, stat
 
 @router.get("/kbs/{kb}/import")
 async def import_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     await kb_state(request, session, kb)
     return _import_page(request, session, kb, limit=request.app.state.service.settings.max_upload_bytes)
 
 
 @router.post("/kbs/{kb}/import")
 async def dry_run(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     body = await request.body()
     fields = multipart(request, body, session)
     if not session.csrf_ok(_text(fields, "csrf")):
@@ -139,7 +151,7 @@ async def dry_run(request: Request, kb: str) -> Response:
         return _import_page(request, session, kb, 422, filename=name, problems=exc.errors[:MAX_ERRORS_SHOWN],
                             n_problems=len(exc.errors), limit=limit)
     pending = PendingImport(secrets.token_urlsafe(16), kb, name, records, sync == "on", report.revision_before)
-    session.pending_import = pending
+    await run_in_threadpool(setattr, session, "pending_import", pending.as_json())
     return _import_page(request, session, kb, filename=name, report=report, rows=len(records), pending=pending,
                         limit=limit)
 
@@ -148,7 +160,7 @@ async def dry_run(request: Request, kb: str) -> Response:
 async def apply(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
-    pending: PendingImport | None = getattr(session, "pending_import", None)
+    pending = PendingImport.from_json(await run_in_threadpool(lambda: session.pending_import))
     sent = fields.get("import_id", "")
     if pending is None or pending.kb != kb or not sent or not secrets.compare_digest(
             sent.encode("utf-8", "surrogatepass"), pending.id.encode()):
@@ -165,21 +177,21 @@ async def apply(request: Request, kb: str) -> Response:
     except KbValidationError as exc:
         return problem_page(request, 422, f"nothing was imported: {exc}", session=session)
     if report is None:
-        session.pending_import = None
+        await run_in_threadpool(setattr, session, "pending_import", None)
         return problem_page(request, 409, "the KB changed since the dry run, so its counts are stale: nothing was "
                                           "imported; upload the file again", session=session)
-    session.pending_import = None
+    await run_in_threadpool(setattr, session, "pending_import", None)
     await run_in_threadpool(_refresh, state)
-    session.flash = (f"Imported {pending.name}: {report.faqs_created} FAQs created, {report.faqs_updated} updated"
+    await flash(session, (f"Imported {pending.name}: {report.faqs_created} FAQs created, {report.faqs_updated} updated"
                      + (f", {report.faqs_deleted} deleted" if pending.sync else "")
                      + f"; {report.variants_added} phrasings added, {report.variants_removed} removed."
-                     if report.changes else f"Imported {pending.name}: nothing changed.")
+                     if report.changes else f"Imported {pending.name}: nothing changed."))
     return _redirect(kb_url(kb, "/faqs"))
 
 
 @router.get("/kbs/{kb}/export")
 async def export(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
 
     def dump() -> str:

@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from app import review
-from app.api.console.routes import (Answer, _form_values, _redirect, checked_post, current, kb_state, kb_url, problem_page,
+from app.api.console.routes import (flash, Answer, _form_values, _redirect, checked_post, current, kb_state, kb_url, problem_page,
                                     render, router)
 from app.api.routes.admin import _refresh
 from app.api.state import ServiceState
@@ -118,7 +118,7 @@ def _findings(store: Any, report: Any) -> list[dict[str, Any]]:
 
 @router.get("/kbs/{kb}/review")
 async def review_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     return await _page(request, session, kb, state)
 
@@ -162,8 +162,8 @@ async def accept(request: Request, kb: str) -> Response:
     except KbValidationError as exc:
         return await _page(request, session, kb, state, 422, f"the phrasing cannot be added: {exc}")
     await run_in_threadpool(_refresh, state)
-    session.flash = (f"Added the phrasing to FAQ {accepted.faq.faq_id!r}; /match uses it now."
-                     if accepted.added else f"FAQ {accepted.faq.faq_id!r} already had this phrasing.")
+    await flash(session, (f"Added the phrasing to FAQ {accepted.faq.faq_id!r}; /match uses it now."
+                     if accepted.added else f"FAQ {accepted.faq.faq_id!r} already had this phrasing."))
     return _redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
@@ -202,7 +202,7 @@ async def dismiss(request: Request, kb: str) -> Response:
         done = await run_in_threadpool(review.dismiss, store, queue, key, text, reason, _by(request, session))
     except ValueError as exc:
         return await _page(request, session, kb, state, 422, errors={key: str(exc)})
-    session.flash = "Dismissed." if done else "It was already dismissed."
+    await flash(session, "Dismissed." if done else "It was already dismissed.")
     return _redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
@@ -215,14 +215,14 @@ async def restore(request: Request, kb: str) -> Response:
         return problem_page(request, 422, "queue, key: not a dismissed item", session=session)
     if not await run_in_threadpool(state.store.reviews.restore, queue, key):
         return problem_page(request, 404, "key: nothing dismissed under this key", session=session)
-    session.flash = "Restored: it is proposed again when it still applies."
+    await flash(session, "Restored: it is proposed again when it still applies.")
     return _redirect(kb_url(kb, "/review"))
 
 
 @router.get("/kbs/{kb}/review/draft")
 async def draft(request: Request, kb: str) -> Response:
     """A new-FAQ form filled from an unanswered cluster: its queries as phrasings, an id to change."""
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     key = request.query_params.get("key", "")
     if not re.fullmatch(r"[0-9a-f]{64}", key):

@@ -66,7 +66,7 @@ class Answer(Exception):
 def render(request: Request, name: str, status: int = 200, session: ConsoleSession | None = None,
            **context: Any) -> HTMLResponse:
     html = templates.get_template(name).render(
-        session=session, csrf=session.csrf if session else "", flash=session.take_flash() if session else None,
+        session=session, csrf=session.csrf if session else "", flash=session.shown_flash if session else None,
         **context)
     return HTMLResponse(html, status_code=status)
 
@@ -150,16 +150,28 @@ def sessions_of(request: Request) -> Sessions:
     return request.app.state.console_sessions
 
 
-def current(request: Request) -> ConsoleSession:
-    """The request's session, else a redirect to the sign-in page."""
-    session = sessions_of(request).get(request.cookies.get(COOKIE))
+async def current(request: Request) -> ConsoleSession:
+    """The request's session (with the message the previous action left for this page), else a redirect
+    to the sign-in page."""
+    def load() -> ConsoleSession | None:
+        session = sessions_of(request).get(request.cookies.get(COOKIE))
+        if session is not None:
+            session.shown_flash = session.take_flash()
+        return session
+
+    session = await run_in_threadpool(load)
     if session is None:
         raise Answer(_redirect("/console/login"))
     return session
 
 
+async def flash(session: ConsoleSession, message: str) -> None:
+    """Leave `message` for the next page this session shows (after the redirect)."""
+    await run_in_threadpool(session.store.set, session.digest, flash=message)
+
+
 async def checked_post(request: Request) -> tuple[ConsoleSession, dict[str, str]]:
-    session = current(request)
+    session = await current(request)
     fields = await form(request)
     if not session.csrf_ok(fields.get("csrf")):
         raise Answer(problem_page(request, 403, "missing or wrong CSRF token: reload the page and try again",
@@ -174,8 +186,8 @@ async def kb_state(request: Request, session: ConsoleSession, kb: str) -> Servic
         raise Answer(problem_page(request, 422, "kb: must be 1-64 characters of a-z, 0-9, '-' and '_', starting "
                                                 "with a letter or digit", session=session))
     tenants: Tenants = request.app.state.tenants
-    if not await run_in_threadpool(tenants.allows, session.token, session.kb or kb, ("admin",)):
-        sessions_of(request).close(session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
+    if not await run_in_threadpool(sessions_of(request).allowed, session, tenants):
+        await run_in_threadpool(sessions_of(request).close, session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
         raise Answer(_redirect("/console/login"))
     if session.kb is not None and session.kb != kb:
         raise Answer(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
@@ -192,7 +204,7 @@ async def kb_state(request: Request, session: ConsoleSession, kb: str) -> Servic
 # -- sign-in and out -----------------------------------------------------------------------------
 @router.get("/login")
 async def login_page(request: Request) -> Response:
-    if sessions_of(request).get(request.cookies.get(COOKIE)) is not None:
+    if await run_in_threadpool(sessions_of(request).get, request.cookies.get(COOKIE)) is not None:
         return _redirect("/console")
     return _login_form(request)
 
@@ -221,13 +233,13 @@ async def login(request: Request) -> Response:
     tenants: Tenants = request.app.state.tenants
     admin = tenants.settings.admin_token
     if admin and secrets.compare_digest(token.encode("utf-8"), admin.encode("utf-8")):
-        session = sessions_of(request).open(token, None)
+        session = await run_in_threadpool(sessions_of(request).open, None, None, token)
         target = "/console/kbs"
     else:
         info = await run_in_threadpool(tenants.token_info, token)
         if info is None or info.kind != "admin":
             return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a KB admin token (`faq kb token`)")
-        session = sessions_of(request).open(token, info.kb)
+        session = await run_in_threadpool(sessions_of(request).open, info.kb, info.id)
         target = kb_url(info.kb, "/faqs")
     response = _redirect(target)
     _set_cookie(request, response, COOKIE, session.id, "/console")
@@ -238,7 +250,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     session, _ = await checked_post(request)
-    sessions_of(request).close(session.id)
+    await run_in_threadpool(sessions_of(request).close, session.id)
     response = _redirect("/console/login")
     response.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict")
     return response
@@ -248,13 +260,13 @@ async def logout(request: Request) -> Response:
 @router.get("")
 @router.get("/")
 async def home(request: Request) -> Response:
-    session = current(request)
+    session = await current(request)
     return _redirect("/console/kbs" if session.kb is None else kb_url(session.kb, "/faqs"))
 
 
 @router.get("/kbs")
 async def kbs(request: Request) -> Response:
-    session = current(request)
+    session = await current(request)
     if session.kb is not None:
         return _redirect(kb_url(session.kb, "/faqs"))
     names = await run_in_threadpool(request.app.state.service.store.kbs.names)
@@ -263,7 +275,7 @@ async def kbs(request: Request) -> Response:
 
 @router.get("/kbs/{kb}")
 async def kb_home(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     await kb_state(request, session, kb)
     return _redirect(kb_url(kb, "/faqs"))
 
@@ -271,7 +283,7 @@ async def kb_home(request: Request, kb: str) -> Response:
 # -- try a question ------------------------------------------------------------------------------
 @router.get("/kbs/{kb}/try")
 async def try_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     await kb_state(request, session, kb)
     return render(request, "try.html", session=session, kb=kb, query="", top_k="", errors={}, result=None)
 
@@ -345,15 +357,15 @@ async def feedback(request: Request, kb: str) -> Response:
         return problem_page(request, 422, str(exc), session=session)
     if not found:
         return problem_page(request, 404, f"request_id: unknown request {request_id!r}", session=session)
-    session.flash = (f"Feedback recorded: the right FAQ is {right!r}." if correct is None
-                     else f"Feedback recorded: the answer was {'right' if correct else 'wrong'}.")
+    await flash(session, (f"Feedback recorded: the right FAQ is {right!r}." if correct is None
+                     else f"Feedback recorded: the answer was {'right' if correct else 'wrong'}."))
     return _redirect(kb_url(kb, "/try"))
 
 
 # -- FAQs ----------------------------------------------------------------------------------------
 @router.get("/kbs/{kb}/faqs")
 async def faqs(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     q = request.query_params.get("q", "").strip()
     raw_page = request.query_params.get("page", "1").strip() or "1"
@@ -383,7 +395,7 @@ def _form_values(fields: dict[str, str]) -> dict[str, str]:
 
 @router.get("/kbs/{kb}/faqs/new")
 async def new_faq_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     await kb_state(request, session, kb)
     return render(request, "faq_form.html", session=session, kb=kb, creating=True, values=_form_values({}),
                   errors={})
@@ -410,7 +422,7 @@ async def create_faq(request: Request, kb: str) -> Response:
     except KbValidationError as exc:
         return render(request, "faq_form.html", 422, errors=store_problems(exc), **page)
     await run_in_threadpool(_refresh, state)
-    session.flash = f"Created FAQ {body.faq_id!r}."
+    await flash(session, f"Created FAQ {body.faq_id!r}.")
     return _redirect(kb_url(kb, "/faqs"))
 
 
@@ -428,7 +440,7 @@ def _version(faq: Any) -> str:
 
 @router.get("/kbs/{kb}/faqs/edit")
 async def edit_faq_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     faq_id = _faq_id(request, None, session)
     faq = await run_in_threadpool(state.store.get_faq, faq_id)
@@ -478,7 +490,7 @@ async def save_faq(request: Request, kb: str) -> Response:
             "Someone else saved this FAQ after you opened it: nothing was saved. Your text is still below, and "
             "the saved version beside it; open the FAQ again to edit the saved version.")}, **page)
     await run_in_threadpool(_refresh, state)
-    session.flash = f"Saved FAQ {faq_id!r}."
+    await flash(session, f"Saved FAQ {faq_id!r}.")
     return _redirect(kb_url(kb, "/faqs"))
 
 
@@ -505,5 +517,5 @@ async def delete_faq(request: Request, kb: str) -> Response:
         return problem_page(request, 409, f"FAQ {faq_id!r} was saved by someone else after you opened it: nothing "
                                           "was deleted. Open it again to see the saved version.", session=session)
     await run_in_threadpool(_refresh, state)
-    session.flash = f"Deleted FAQ {faq_id!r}."
+    await flash(session, f"Deleted FAQ {faq_id!r}.")
     return _redirect(kb_url(kb, "/faqs"))

@@ -1,86 +1,118 @@
-"""Signed-in console users, kept in this process's memory.
+"""Signed-in console users, kept in the database (app/store/console_sessions.py), so a sign-in survives
+a restart and every replica behind a load balancer knows it.
 
-The browser holds only a random session id (an HttpOnly cookie). The admin token it was opened with
-stays here, on the server, so every request can ask `Tenants.allows` again: a revoked KB token ends its
-console sessions within the tenants' token cache time instead of living on until the cookie expires.
-Sessions do not survive a restart and are not shared between replicas; signing in again is the price.
+The browser holds only a random session id (an HttpOnly cookie); the table holds its SHA-256 and no
+token: a KB token's session names the token's row, FAQ_ADMIN_TOKEN's the digest of the admin token it
+was opened with. Every request asks again whether that still reaches the KB (`Sessions.allowed`): a
+revoked KB token ends its sessions within the tenants' token cache time, a changed FAQ_ADMIN_TOKEN at once.
 """
 from __future__ import annotations
 
+import hashlib
 import secrets
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from app.store.console_sessions import ConsoleSessionStore, session_digest
 
 #: a session unused for this long ends
 IDLE_S = 60 * 60.0
 #: and none lives longer than this, used or not
 MAX_AGE_S = 12 * 60 * 60.0
-#: a flood of sign-ins must not grow memory without bound: past it the oldest sessions end
+#: a flood of sign-ins must not grow the table without bound: past it the least recently used end
 MAX_SESSIONS = 10_000
+#: a session's last use is written at most this often (a page view is otherwise a read)
+TOUCH_S = 60.0
+
+
+def admin_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 @dataclass
 class ConsoleSession:
+    #: the cookie's value; only its digest is stored
     id: str
-    token: str
     #: the KB a KB token's session is bound to; None: FAQ_ADMIN_TOKEN, every KB
     kb: str | None
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    created: float = field(default_factory=lambda: time.monotonic())
-    last_used: float = field(default_factory=lambda: time.monotonic())
-    #: one message shown on the next page (after a redirect)
-    flash: str | None = None
-    #: the import checked by the latest dry run, waiting to be applied (app/api/console/imports.py)
-    pending_import: Any = None
+    token_id: int | None
+    admin_sha256: str | None
+    csrf: str
+    created: datetime
+    store: ConsoleSessionStore = field(repr=False)
+    #: the message left for the page this request shows (taken when the session was loaded)
+    shown_flash: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return session_digest(self.id)
 
     def take_flash(self) -> str | None:
-        message, self.flash = self.flash, None
-        return message
+        return self.store.take_flash(self.digest)
+
+    @property
+    def pending_import(self) -> dict | None:
+        """The import checked by the latest dry run, waiting to be applied (app/api/console/imports.py)."""
+        return self.store.pending(self.digest)
+
+    @pending_import.setter
+    def pending_import(self, value: dict | None) -> None:
+        self.store.set(self.digest, pending=value)
 
     def csrf_ok(self, sent: str | None) -> bool:
         return bool(sent) and secrets.compare_digest(sent.encode("utf-8", "surrogatepass"), self.csrf.encode())
 
 
 class Sessions:
-    def __init__(self) -> None:
-        self._by_id: dict[str, ConsoleSession] = {}
-        self._lock = threading.Lock()
+    def __init__(self, store: ConsoleSessionStore, clock: Callable[[], datetime] = _utcnow) -> None:
+        self.store = store
+        self.clock = clock
 
-    def open(self, token: str, kb: str | None) -> ConsoleSession:
-        session = ConsoleSession(id=secrets.token_urlsafe(32), token=token, kb=kb)
-        with self._lock:
-            self._expire(time.monotonic())
-            while len(self._by_id) >= MAX_SESSIONS:
-                oldest = min(self._by_id.values(), key=lambda s: s.last_used)
-                del self._by_id[oldest.id]
-            self._by_id[session.id] = session
+    def open(self, kb: str | None, token_id: int | None = None, admin_token: str | None = None) -> ConsoleSession:
+        """A new session: a KB token's (`kb` and `token_id`) or FAQ_ADMIN_TOKEN's (`admin_token`, kb None)."""
+        if (token_id is None) == (admin_token is None):
+            raise ValueError("a session is opened with a KB token's id or with FAQ_ADMIN_TOKEN")
+        now = self.clock()
+        self.store.expire(now - timedelta(seconds=IDLE_S), now - timedelta(seconds=MAX_AGE_S), MAX_SESSIONS - 1)
+        session = ConsoleSession(id=secrets.token_urlsafe(32), kb=kb, token_id=token_id,
+                                 admin_sha256=admin_digest(admin_token) if admin_token is not None else None,
+                                 csrf=secrets.token_urlsafe(32), created=now, store=self.store)
+        self.store.create(session.id, kb=kb, token_id=token_id, admin_sha256=session.admin_sha256, csrf=session.csrf,
+                          now=now)
         return session
 
     def get(self, session_id: str | None) -> ConsoleSession | None:
-        if not session_id:
+        if not session_id or len(session_id) > 100:
             return None
-        now = time.monotonic()
-        with self._lock:
-            session = self._by_id.get(session_id)
-            if session is None:
-                return None
-            if now - session.last_used > IDLE_S or now - session.created > MAX_AGE_S:
-                del self._by_id[session_id]
-                return None
-            session.last_used = now
-            return session
+        row = self.store.get(session_id)
+        if row is None:
+            return None
+        now = self.clock()
+        if (now - row.last_used_at).total_seconds() > IDLE_S or (now - row.created_at).total_seconds() > MAX_AGE_S:
+            self.store.delete(row.id_sha256)
+            return None
+        if (now - row.last_used_at).total_seconds() > TOUCH_S:
+            self.store.touch(row.id_sha256, now)
+        return ConsoleSession(id=session_id, kb=row.kb, token_id=row.token_id, admin_sha256=row.admin_sha256,
+                              csrf=row.csrf, created=row.created_at, store=self.store)
+
+    def allowed(self, session: ConsoleSession, tenants: Any) -> bool:
+        """Does what the session was opened with still reach its KBs? (Tenants: app/api/tenants.py)"""
+        if session.token_id is None:
+            admin = tenants.settings.admin_token
+            return bool(admin) and session.admin_sha256 is not None and secrets.compare_digest(
+                session.admin_sha256.encode(), admin_digest(admin).encode())
+        info = tenants.token_live(session.token_id)
+        return info is not None and info.kb == session.kb and info.kind == "admin"
 
     def close(self, session_id: str | None) -> None:
-        with self._lock:
-            self._by_id.pop(session_id or "", None)
+        if session_id:
+            self.store.delete(session_digest(session_id))
 
     def __len__(self) -> int:
-        return len(self._by_id)
-
-    def _expire(self, now: float) -> None:
-        dead = [s.id for s in self._by_id.values()
-                if now - s.last_used > IDLE_S or now - s.created > MAX_AGE_S]
-        for session_id in dead:
-            del self._by_id[session_id]
+        return self.store.count()

@@ -15,7 +15,7 @@ from app.traffic import DEFAULT_WINDOW, WINDOWS, Traffic, charts, summarize, win
 
 @router.get("/kbs/{kb}/traffic")
 async def traffic_page(request: Request, kb: str) -> Response:
-    session = current(request)
+    session = await current(request)
     state = await kb_state(request, session, kb)
     window = request.query_params.get("window", DEFAULT_WINDOW)
     if window not in WINDOWS:
