@@ -14,6 +14,7 @@ added, or is no longer supported by the log is refused, as the CLI would never h
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,11 @@ from app.store import FaqOut, FaqStore
 from app.store.reviews import MAX_REASON_CHARS, lint_key
 from kb.mining import content_words
 from kb.records import text_problem
+
+
+#: unanswered queries whose most frequent wordings are this close (encoder cosine) are one cluster in the
+#: service's queues: exact word keys alone almost never group what users ask (docs/results.md)
+CLUSTER_COSINE = 0.8
 
 
 class NotProposed(LookupError):
@@ -48,9 +54,11 @@ def reason_problem(reason: str | None, required: bool) -> str | None:
     return None
 
 
-def queues(store: FaqStore, since: datetime | None = None) -> dict[str, Any]:
-    """The mined phrasings and unanswered clusters now proposed for the KB (dismissed ones left out)."""
-    return mine_report(store, since=since)
+def queues(store: FaqStore, since: datetime | None = None, embed: Any = None,
+           cosine: float | None = None) -> dict[str, Any]:
+    """The mined phrasings and unanswered clusters now proposed for the KB (dismissed ones left out).
+    With `embed` (texts -> unit vectors), unanswered groups within `cosine` of each other are merged."""
+    return mine_report(store, since=since, embed=embed, cosine=cosine)
 
 
 def find(report: dict[str, Any], queue: str, key: str) -> dict[str, Any] | None:
@@ -61,7 +69,7 @@ def find(report: dict[str, Any], queue: str, key: str) -> dict[str, Any] | None:
 def accept_phrasing(store: FaqStore, key: str, since: datetime | None = None) -> Accepted:
     """Add the mined phrasing named `key` to its FAQ. Raises NotProposed when it is not proposed now,
     FaqNotFound / KbValidationError as the store does."""
-    item = find(queues(store, since), "phrasing", key)
+    item = find(queues(store, since), "phrasing", key)  # phrasings do not depend on the clusters' grouping
     if item is None:
         raise NotProposed("this phrasing is no longer proposed: it was added, dismissed, or its queries are gone "
                           "from the log")
@@ -95,3 +103,32 @@ def draft_id(queries: list[str]) -> str:
     """An id for an FAQ drafted from a cluster (most frequent query first), for the editor to change."""
     words = [w for w in content_words(queries[0]) if re.fullmatch(r"[a-z0-9]+", w)] if queries else []
     return "-".join(words[:5])[:60] or "new-faq"
+
+
+class EmbedMemo:
+    """`encode` remembering the vectors of texts it has seen (at most `limit`, the oldest forgotten first):
+    the review queues group the same unanswered queries on every page view."""
+
+    def __init__(self, encode: Any, limit: int = 50_000) -> None:
+        self.encode = encode
+        self.limit = limit
+        self._vectors: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if missing:
+            fresh = np.asarray(self.encode(missing), dtype=np.float32)
+            with self._lock:
+                for text, vector in zip(missing, fresh):
+                    self._vectors[text] = vector
+                while len(self._vectors) > self.limit:
+                    self._vectors.pop(next(iter(self._vectors)))
+        with self._lock:
+            found = [self._vectors.get(t) for t in texts]
+        if any(v is None for v in found):  # forgotten meanwhile (a flood of new texts): encode them again
+            return np.asarray(self.encode(texts), dtype=np.float32)
+        return np.stack(found) if found else np.zeros((0, 0), dtype=np.float32)

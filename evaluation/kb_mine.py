@@ -1,4 +1,4 @@
-"""Measure `faq kb mine` on a replayed query log: CLINC150 test queries as traffic.
+"""Measure `faq kb mine` on a replayed query log: CLINC150 test queries (or a realistic set's) as traffic.
 
 In a scratch data dir (never the configured one): import the KB, build the index as `faq index build
 --encoder minilm` does and answer every test query through the real pipeline (evaluation/scratch.py), log it as
@@ -9,6 +9,7 @@ queries fall into unanswered clusters. With --siamese, the same with the Siamese
 opinion beside the key (per --agree), and how precise its own proposals are.
 
     python -m evaluation.kb_mine --data runs/data/clinc150 --out bench/results/kb_mine [--siamese DIR]
+    python -m evaluation.kb_mine --data evaluation/data/energy --kb-file faq.jsonl --queries dev.jsonl,test.jsonl
 """
 from __future__ import annotations
 
@@ -22,20 +23,22 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SCORES = (0.5, 0.7, 0.9, 0.95, 0.99)
-CLUSTER_COSINES = (0.7, 0.8)
+CLUSTER_COSINES = (0.7, 0.75, 0.8, 0.85, 0.9)
 
 
-def replay(data: Path, workdir: Path, threshold: float) -> tuple[Any, list[tuple[str, str | None]], dict, Any]:
-    """Store with the KB and the logged test queries; returns (store, [(query, gold)], timings, encoder)."""
+def replay(data: Path, workdir: Path, threshold: float, kb_file: str = "kb.jsonl",
+           query_files: tuple[str, ...] = ("test.jsonl",)) -> tuple[Any, list[tuple[str, str | None]], dict, Any]:
+    """Store with the KB and the logged queries; returns (store, [(query, gold)], timings, encoder)."""
     from app.settings import get_settings
     from evaluation.scratch import scratch_pipeline
 
     # the configured settings with MiniLM, in the work folder (its own store, build and decision model)
     settings = get_settings().model_copy(update={"data_dir": workdir, "encoder": "minilm"})
-    scratch = scratch_pipeline(data / "kb.jsonl", workdir=workdir, settings=settings, spec="minilm", cache_size=0)
+    scratch = scratch_pipeline(data / kb_file, workdir=workdir, settings=settings, spec="minilm", cache_size=0)
     store, pipeline, encoder = scratch.store, scratch.pipeline, scratch.encoder
     t_build = scratch.timings["import_s"] + scratch.timings["index_build_s"]
-    gold = [(r["query"], r["faq_id"]) for r in map(json.loads, open(data / "test.jsonl", encoding="utf-8"))]
+    gold = [(r["query"], r["faq_id"]) for name in query_files
+            for r in map(json.loads, open(data / name, encoding="utf-8"))]
     t0 = time.perf_counter()
     results = pipeline.match([q for q, _ in gold], top_k=5, threshold=threshold)
     t_match = time.perf_counter() - t0
@@ -60,7 +63,8 @@ def _cluster_stats(clusters: list[dict], by_query: dict[str, set]) -> dict[str, 
                for c in clusters)
     return {"n": len(clusters), "queries_in_clusters": in_clusters, "out_of_scope_in_clusters": oos_in,
             "out_of_scope_share_of_clustered": round(oos_in / in_clusters, 4) if in_clusters else None,
-            "pure_clusters": pure,
+            "pure_clusters": pure, "mixed_clusters": len(clusters) - pure,
+            "in_scope_in_clusters": in_clusters - oos_in,
             "biggest": [{"size": c["size"], "key": c["key"], "queries": [q["query"] for q in c["queries"][:3]]}
                         for c in clusters[:5]]}
 
@@ -132,11 +136,12 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
     k = res["key_equals_a_kb_key"]
     lines += ["", f"Test queries whose key equals a KB phrasing's key: {k['queries']} ({k['share']:.1%}), "
                   f"{k['out_of_scope']} of them out of scope.", "",
-              "| unanswered clusters (min size 2) | clusters | queries in them | of them OOS | pure clusters |",
-              "|---|---|---|---|---|"]
+              "| unanswered clusters (min size 2) | clusters | queries in them | of them OOS | pure clusters "
+              "| mixed clusters |",
+              "|---|---|---|---|---|---|"]
     for name, c in res["clusters"].items():
         lines.append(f"| {name} | {c['n']} | {c['queries_in_clusters']} | {c['out_of_scope_in_clusters']} | "
-                     f"{c['pure_clusters']} |")
+                     f"{c['pure_clusters']} | {c['mixed_clusters']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -144,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="runs/data/clinc150", help="folder with kb.jsonl and test.jsonl")
     ap.add_argument("--out", default="bench/results/kb_mine", help="writes OUT.json and OUT.md")
+    ap.add_argument("--kb-file", default="kb.jsonl", help="the KB's file name in --data (faq.jsonl for the realistic "
+                    "sets of evaluation/data)")
+    ap.add_argument("--queries", default="test.jsonl", help="comma-separated query files in --data replayed as the log")
     ap.add_argument("--threshold", type=float, default=0.5, help="the service's answer threshold for the replay")
     ap.add_argument("--scores", default=",".join(map(str, DEFAULT_SCORES)), help="--min-score values to report")
     ap.add_argument("--siamese", help="a Siamese matcher folder: also report it as the second opinion (faq kb mine "
@@ -154,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="kb-mine-") as tmp:
-        store, gold, timings, encoder = replay(Path(args.data), Path(tmp), args.threshold)
+        store, gold, timings, encoder = replay(Path(args.data), Path(tmp), args.threshold, args.kb_file,
+                                               tuple(args.queries.split(",")))
         try:
             siamese = None
             if args.siamese:

@@ -350,7 +350,8 @@ class AcceptResult(BaseModel):
 
 class DismissRequest(_Strict):
     queue: Literal["phrasing", "cluster", "lint"]
-    key: ReviewKey | None = Field(None, description="the item's review_key (phrasing and cluster queues)")
+    key: Annotated[str | None, Field(None, pattern=r"^[0-9a-f]{64}$",
+                                     description="the item's review_key (phrasing and cluster queues)"), STORABLE]
     faq_id: Annotated[str | None, Field(None, max_length=MAX_ID_CHARS,
                                         description="the FAQ of a lint finding (`faq kb lint`): the finding is "
                                                     "dismissed for its answer as it is now"), STORABLE]

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
@@ -335,6 +335,17 @@ class ServiceState:
         never holds the encoder for long while /match requests wait for it."""
         background = getattr(self.encoder, "background", None)
         return background() if background is not None else self.encoder
+
+    def review_queues(self, since: Any = None) -> dict:
+        """The KB's review queues as the console and the admin API show them (app/review.py): unanswered
+        queries grouped by words, then merged by this encoder's cosine (app/review.py CLUSTER_COSINE), with
+        the vectors of queries seen before remembered."""
+        from app.review import CLUSTER_COSINE, EmbedMemo, queues
+
+        memo = getattr(self, "_review_embed", None)
+        if memo is None and self.encoder is not None:
+            memo = self._review_embed = EmbedMemo(self._background_encoder().encode)
+        return queues(self.store, since, embed=memo, cosine=CLUSTER_COSINE if memo is not None else None)
 
     def _install(self, retriever: Retriever, kb_revision: int, reason: str) -> None:
         self.retriever = retriever  # the atomic swap

@@ -56,7 +56,7 @@ class SecurityHeaders:
 
 
 def mount_console(app: FastAPI) -> None:
-    app.state.console_sessions = Sessions(app.state.service.store.console_sessions)
+    app.state.console_sessions = Sessions(lambda: app.state.service.store.console_sessions)
     app.state.console_builds = BuildJobs()
     app.state.console_lints = LintJobs()
     app.include_router(router)

@@ -129,7 +129,7 @@ async def _page(request: Request, session: Any, kb: str, state: ServiceState, st
     store = state.store
 
     def read() -> tuple[dict, int, list]:
-        return review.queues(store, since), store.revision(), store.reviews.dismissed()
+        return state.review_queues(since), store.revision(), store.reviews.dismissed()
 
     report, revision, dismissed = await run_in_threadpool(read)
     job = lint_jobs_of(request).for_revision(kb, state, revision)
@@ -186,7 +186,7 @@ async def dismiss(request: Request, kb: str) -> Response:
             hit = next((f for f in _findings(store, job.report) if f["review_key"] == key),
                        None) if job.state == "done" else None
             return None if hit is None else f"{hit['faq_id']}: {'; '.join(r.text for r in hit['reasons'])}"
-        item = review.find(review.queues(store, since), queue, key)
+        item = review.find(state.review_queues(since), queue, key)
         if item is None:
             return None
         if queue == "phrasing":
@@ -228,7 +228,7 @@ async def draft(request: Request, kb: str) -> Response:
     if not re.fullmatch(r"[0-9a-f]{64}", key):
         return problem_page(request, 422, "key: not a review item's key (64 hex digits)", session=session)
     _, since = _window(request, session)
-    item = await run_in_threadpool(lambda: review.find(review.queues(state.store, since), "cluster", key))
+    item = await run_in_threadpool(lambda: review.find(state.review_queues(since), "cluster", key))
     if item is None:
         return problem_page(request, 404, "key: this cluster is no longer proposed (dismissed, or its queries "
                                           "became phrasings)", session=session)

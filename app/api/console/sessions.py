@@ -69,9 +69,15 @@ class ConsoleSession:
 
 
 class Sessions:
-    def __init__(self, store: ConsoleSessionStore, clock: Callable[[], datetime] = _utcnow) -> None:
-        self.store = store
+    def __init__(self, store: ConsoleSessionStore | Callable[[], ConsoleSessionStore],
+                 clock: Callable[[], datetime] = _utcnow) -> None:
+        # a callable: the app's store exists only once the service has started
+        self._store = store
         self.clock = clock
+
+    @property
+    def store(self) -> ConsoleSessionStore:
+        return self._store if isinstance(self._store, ConsoleSessionStore) else self._store()
 
     def open(self, kb: str | None, token_id: int | None = None, admin_token: str | None = None) -> ConsoleSession:
         """A new session: a KB token's (`kb` and `token_id`) or FAQ_ADMIN_TOKEN's (`admin_token`, kb None)."""

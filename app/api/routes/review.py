@@ -30,7 +30,7 @@ _GONE = {409: {"model": ErrorBody, "description": "the item is not (or no longer
             summary="Mined phrasings and unanswered clusters waiting for review (dismissed ones left out)")
 def queues(since: Annotated[datetime | None, Query(description="only queries logged from then on (ISO 8601)")] = None,
            state: ServiceState = Depends(get_state)) -> ReviewQueues:
-    report = review.queues(state.store, since)
+    report = state.review_queues(since)
     return ReviewQueues(phrasings=report["phrasings"], clusters=report["clusters"],
                         dismissed_phrasings=report["stats"]["dismissed_phrasings"],
                         dismissed_clusters=report["stats"]["dismissed_clusters"])
@@ -67,7 +67,7 @@ def dismiss(body: DismissRequest, response: Response, since: datetime | None = N
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {body.faq_id!r}")
         key, subject = lint_key(faq.faq_id, faq.answer), faq.faq_id
     else:
-        item = review.find(review.queues(store, since), body.queue, body.key)
+        item = review.find(state.review_queues(since), body.queue, body.key)
         if item is None:
             raise HTTPException(status.HTTP_409_CONFLICT, detail=f"no {body.queue} with that key is proposed now")
         key = body.key
