@@ -16,6 +16,7 @@ from pathlib import Path
 from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
 from kb.records import DEFAULT_KB
 from cli.scope import add_kb_option, kb_settings, open_kb
+from app.build_gate import MAX_DROP, MIN_LABELS
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for as _served_table
 
 
@@ -51,10 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="skip the BM25 indexes of the lexical arms (tantivy, and Elasticsearch at FAQ_ES_URL)")
     p.add_argument("--dev", default=None, help="labelled user queries (JSONL/CSV: query, faq_id or null) that gate "
                    "the build, with the /feedback labels of the query log")
-    p.add_argument("--max-drop", type=float, default=0.02,
+    p.add_argument("--max-drop", type=float, default=MAX_DROP,
                    help="refuse to make the build current when its top-1 on the labels is more than this below "
                         "the current build's (default 0.02)")
-    p.add_argument("--min-labels", type=int, default=20, help="labels needed before they gate a build (default 20)")
+    p.add_argument("--min-labels", type=int, default=MIN_LABELS,
+                   help=f"labels needed before they gate a build (default {MIN_LABELS})")
     p.add_argument("--force", action="store_true", help="make the build current even when the labels say it is worse")
     add_kb_option(p)
     p.set_defaults(func=cmd_build)
@@ -261,7 +263,7 @@ def _prune_after_activation(args: argparse.Namespace, settings, registry: BuildR
 def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedback: bool = True,
             since=None) -> list[tuple[str, str | None]] | str:
     """Labelled queries from --dev and the query log's feedback, or the error to print."""
-    from app.decision import feedback_labels
+    from app.build_gate import feedback_labels_of
     from kb.records import KbFormatError, read_queries
 
     labels: list[tuple[str, str | None]] = []
@@ -275,46 +277,31 @@ def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedba
             return f"--dev {args.dev}: {len(unknown)} faq_id(s) not in the KB, e.g. {', '.join(unknown[:5])}"
         labels += [(q.query, q.faq_id) for q in rows]
     if feedback:
-        labels += [(q, f) for q, f in feedback_labels(store.read_query_log(since, with_feedback=True))
-                   if f is None or f in faq_ids]
+        labels += feedback_labels_of(store, since)
     return labels
-
-
-def _top1_on(settings, encoder, registry, version: str, labels) -> float:
-    from app.decision import label_scores, labelled_rows
-    from app.assembly import build_pipeline, served_model_path
-    from index.decision import load_model
-    from index.retriever import Retriever
-
-    # each build as it was built (no delta segment): the KB edits since the current one are what is judged
-    retriever = Retriever.load(registry.path(version)).as_built()
-    first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
-    rows, ref = labelled_rows(first, retriever, labels)
-    model = load_model(served_model_path(settings))
-    return label_scores(model, rows, ref)["top1"]
 
 
 def _gate(args: argparse.Namespace, settings, store, registry, encoder, version: str) -> int | None:
     """Refuse to make `version` current when the KB's labels say it matches worse than the current build
-    (by more than --max-drop top-1); None = go ahead."""
-    current = registry.current()
-    if current is None:
+    (by more than --max-drop top-1); None = go ahead (app/build_gate.py)."""
+    from app.build_gate import judge
+
+    if registry.current() is None:
         return None
     labels = _labels(args, settings, store, set(store.snapshot().faqs))
     if isinstance(labels, str):
         return _error(f"{labels} (build {version} kept, not made current)")
-    if sum(f is not None for _, f in labels) < args.min_labels:
-        return None
     try:
-        before = _top1_on(settings, encoder, registry, current, labels)
-        after = _top1_on(settings, encoder, registry, version, labels)
+        result = judge(settings, encoder, registry, version, labels, args.min_labels, args.max_drop)
     except Exception as exc:  # noqa: BLE001 - e.g. a current build of another encoder: cannot compare
         print(f"labels could not gate this build ({exc}); making it current")
         return None
-    print(f"labels ({len(labels)}): top-1 {before:.4f} on the current build {current}, {after:.4f} on {version}")
-    if after < before - args.max_drop and not args.force:
-        return _error(f"build {version} matches the labelled queries worse than {current} ({after:.4f} < "
-                      f"{before:.4f} - {args.max_drop}): not made current. `faq index activate {version}"
+    if result is None:
+        return None
+    print(result)
+    if not result.passed and not args.force:
+        return _error(f"build {version} matches the labelled queries worse than {result.current} ({result.after:.4f} < "
+                      f"{result.before:.4f} - {args.max_drop}): not made current. `faq index activate {version}"
                       f"{_kb_flag(settings)}` or --force makes it current anyway")
     return None
 

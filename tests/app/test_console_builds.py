@@ -146,3 +146,33 @@ def test_build_now_becomes_current_and_a_second_one_is_refused(served, monkeypat
     page = client.get(PAGE)
     assert "data-poll" not in page.text and "now current and served" in page.text
     assert csrf_of(page.text) == csrf
+
+
+def test_build_now_keeps_a_build_the_feedback_labels_say_is_worse(tmp_path, encoder):  # noqa: F811
+    """The CLI's label gate: users' /feedback says which FAQ answers their queries; a build that ranks
+    those FAQs worse (here: the refund FAQ lost the phrasings those queries matched) is built and listed,
+    not made current, and /match keeps serving the current one."""
+    from app.api.main import create_app
+    from app.build_gate import MIN_LABELS
+
+    settings = make_settings(tmp_path, admin_token=ROOT, keep_versions=5)
+    store = make_store(settings)
+    current = build(store, encoder, settings)["version"]
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        queries = [f"how do I get a refund for order {n}" for n in range(MIN_LABELS)]
+        for q in queries:
+            r = client.post("/match", json={"query": q})
+            assert client.post("/feedback", json={"request_id": r.json()["request_id"], "faq_id": "refund"}
+                               ).status_code == 200
+        store.update_faq("refund", questions=["Where do payments go?"])
+        _, csrf = sign_in((client.app, store, {}, client), ROOT)
+        assert client.post(PAGE + "/new", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+        job = wait_for_build(client.app)
+        assert job.state == "failed" and "not made current" in job.message, job.message
+        assert any(line.startswith(f"labels ({MIN_LABELS}): top-1") for line in job.lines)
+        registry = client.app.state.service.registry
+        assert registry.current() == current and job.version in registry.versions()
+        assert served_version(client) == current
+        page = client.get(PAGE)
+        assert "not made current" in page.text and f'data-version="{job.version}"' in page.text
+    store.close()
