@@ -176,3 +176,17 @@ def test_build_now_keeps_a_build_the_feedback_labels_say_is_worse(tmp_path, enco
         page = client.get(PAGE)
         assert "not made current" in page.text and f'data-version="{job.version}"' in page.text
     store.close()
+
+
+def test_a_build_running_elsewhere_shows(served):
+    """`faq index build` (or Build now on another replica) writes a "building" row: the page says so."""
+    store = served[1]
+    client, _ = sign_in(served, ROOT)
+    version = "20261126T000000Z-e15e00"
+    store.record_build(version=version, encoder_id="all-MiniLM-L6-v2")
+    try:
+        page = client.get(PAGE)
+        assert page.status_code == 200 and 'id="elsewhere-1"' in page.text and version in page.text
+    finally:
+        store.fail_build_if_building(version, "test over")
+    assert 'id="elsewhere-1"' not in client.get(PAGE).text

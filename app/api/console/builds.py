@@ -158,6 +158,13 @@ def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | Non
     return table, chosen
 
 
+def _building_elsewhere(state: ServiceState, job: BuildJob | None) -> list[dict]:
+    """Builds of the KB running outside this page's job: `faq index build`, or Build now on another replica
+    (the index_builds rows still "building")."""
+    mine = job.version if job is not None and job.state == "running" else None
+    return [b for b in state.store.list_builds("building") if b["version"] != mine]
+
+
 def _listing(state: ServiceState) -> tuple[list[dict], dict | None]:
     manifests = state.registry.list()
     return list(reversed(manifests)), next((m for m in manifests if m["current"]), None)
@@ -176,9 +183,11 @@ async def _page(request: Request, session: Any, kb: str, state: ServiceState, st
     table, chosen = _table(state, current_manifest)
     curve = bool(current_manifest) and (state.registry.path(current_manifest["version"]) / CURVE_FILE).is_file()
     served = getattr(state.retriever, "version", None)
+    job = jobs_of(request).get(kb)
+    elsewhere = await run_in_threadpool(_building_elsewhere, state, job)
     return render(request, "builds.html", status=status, session=session, kb=kb, manifests=manifests,
                   current=current_manifest, table=table, chosen=chosen, curve=curve, served=served,
-                  job=jobs_of(request).get(kb), error=error)
+                  job=job, elsewhere=elsewhere, error=error)
 
 
 @router.get("/kbs/{kb}/builds/curve")
