@@ -517,6 +517,34 @@ def test_traffic_page_draws_one_line_per_arm(live, watched):
     assert page.locator("[style]").count() == 0 and page.locator("script:not([src])").count() == 0
 
 
+def test_xss_probes_in_users_queries_are_inert_on_the_review_page(live, watched):
+    """Anyone may send /match a query: the review page shows them (unanswered clusters, drafts)."""
+    base = live[0].url
+    for probe in PROBES.values():
+        for _ in range(2):  # asked twice and marked wrong: an unanswered cluster
+            r = httpx.post(f"{base}/kbs/shop/match", json={"query": f"probe {probe}"}, timeout=30)
+            assert r.status_code == 200, r.text
+            f = httpx.post(f"{base}/kbs/shop/feedback", json={"request_id": r.json()["request_id"], "correct": False},
+                           timeout=30)
+            assert f.status_code == 200, f.text
+    w = watched()
+    page = _review_when_checked(sign_in(w, ROOT), "shop")
+    shown = page.locator("#clusters ul.queries li").all_inner_texts()
+    for probe in PROBES.values():
+        assert any(text.startswith(f"probe {probe}") for text in shown), probe
+    drafts = [page.locator("#clusters tr", has_text=f"probe {probe}").locator("a.draft").get_attribute("href")
+              for probe in PROBES.values()]
+    for path in [None, *drafts]:
+        if path is not None:
+            page.goto(path)
+            page.wait_for_load_state("load")
+        assert page.evaluate("typeof window.__pwned") == "undefined", path
+        assert page.evaluate("[...document.querySelectorAll('[href]')].filter(e => "
+                             "e.getAttribute('href').trim().toLowerCase().startsWith('javascript:')).length") == 0
+        assert page.locator("script:not([src])").count() == 0 and page.locator("[style]").count() == 0
+    assert page.input_value("#questions").startswith("probe "), "a draft holds the query as text"
+
+
 def serious_violations(page) -> list[str]:
     """axe-core's serious and critical findings on the page, one line each."""
     axe = pytest.importorskip("axe_playwright_python.sync_playwright", reason="pip install -e '.[test]'")
