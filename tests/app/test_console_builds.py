@@ -190,3 +190,18 @@ def test_a_build_running_elsewhere_shows(served):
     finally:
         store.fail_build_if_building(version, "test over")
     assert 'id="elsewhere-1"' not in client.get(PAGE).text
+
+
+def test_each_builds_expected_precision_can_be_shown(served):
+    app, _, info = served[:3]
+    client, _ = sign_in(served, ROOT)
+    current = app.state.service.registry.current()
+    other = next(v for v in app.state.service.registry.versions() if v != current)
+    page = client.get(PAGE)
+    assert f"Expected precision of <code>{current}</code> (current)" in page.text
+    assert f'href="/console/kbs/default/builds?version={other}"' in page.text
+    page = client.get(f"{PAGE}?version={other}")
+    assert page.status_code == 200 and f"Expected precision of <code>{other}</code></h2>" in page.text
+    assert f"curve?version={other}" in page.text or 'id="no-table"' in page.text or 'id="precision"' in page.text
+    assert client.get(f"{PAGE}?version=nope").status_code == 422
+    assert client.get(f"{PAGE}?version=20200101T000000Z-000000").status_code == 404

@@ -144,7 +144,7 @@ def _version_field(request: Request, value: str, session: Any) -> str:
 
 
 def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | None, float | None]:
-    """The current build's table as served, and the threshold served (the row the page marks)."""
+    """A build's table as it is (or would be) served, and the threshold it serves (the row the page marks)."""
     if manifest is None:
         return None, None
     from app.decision import Decider
@@ -180,13 +180,21 @@ async def builds_page(request: Request, kb: str) -> Response:
 async def _page(request: Request, session: Any, kb: str, state: ServiceState, status: int = 200,
                 error: str | None = None) -> Response:
     manifests, current_manifest = await run_in_threadpool(_listing, state)
-    table, chosen = _table(state, current_manifest)
-    curve = bool(current_manifest) and (state.registry.path(current_manifest["version"]) / CURVE_FILE).is_file()
+    # the build whose expected precision is shown: ?version=, else the current one
+    asked = request.query_params.get("version") if request.method == "GET" else None
+    shown = current_manifest
+    if asked:
+        version = _version_field(request, asked, session)
+        shown = next((m for m in manifests if m["version"] == version), None)
+        if shown is None:
+            return problem_page(request, 404, f"version: no build {version!r} in KB {kb!r}", session=session)
+    table, chosen = _table(state, shown)
+    curve = bool(shown) and (state.registry.path(shown["version"]) / CURVE_FILE).is_file()
     served = getattr(state.retriever, "version", None)
     job = jobs_of(request).get(kb)
     elsewhere = await run_in_threadpool(_building_elsewhere, state, job)
     return render(request, "builds.html", status=status, session=session, kb=kb, manifests=manifests,
-                  current=current_manifest, table=table, chosen=chosen, curve=curve, served=served,
+                  current=current_manifest, shown=shown, table=table, chosen=chosen, curve=curve, served=served,
                   job=job, elsewhere=elsewhere, error=error)
 
 
