@@ -67,19 +67,23 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1],
                   "review_key": phrasing_key(p.faq_id, p.question)} for p in proposals]
     cluster_rows = [{**c.as_dict(), "review_key": cluster_key(c.key)} for c in clusters]
-    hidden = {"phrasing": 0, "cluster": 0}
-    if not include_dismissed:
-        gone = store.reviews.dismissed_keys("phrasing")
-        hidden["phrasing"] = sum(p["review_key"] in gone for p in phrasings)
-        phrasings = [p for p in phrasings if p["review_key"] not in gone]
-        gone = store.reviews.dismissed_keys("cluster")
-        hidden["cluster"] = sum(c["review_key"] in gone for c in cluster_rows)
-        cluster_rows = [c for c in cluster_rows if c["review_key"] not in gone]
-    return {"min_score": min_score, "min_agree": min_agree if siamese is not None else None,
-            "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c["size"] for c in cluster_rows),
-                      "dismissed_phrasings": hidden["phrasing"], "dismissed_clusters": hidden["cluster"]},
-            "phrasings": phrasings,
-            "clusters": [{"faq_id": f"new-{i}", **c} for i, c in enumerate(cluster_rows, start=1)]}
+    report = {"min_score": min_score, "min_agree": min_agree if siamese is not None else None,
+              "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c["size"] for c in cluster_rows),
+                        "dismissed_phrasings": 0, "dismissed_clusters": 0},
+              "phrasings": phrasings,
+              "clusters": [{"faq_id": f"new-{i}", **c} for i, c in enumerate(cluster_rows, start=1)]}
+    return report if include_dismissed else drop_dismissed(store, report)
+
+
+def drop_dismissed(store: FaqStore, report: dict[str, Any]) -> dict[str, Any]:
+    """`report` (of `mine_report(include_dismissed=True)`) less what an owner dismissed, counted in stats."""
+    gone_p, gone_c = store.reviews.dismissed_keys("phrasing"), store.reviews.dismissed_keys("cluster")
+    phrasings = [p for p in report["phrasings"] if p["review_key"] not in gone_p]
+    clusters = [c for c in report["clusters"] if c["review_key"] not in gone_c]
+    stats = {**report["stats"], "unanswered_in_clusters": sum(c["size"] for c in clusters),
+             "dismissed_phrasings": len(report["phrasings"]) - len(phrasings),
+             "dismissed_clusters": len(report["clusters"]) - len(clusters)}
+    return {**report, "stats": stats, "phrasings": phrasings, "clusters": clusters}
 
 
 def _without(cluster: Cluster, known: set[str]) -> Cluster:
