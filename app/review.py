@@ -23,7 +23,7 @@ from app.mining import mine_report
 from app.store import FaqOut, FaqStore
 from app.store.reviews import MAX_REASON_CHARS, lint_key
 from kb.mining import content_words
-from kb.records import text_problem
+from kb.records import field_problem
 
 
 #: unanswered queries whose most frequent wordings are this close (encoder cosine) are one cluster in the
@@ -46,12 +46,7 @@ def reason_problem(reason: str | None, required: bool) -> str | None:
     text = (reason or "").strip()
     if not text:
         return "a reason is needed: say why this finding is not a problem" if required else None
-    problem = text_problem(text)
-    if problem is not None:
-        return problem
-    if len(text) > MAX_REASON_CHARS:
-        return f"must be at most {MAX_REASON_CHARS} characters"
-    return None
+    return field_problem(text, MAX_REASON_CHARS)
 
 
 def queues(store: FaqStore, since: datetime | None = None, embed: Any = None,

@@ -116,6 +116,16 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+def field_problem(value: str, max_chars: int) -> str | None:
+    """`text_problem`, or that `value` is longer than `max_chars`: a form field's check."""
+    problem = text_problem(value)
+    if problem is not None:
+        return problem
+    if len(value) > max_chars:
+        return f"must be at most {max_chars} characters"
+    return None
+
+
 def _storable(value: str) -> bool:
     # the inline form of text_problem(value) is None, for the import fast path
     return "\x00" not in value and (value.isascii() or _utf8_ok(value))

@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from app.api.state import ServiceState
 
@@ -153,25 +153,20 @@ class Tenants:
     # -- tokens ----------------------------------------------------------------------------------
     def token_info(self, token: str) -> TokenInfo | None:
         """The live KB token `token` is, or None (remembered for TOKEN_CACHE_S)."""
-        now = time.monotonic()
-        cached = self._tokens.get(token)
-        if cached is not None and now - cached[0] < TOKEN_CACHE_S:
-            return cached[1]
-        info = self.default.store.kbs.verify_token(token)
-        if len(self._tokens) > 10_000:  # a flood of made-up tokens must not grow memory
-            self._tokens.clear()
-        self._tokens[token] = (now, info)
-        return info
+        return self._remembered(token, lambda: self.default.store.kbs.verify_token(token))
 
     def token_live(self, token_id: int) -> TokenInfo | None:
         """Token `token_id` while it is live (remembered for TOKEN_CACHE_S, like `token_info`)."""
+        # no token has this form: it cannot collide with token_info's entries
+        return self._remembered(f"#id:{int(token_id)}", lambda: self.default.store.kbs.live_token(token_id))
+
+    def _remembered(self, key: str, look_up: Callable[[], TokenInfo | None]) -> TokenInfo | None:
         now = time.monotonic()
-        key = f"#id:{int(token_id)}"  # no token has this form: it cannot collide with token_info's entries
         cached = self._tokens.get(key)
         if cached is not None and now - cached[0] < TOKEN_CACHE_S:
             return cached[1]
-        info = self.default.store.kbs.live_token(token_id)
-        if len(self._tokens) > 10_000:
+        info = look_up()
+        if len(self._tokens) > 10_000:  # a flood of made-up tokens must not grow memory
             self._tokens.clear()
         self._tokens[key] = (now, info)
         return info

@@ -66,7 +66,7 @@ class ReviewStore(StorePart):
             with self._write() as conn:
                 conn.execute(dismissals_t.insert().values(
                     kb=self.kb, queue=queue, key=key, subject=subject, reason=reason or None,
-                    dismissed_by=(by or None) and by[:200], created_at=utcnow()))
+                    dismissed_by=by[:200] if by else None, created_at=utcnow()))
         except IntegrityError:
             return False
         return True

@@ -12,7 +12,7 @@ from app.mining import mine_report
 from app.store.reviews import cluster_key, lint_key, phrasing_key
 from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
 from test_api_kbs import two_built_kbs
-from test_console_http import csrf_of
+from test_console_http import sign_in
 
 ROOT = "review-root-token"
 #: an FAQ whose answer stops mid-sentence: lint flags it
@@ -45,16 +45,6 @@ def served(tmp_path_factory, encoder):  # noqa: F811
         yield app, store, shop_token, client
 
 
-def signed_in(served, token: str = ROOT) -> tuple[TestClient, str]:
-    client = served[3]
-    client.cookies.clear()
-    page = client.get("/console/login")
-    r = client.post("/console/login", data={"csrf": csrf_of(page.text), "token": token}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    landing = client.get(r.headers["location"])
-    return client, csrf_of(landing.text)
-
-
 def review_page(client: TestClient, kb: str = "default", wait_for_lint: bool = True) -> str:
     """The review page, once its lint has run (it starts in the background on the first visit)."""
     deadline = time.monotonic() + 60
@@ -69,7 +59,7 @@ def review_page(client: TestClient, kb: str = "default", wait_for_lint: bool = T
 
 def test_accepting_a_mined_phrasing_adds_it_and_match_uses_it(served):
     store = served[1]
-    client, csrf = signed_in(served)
+    client, csrf = sign_in(served, ROOT)
     key = phrasing_key("reset_password", NEW_PHRASING)
     page = review_page(client, wait_for_lint=False)
     assert f'data-key="{key}"' in page and NEW_PHRASING in page
@@ -88,7 +78,7 @@ def test_accepting_a_mined_phrasing_adds_it_and_match_uses_it(served):
 
 def test_dismissing_a_phrasing_hides_it_from_the_console_and_the_cli(served, capsys):
     store = served[1]
-    client, csrf = signed_in(served)
+    client, csrf = sign_in(served, ROOT)
     key = phrasing_key("refund", "I want my money back now")
     assert key in [p["review_key"] for p in mine_report(store)["phrasings"]]
     r = client.post("/console/kbs/default/review/dismiss",
@@ -111,7 +101,7 @@ def test_dismissing_a_phrasing_hides_it_from_the_console_and_the_cli(served, cap
 
 def test_an_unanswered_cluster_opens_as_a_draft_and_leaves_once_saved(served):
     store = served[1]
-    client, csrf = signed_in(served)
+    client, csrf = sign_in(served, ROOT)
     [cluster] = [c for c in mine_report(store)["clusters"] if "gift cards" in c["queries"][0]["query"].lower()]
     key = cluster["review_key"]
     assert key == cluster_key(cluster["key"]) and f'data-key="{key}"' in review_page(client, wait_for_lint=False)
@@ -132,7 +122,7 @@ def test_an_unanswered_cluster_opens_as_a_draft_and_leaves_once_saved(served):
 
 def test_a_lint_finding_needs_a_reason_to_be_dismissed_and_comes_back_when_restored(served):
     store = served[1]
-    client, csrf = signed_in(served)
+    client, csrf = sign_in(served, ROOT)
     faq_id, answer, _ = CUT_OFF
     key = lint_key(faq_id, answer)
     page = review_page(client)
@@ -160,7 +150,7 @@ def test_a_lint_finding_needs_a_reason_to_be_dismissed_and_comes_back_when_resto
 
 def test_bad_review_posts_change_nothing(served):
     store = served[1]
-    client, csrf = signed_in(served)
+    client, csrf = sign_in(served, ROOT)
     before = (store.revision(), store.reviews.dismissed())
     key = "a" * 64
     cases = [
@@ -182,7 +172,7 @@ def test_bad_review_posts_change_nothing(served):
 
 def test_a_kb_token_reviews_only_its_kb(served):
     store = served[1]
-    client, csrf = signed_in(served, served[2])
+    client, csrf = sign_in(served, served[2])
     assert client.get("/console/kbs/shop/review").status_code == 200
     assert client.get("/console/kbs/default/review").status_code == 403
     key = phrasing_key("refund", "I want my money back now")

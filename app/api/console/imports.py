@@ -23,11 +23,11 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, field_problem, kb_state, kb_url,
+from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url,
                                     problem_page, render, router)
 from app.api.console.sessions import ConsoleSession
 from app.api.routes.admin import _refresh
-from kb.records import KbRecord, KbValidationError, _write_records, read_kb
+from kb.records import KbRecord, KbValidationError, _write_records, field_problem, read_kb
 
 MAX_PARTS = 10
 MAX_FILENAME_CHARS = 200

@@ -36,7 +36,7 @@ from app.store import (FaqExists, FaqNotFound, FeedbackAlreadyRecorded, Feedback
                        KbValidationError)
 from index.es_vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
-from kb.records import text_problem
+from kb.records import field_problem
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +107,6 @@ async def form(request: Request) -> dict[str, str]:
     for key, value in pairs:
         fields.setdefault(key, value)
     return fields
-
-
-def field_problem(value: str, max_chars: int) -> str | None:
-    problem = text_problem(value)
-    if problem is not None:
-        return problem
-    if len(value) > max_chars:
-        return f"must be at most {max_chars} characters"
-    return None
 
 
 def _field_of(location: str) -> str:
