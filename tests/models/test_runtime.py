@@ -149,3 +149,35 @@ def test_a_same_size_corruption_is_caught_by_the_full_check(tiny_model, tmp_path
     data[-1] ^= 0xFF
     file.write_bytes(bytes(data))
     assert export_valid(file.parent, file.name) and not export_valid(file.parent, file.name, verify_sha=True)
+
+
+def negated_unless_reduced(real):
+    """A quantiser whose full-range int8 file is wrong, as on a CPU whose int8 kernel saturates."""
+    def quantize(fp32_file, out_file, scheme, reduce_range=False):
+        real(fp32_file, out_file, scheme, reduce_range=reduce_range)
+        if not reduce_range:  # the sentence vector comes out negated: cosine -1 to PyTorch
+            import onnx
+
+            model = onnx.load(str(out_file))
+            for node in model.graph.node:
+                node.output[:] = ["sentence.raw" if name == "sentence" else name for name in node.output]
+            model.graph.node.append(onnx.helper.make_node("Neg", ["sentence.raw"], ["sentence"]))
+            onnx.save(model, str(out_file))
+    return quantize
+
+
+def test_an_int8_file_far_from_pytorch_is_redone_with_7_bit_weights(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "quantize_int8", negated_unless_reduced(runtime.quantize_int8))
+    folder = ensure_export(tiny_model, tmp_path, "tiny", "onnx-int8").parent
+    meta = json.loads((folder / runtime.EXPORT_META).read_text())
+    assert meta["int8_reduce_range"] is True
+    assert meta["min_cosine_to_torch"][INT8_FILE] >= runtime.MIN_INT8_COSINE
+    int8 = OnnxSentenceEncoder(tiny_model, "tiny", 32, "onnx-int8", tmp_path)
+    assert (int8.encode(SENTENCES) * torch_mean_pooled(tiny_model, SENTENCES)).sum(1).min() > 0.98
+
+
+def test_an_int8_file_that_stays_far_from_pytorch_is_refused(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "MIN_INT8_COSINE", 1.01)  # no int8 file can pass
+    with pytest.raises(RuntimeUnavailable, match="FAQ_ENCODER_RUNTIME=onnx"):
+        ensure_export(tiny_model, tmp_path, "tiny", "onnx-int8")
+    assert not any(tmp_path.rglob(INT8_FILE))  # nothing half-checked left to serve
