@@ -32,6 +32,32 @@ class GateResult:
                 f"{self.after:.4f} on {self.version}")
 
 
+class LabelsUnusable(ValueError):
+    """A labels file that cannot be read, or that names FAQs the KB does not have."""
+
+
+def labelled_queries(store: Any, dev: str | None = None, feedback: bool = True,
+                     since: Any = None) -> list[tuple[str, str | None]]:
+    """Labelled queries from a `dev` file (JSONL/CSV: query, faq_id or null) and the query log's feedback.
+    Raises LabelsUnusable saying what is wrong with the file."""
+    from kb.records import KbFormatError, read_queries
+
+    labels: list[tuple[str, str | None]] = []
+    if dev:
+        try:
+            rows = read_queries(dev)
+        except (OSError, KbFormatError) as exc:
+            raise LabelsUnusable(f"--dev {dev}: {exc}") from exc
+        faq_ids = set(store.snapshot().faqs)
+        unknown = sorted({q.faq_id for q in rows if q.faq_id is not None and q.faq_id not in faq_ids})
+        if unknown:
+            raise LabelsUnusable(f"--dev {dev}: {len(unknown)} faq_id(s) not in the KB, e.g. {', '.join(unknown[:5])}")
+        labels += [(q.query, q.faq_id) for q in rows]
+    if feedback:
+        labels += feedback_labels_of(store, since)
+    return labels
+
+
 def feedback_labels_of(store: Any, since: Any = None) -> list[tuple[str, str | None]]:
     """The query log's /feedback labels naming FAQs the KB still has (or none: out of scope)."""
     from app.decision import feedback_labels

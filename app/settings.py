@@ -189,7 +189,7 @@ class Settings(BaseSettings):
     es_timeout_s: float = Field(default=2.0, gt=0)  # per ES request while serving: fail fast -> 503
     # Where a build's phrasing (and answer) vectors are searched: "annoy" (the build folder, in process) or
     # "elasticsearch" (also written to FAQ_ES_URL as `<prefix>-vec-<kb>-<version>`, kNN-searched there, alias
-    # `<prefix>-vec-<kb>` on the current version: index/es_vectors.py, docs/elasticsearch.md)
+    # `<prefix>-vec-<kb>` on the current version: index/elasticsearch/vectors.py, docs/elasticsearch.md)
     vector_store: Literal["annoy", "elasticsearch"] = "annoy"
     # Arms (ARMS above, app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
     # overrides it with a split sticky per session_id.

@@ -1,4 +1,4 @@
-"""Elasticsearch as the vector store (index/es_vectors.py), measured: what the server supports, match quality
+"""Elasticsearch as the vector store (index/elasticsearch/vectors.py), measured: what the server supports, match quality
 against the in-process index on the demo KB, latency, and a swap under load.
 
     python -m bench.es_vectors                    # starts the noida-db emulator (the tests' one) itself
@@ -109,7 +109,7 @@ def demo_build(url: str, work: Path, encoder: Any, prefix: str, kb_file: Path = 
     Elasticsearch (and the build folder)."""
     from app.settings import Settings
     from index.build import build_index
-    from index.es_vectors import EsBuildRegistry, EsVectorStore
+    from index.elasticsearch.vectors import EsBuildRegistry, EsVectorStore
     from kb.records import read_kb
     from migrations.runner import migrated_store
 
@@ -199,7 +199,7 @@ def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, querie
 
 def swap_under_load(url: str, work: Path, encoder: Any, clients: int = 4) -> dict:
     """Searches without pause while versions are built, activated, rolled back and pruned."""
-    from index.es_vectors import VectorStoreUnavailable
+    from index.elasticsearch.vectors import VectorStoreUnavailable
     from kb.records import read_queries
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
@@ -291,7 +291,7 @@ def swap_under_load(url: str, work: Path, encoder: Any, clients: int = 4) -> dic
 
 # -- report ---------------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
-    lines = ["# Elasticsearch as the vector store (index/es_vectors.py)", "",
+    lines = ["# Elasticsearch as the vector store (index/elasticsearch/vectors.py)", "",
              f"Server: {report['server']}. Machine: {report['machine']}, {report.get('cpus', '?')} CPUs, load average "
              f"{report.get('load_average', '?')} during the run (shared: timings are indicative). "
              "`python -m bench.es_vectors`.", ""]

@@ -110,12 +110,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.set_defaults(func=lambda args: (group.print_help(), 2)[1])
 
 
-def _registry(settings) -> BuildRegistry:
+def _registry(settings, lexical: bool = True) -> BuildRegistry:
     """The KB's registry: with FAQ_VECTOR_STORE=elasticsearch, builds also write their vectors there and
-    activation moves the KB's alias (index/es_vectors.py)."""
-    from index.es_vectors import open_registry
+    activation moves the KB's alias (index/elasticsearch/vectors.py); `lexical`: it owns the builds' BM25
+    indexes in Elasticsearch too."""
+    from index.elasticsearch.vectors import open_registry
 
-    return open_registry(settings)
+    return open_registry(settings, lexical)
 
 
 def _kb_flag(settings) -> str:
@@ -154,7 +155,7 @@ def _build(args: argparse.Namespace, settings, store) -> int:
     import torch
 
     torch.set_num_threads(max(1, int(settings.torch_threads)))
-    registry = _registry(settings)
+    registry = _registry(settings, lexical=not args.no_lexical)
     try:
         swept = sweep_builds(store, registry)
     except Exception as exc:  # debris of other builds must not stop this one
@@ -189,7 +190,8 @@ def _build(args: argparse.Namespace, settings, store) -> int:
 def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, encoder, n_trees: int,
                 search_k: int) -> int:
     from app.assembly import load_configured_encoder
-    from index.build import BuildError, BuildInterrupted, build_index
+    from app.release import release_build
+    from index.build import BuildError, BuildInterrupted
 
     print(f"encoder {encoder.id} (dim {encoder.dim}) on {getattr(encoder, 'device', 'cpu')}, runtime "
           f"{getattr(encoder, 'runtime', 'torch')}; "
@@ -216,24 +218,29 @@ def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, 
     except (OSError, ValueError) as exc:
         return _error(f"FAQ_RERANKER: {exc} (current index unchanged)")
     try:
-        manifest = build_index(
-            store, encoder, registry, n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
-            progress=not args.no_progress and sys.stderr.isatty(), keep_versions=settings.keep_versions,
-            recall_floor=args.recall_floor, activate=False, report=print, encoder_spec=spec,
-            lexical=not args.no_lexical, es_url=settings.es_url, es_index_prefix=settings.es_index_prefix,
-            stage_vectors=stages, query_encoder=query, query_side=query_encoder,
+        released = release_build(
+            store, encoder, registry, settings, labels=lambda: _labels(args, store), report=print,
+            activate=not args.no_activate, force=args.force, min_labels=args.min_labels, max_drop=args.max_drop,
+            n_trees=n_trees, search_k=search_k, batch_size=args.batch_size,
+            progress=not args.no_progress and sys.stderr.isatty(), recall_floor=args.recall_floor,
+            encoder_spec=spec, lexical=not args.no_lexical, es_url=settings.es_url,
+            es_index_prefix=settings.es_index_prefix, stage_vectors=stages, query_encoder=query,
+            query_side=query_encoder,
         )
     except (BuildError, IndexVerificationError) as exc:
         return _error(f"{exc} (current index unchanged)")
     except BuildInterrupted as exc:
         return _error(f"build {exc}: marked failed, staging folder removed, current index unchanged", exc.exit_code)
+    manifest, version, verdict = released.manifest, released.version, released.verdict
+    if released.labels_problem is not None:
+        return _error(f"{released.labels_problem} (build {version} kept, not made current)")
+    if not args.no_activate and not released.current:
+        return _error(f"build {version} matches the labelled queries worse than {verdict.current} ({verdict.after:.4f} < "
+                      f"{verdict.before:.4f} - {args.max_drop}): not made current. `faq index activate {version}"
+                      f"{_kb_flag(settings)}` or --force makes it current anyway")
+    if released.pruned:
+        print(f"pruned old versions: {', '.join(released.pruned)}")
     t = manifest["timings"]
-    gate = None if args.no_activate else _gate(args, settings, store, registry, encoder, manifest["version"])
-    if gate is not None:
-        return gate
-    if not args.no_activate:
-        registry.activate(manifest["version"], verify=False)  # verified by the build
-        _prune_after_activation(args, settings, registry)
     print(f"built {manifest['version']}: {manifest['n_variants']} variants of {manifest['n_faqs']} FAQs, "
           f"{manifest['annoy_bytes'] / 1e6:.1f} MB; encode {t['encode_s']:.1f}s "
           f"({t['encode_sentences_per_s']:.0f} sentences/s), annoy {t['annoy_build_s']:.2f}s, "
@@ -246,94 +253,11 @@ def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, 
     return 0
 
 
-def _prune_after_activation(args: argparse.Namespace, settings, registry: BuildRegistry) -> None:
-    """build_index pruned while the previous build was still current, and the current one is kept on top of
-    the count: with keep_versions 1 it would stay until the next build. Now that it is not current, the
-    KB's keep count holds."""
-    pruned = registry.prune(settings.keep_versions)
-    if not pruned:
-        return
-    print(f"pruned old versions: {', '.join(pruned)}")
-    if settings.es_url and not args.no_lexical:
-        from index.lexical import delete_es_indexes, es_index_name
+def _labels(args: argparse.Namespace, store, feedback: bool = True, since=None) -> list[tuple[str, str | None]]:
+    """Labelled queries from --dev and the query log's feedback; raises LabelsUnusable."""
+    from app.build_gate import labelled_queries
 
-        delete_es_indexes(settings.es_url, [es_index_name(settings.es_index_prefix, v) for v in pruned])
-
-
-def _labels(args: argparse.Namespace, settings, store, faq_ids: set[str], feedback: bool = True,
-            since=None) -> list[tuple[str, str | None]] | str:
-    """Labelled queries from --dev and the query log's feedback, or the error to print."""
-    from app.build_gate import feedback_labels_of
-    from kb.records import KbFormatError, read_queries
-
-    labels: list[tuple[str, str | None]] = []
-    if args.dev:
-        try:
-            rows = read_queries(args.dev)
-        except (OSError, KbFormatError) as exc:
-            return f"--dev {args.dev}: {exc}"
-        unknown = sorted({q.faq_id for q in rows if q.faq_id is not None and q.faq_id not in faq_ids})
-        if unknown:
-            return f"--dev {args.dev}: {len(unknown)} faq_id(s) not in the KB, e.g. {', '.join(unknown[:5])}"
-        labels += [(q.query, q.faq_id) for q in rows]
-    if feedback:
-        labels += feedback_labels_of(store, since)
-    return labels
-
-
-def _gate(args: argparse.Namespace, settings, store, registry, encoder, version: str) -> int | None:
-    """Refuse to make `version` current when the KB's labels say it matches worse than the current build
-    (by more than --max-drop top-1); None = go ahead (app/build_gate.py)."""
-    from app.build_gate import judge
-
-    if registry.current() is None:
-        return None
-    labels = _labels(args, settings, store, set(store.snapshot().faqs))
-    if isinstance(labels, str):
-        return _error(f"{labels} (build {version} kept, not made current)")
-    try:
-        result = judge(settings, encoder, registry, version, labels, args.min_labels, args.max_drop)
-    except Exception as exc:  # noqa: BLE001 - e.g. a current build of another encoder: cannot compare
-        print(f"labels could not gate this build ({exc}); making it current")
-        return None
-    if result is None:
-        return None
-    print(result)
-    if not result.passed and not args.force:
-        return _error(f"build {version} matches the labelled queries worse than {result.current} ({result.after:.4f} < "
-                      f"{result.before:.4f} - {args.max_drop}): not made current. `faq index activate {version}"
-                      f"{_kb_flag(settings)}` or --force makes it current anyway")
-    return None
-
-
-def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tuple, int] | None:
-    """The single configured stage's score stacked with `model` on the labelled rows (None: several stages,
-    which are pooled as configured)."""
-    import copy
-
-    import numpy as np
-
-    from app.decision import fit_stack
-    from app.stages import load_stages
-    from index.decision import WINDOW, decide
-
-    stages = load_stages(settings)
-    if len(stages) != 1:
-        print(f"  {len(stages)} stages configured: stacking takes one; they stay pooled as configured")
-        return None
-    stage = copy.copy(stages[0])
-    stage.weight = 1.0
-    if hasattr(stage, "attach"):
-        stage.attach(retriever)
-    p_s, p_m, right = [], [], []
-    for (text, cands, gold), found in zip(rows, matches):
-        head = found[:WINDOW]
-        if not head:
-            continue
-        p_m += decide(model, text, cands[:WINDOW], ref).tolist()
-        p_s += np.asarray(stage.rescore(text, head), dtype=np.float64).tolist()
-        right += [m.faq_id == gold for m in head]
-    return stages[0].id, fit_stack(np.array(p_s), np.array(p_m), np.array(right)), len(right)
+    return labelled_queries(store, args.dev, feedback=feedback, since=since)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -344,10 +268,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace, settings, store) -> int:
     from datetime import datetime
 
-    from app.decision import fit_on_labels, labelled_rows
-    from app.assembly import build_pipeline, load_configured_encoder
-    from index.decision import PRIOR_STRENGTH, load_model
-    from index.retriever import Retriever
+    from app.build_gate import LabelsUnusable
+    from app.kb_calibration import fit_stage, refit_on_labels, save_refit
+    from index.decision import PRIOR_STRENGTH
 
     target = settings.kb_decision_model
     if args.reset:
@@ -365,31 +288,25 @@ def _calibrate(args: argparse.Namespace, settings, store) -> int:
     version = registry.current()
     if version is None:
         return _error(f"no index built: run `faq index build{_kb_flag(settings)}` first")
-    labels = _labels(args, settings, store, set(store.snapshot().faqs), feedback=not args.no_feedback, since=since)
-    if isinstance(labels, str):
-        return _error(labels)
+    try:
+        labels = _labels(args, store, feedback=not args.no_feedback, since=since)
+    except LabelsUnusable as exc:
+        return _error(str(exc))
     if not labels:
         return _error("no labels: give --dev FILE, or collect /feedback (a clarify option picked, an answer "
                       "marked correct) first")
-    manifest = registry.read_manifest(version)
-    encoder = load_configured_encoder(settings, manifest)
-    retriever = Retriever.load(registry.path(version)).with_kb(store.snapshot(), encoder)
-    first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
-    matches: list = []
     try:
-        rows, ref = labelled_rows(first, retriever, labels, matches=matches)
-        prior = load_model(settings.decision_model)  # FAQ_DECISION_MODEL, else the shipped cross-KB model
-        model, report = fit_on_labels(prior, rows, ref, strength)
+        refit = refit_on_labels(settings, store, registry, version, labels, strength)
     except ValueError as exc:
         return _error(str(exc))
+    report = refit.report
     if settings.reranker:
         try:
-            stack = _fit_stage(settings, retriever, model, rows, matches, ref)
+            stack = fit_stage(settings, refit, print)
         except (OSError, ValueError) as exc:
             return _error(f"FAQ_RERANKER: {exc}")
         if stack is not None:
             stage_id, coefs, n = stack
-            model.meta["stages"] = {stage_id: [round(c, 6) for c in coefs]}
             print(f"  stage {stage_id} stacked with the model on {n} labelled candidates: "
                   f"P = sigmoid({coefs[0]:.3f} * logit p_stage + {coefs[1]:.3f} * logit p_model + {coefs[2]:.3f})")
     print(f"{report['labels']} labels ({sum(f is None for _, f in labels)} out of scope), prior strength {strength:g}")
@@ -403,10 +320,7 @@ def _calibrate(args: argparse.Namespace, settings, store) -> int:
     if args.dry_run:
         print("dry run: nothing written")
         return 0
-    model.meta.update(fitted_at=datetime.now().isoformat(timespec="seconds"), build=version,
-                      cross_validated=report)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    model.save(target)
+    save_refit(refit, version, target)
     print(f"wrote {target}: the service scores with it from its next start (--reset to undo)")
     return 0
 

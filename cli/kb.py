@@ -549,24 +549,8 @@ def _confirm_delete(name: str, info: Any, folder: Path) -> bool:
     return typed.strip() == name
 
 
-def _es_indexes(registry: Any) -> list[str]:
-    """The Elasticsearch indexes the KB's builds name in their manifests."""
-    names = []
-    for version in registry.versions():
-        try:
-            manifest = registry.read_manifest(version)
-        except (OSError, ValueError, LookupError):  # a folder half gone must not stop the deletion
-            continue
-        name = ((manifest.get("lexical") or {}).get("elasticsearch") or {}).get("index")
-        if name:
-            names.append(name)
-    return names
-
-
 def cmd_delete(args: argparse.Namespace) -> int:
-    import shutil
-
-    from index.artifacts import BuildRegistry
+    from app.kb_deletion import delete_kb, folder_problem
     from kb.records import kb_name_problem
     from migrations.runner import migrated_store
     from cli.scope import settings_for
@@ -582,9 +566,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
     # and they move neither its folder nor FAQ_ES_URL
     settings = settings_for(name)
     folder = settings.kb_dir
-    # never the data dir itself, whatever a future kb_dir rule says
-    if folder.resolve() == settings.data_dir.resolve() or folder.parent.parent != settings.data_dir:
-        return _bad(f"KB {name!r}: its folder {folder} is not under {settings.data_dir / 'kbs'}; not deleted")
+    problem = folder_problem(settings)
+    if problem:
+        return _bad(f"KB {name!r}: {problem}; not deleted")
     with migrated_store(settings) as store:
         info = next((k for k in store.kbs.list() if k.name == name), None)
         if info is None:
@@ -595,35 +579,21 @@ def cmd_delete(args: argparse.Namespace) -> int:
             if not _confirm_delete(name, info, folder):
                 print(f"KB {name!r} not deleted", file=sys.stderr)
                 return 1
-        registry = BuildRegistry(settings.index_dir)
-        es_names = _es_indexes(registry) if settings.es_url and registry.index_dir.is_dir() else []
-        counts = store.kbs.delete(name)
-    removed = folder.is_dir()
-    shutil.rmtree(folder, ignore_errors=True)
+        done = delete_kb(settings, store, name)
+    counts = done.counts
     lines = [f"Deleted KB {name!r}: {counts['faqs']} FAQs, {counts['variants']} phrasings, {counts['builds']} "
              f"builds, {counts['tokens']} tokens, {counts['query_log']} query-log rows"
-             + (f"; removed {folder}" if removed else "")]
-    if settings.es_url and settings.vector_store == "elasticsearch":
-        from index.es_vectors import delete_kb_vectors
-
-        try:
-            gone = delete_kb_vectors(settings.es_url, settings.es_index_prefix, name)
-        except Exception as exc:  # noqa: BLE001 - the KB is deleted; say what is left behind
-            print(f"warning: could not delete the KB's vector indexes in Elasticsearch ({exc}); delete "
-                  f"{settings.es_index_prefix}-vec-{name}-* by hand", file=sys.stderr)
-        else:
-            if gone:
-                lines.append(f"Deleted its vector indexes of versions {', '.join(gone)}")
-    if es_names:
-        from index.lexical import delete_es_indexes
-
-        deleted = delete_es_indexes(settings.es_url, es_names)
-        if deleted:
-            lines.append(f"Deleted Elasticsearch indexes: {', '.join(deleted)}")
-        left = [n for n in es_names if n not in deleted]
-        if left:
-            print(f"warning: could not delete Elasticsearch indexes {', '.join(left)} (see the log); delete them "
-                  f"by hand", file=sys.stderr)
+             + (f"; removed {folder}" if done.removed_folder else "")]
+    if done.vector_error is not None:
+        print(f"warning: could not delete the KB's vector indexes in Elasticsearch ({done.vector_error}); delete "
+              f"{settings.es_index_prefix}-vec-{name}-* by hand", file=sys.stderr)
+    elif done.vector_versions:
+        lines.append(f"Deleted its vector indexes of versions {', '.join(done.vector_versions)}")
+    if done.lexical_deleted:
+        lines.append(f"Deleted Elasticsearch indexes: {', '.join(done.lexical_deleted)}")
+    if done.lexical_left:
+        print(f"warning: could not delete Elasticsearch indexes {', '.join(done.lexical_left)} (see the log); delete "
+              f"them by hand", file=sys.stderr)
     print("\n".join(lines))
     return EXIT_OK
 

@@ -137,8 +137,9 @@ def _sha256(path: str | Path) -> str:
 def analysis_fingerprint() -> str:
     """Changes whenever the lexical analysis changes, so a reused build never has a stale BM25 index."""
     from index import lexical
+    from index.elasticsearch.lexical import ES_MAPPINGS, ES_SETTINGS
 
-    spec = json.dumps([lexical.TEXT_REWRITES, lexical.ENGLISH_STOP_WORDS, lexical.ES_SETTINGS, lexical.ES_MAPPINGS],
+    spec = json.dumps([lexical.TEXT_REWRITES, lexical.ENGLISH_STOP_WORDS, ES_SETTINGS, ES_MAPPINGS],
                       sort_keys=True, default=str)
     return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]
 

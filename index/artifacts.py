@@ -24,6 +24,7 @@ that shape and it holds a manifest.json, so an interrupted build can never be mi
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -136,6 +137,18 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+class VersionStore(Protocol):
+    """Where a registry's versions also live outside their folders (an Elasticsearch index per version). The
+    registry is the one that removes versions, so it is the one that tells its stores which copies go."""
+
+    def delete_versions(self, versions: Sequence[str]) -> list[str]:
+        """Delete the copies of these versions (best effort) -> the versions deleted."""
+
+    def prune(self, pruned: Sequence[str], live: set[str]) -> list[str]:
+        """After the registry pruned `pruned`: delete the copies no longer needed, never those of `live`
+        versions (finished, building, or still searched by servers) -> the versions deleted."""
+
+
 @dataclass
 class VerifyReport:
     version: str
@@ -147,10 +160,19 @@ class VerifyReport:
 
 
 class BuildRegistry:
-    """The versions stored under one index directory."""
+    """The versions stored under one index directory, and in its `stores` (a version's copies elsewhere)."""
 
-    def __init__(self, index_dir: str | Path):
+    def __init__(self, index_dir: str | Path, stores: Sequence[VersionStore] = ()):
         self.index_dir = Path(index_dir)
+        self.stores = tuple(stores)
+
+    def with_store(self, store: VersionStore) -> "BuildRegistry":
+        """This registry with one more store: a copy, or this registry when it has an equal store already."""
+        if store in self.stores:
+            return self
+        twin = copy.copy(self)
+        twin.stores = (*self.stores, store)
+        return twin
 
     # --- naming and paths -------------------------------------------------------------------------
     def path(self, version: str) -> Path:
@@ -338,8 +360,8 @@ class BuildRegistry:
     def prune(self, keep: int) -> list[str]:
         """Delete all but the newest `keep` versions; the current version is always kept (on top of
         `keep` if it is older). Also removes the staging folders of builds whose process is gone (their
-        index_builds rows are the store's business: `index.build.sweep_builds` marks them failed).
-        Returns the deleted version names."""
+        index_builds rows are the store's business: `index.build.sweep_builds` marks them failed), and
+        tells the `stores` to delete their copies. Returns the deleted version names."""
         if keep < 1:
             raise ValueError(f"keep_versions must be >= 1, got {keep}")
         deleted = []
@@ -361,7 +383,20 @@ class BuildRegistry:
                         continue
                     # the lock file stays: it tells `sweep_builds` that the build's row is an orphan
                     shutil.rmtree(staging, ignore_errors=True)
+        if self.stores:
+            live = set(self.versions()) | set(self.unfinished()) | self.still_searched()
+            for store in self.stores:
+                store.prune(deleted, live)
         return deleted
+
+    def still_searched(self) -> set[str]:
+        """Versions servers may still search although they are not current (their copies stay on a prune)."""
+        return set()
+
+    def discard(self, version: str) -> None:
+        """A build that never became a version: its copies in the stores go (its folder is the build's)."""
+        for store in self.stores:
+            store.delete_versions([version])
 
     # --- verification -------------------------------------------------------------------------
     def verify(self, version: str, recall: bool = True, sample: int = 1000, recall_floor: float | None = None) -> VerifyReport:

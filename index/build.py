@@ -17,12 +17,13 @@ Safety properties:
 - The lexical (BM25) indexes of the baseline arms are built under the same version (index/lexical.py):
   tantivy inside the build folder, and an Elasticsearch index `<prefix>-<version>` when an ES URL is
   given; pruned versions lose their Elasticsearch index too.
-- With a vector store (`FAQ_VECTOR_STORE=elasticsearch`: the registry's `vector_store`, index/es_vectors.py)
+- With a vector store (`FAQ_VECTOR_STORE=elasticsearch`: the registry's `vector_store`, index/elasticsearch/)
   the phrasing and answer vectors are also written into a new Elasticsearch index of the version and
   verified there before the version can be committed; a failed build deletes that index.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -32,8 +33,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -44,7 +46,8 @@ from index.artifacts import (
 )
 from index.answers import AnswerVectors, answer_policy
 from index.calibration import calibrate
-from index.lexical import build_lexical, delete_es_indexes, es_index_name
+from index.elasticsearch.lexical import EsLexicalIndexes
+from index.lexical import build_lexical
 
 log = logging.getLogger(__name__)
 
@@ -174,101 +177,222 @@ def write_stage_vectors(staging: Any, texts: list[str], sources: Any, batch_size
     return out
 
 
-def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, started_at: datetime,
-                   timings: dict[str, float], t_total: float, say: Callable[[str], None], n_trees: int,
-                   search_k: int, batch_size: int, progress: bool, recall_floor: float, encoder_spec: str | None,
-                   lexical: bool, es_url: str | None, es_index_prefix: str, stage_vectors: Any = (),
-                   query_encoder: dict | None = None, query_side: Any = None, vector_store: Any = None) -> dict:
-    """Everything of one version written into `staging`, verified and calibrated; returns its manifest."""
-    variants = snapshot.variants
+@contextlib.contextmanager
+def timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    """Record how long the block took as `timings[step]` (the manifest's `timings` block, in seconds)."""
+    # a step that raises records no time: the failed build's row keeps the steps that finished
     t = time.perf_counter()
-    texts = [v.question for v in variants]
-    vectors = encode_in_batches(encoder, texts, batch_size, progress)
-    timings["encode_s"] = time.perf_counter() - t
-    timings["encode_sentences_per_s"] = len(texts) / max(timings["encode_s"], 1e-9)
-    say(f"encoded {len(texts)} sentences in {timings['encode_s']:.1f}s "
-        f"({timings['encode_sentences_per_s']:.0f} sentences/s, encoder {encoder.id}"
-        f"{', device ' + str(getattr(encoder, 'device', '')) if getattr(encoder, 'device', None) else ''})")
+    yield
+    timings[step] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    policy = answer_policy(snapshot.faqs)
-    answers = None
-    if policy.used:
-        answer_texts = [snapshot.faqs[f][0] for f in policy.faq_ids]
-        answers = AnswerVectors(policy.faq_ids, encode_in_batches(encoder, answer_texts, batch_size, progress),
-                                answer_texts)
-        timings["encode_answers_s"] = time.perf_counter() - t
-    say(f"answers: {policy.reason}"
-        + (f" (encoded in {timings['encode_answers_s']:.1f}s)" if answers is not None else ""))
 
-    t = time.perf_counter()
-    ann = AnnIndex.build(vectors, n_trees)
-    timings["annoy_build_s"] = time.perf_counter() - t
+@dataclass(frozen=True)
+class BuildOptions:
+    """How `build_index` builds a version (its keyword arguments of the same names)."""
 
-    t = time.perf_counter()
-    ann.save(staging / artifacts.ANNOY_FILE)
-    ann.unload()
-    np.save(staging / artifacts.IDS_FILE, np.array([v.variant_id for v in variants], dtype=np.int64))
-    np.save(staging / artifacts.VECTORS_FILE, vectors.astype(np.float16))
-    with open(staging / artifacts.IDMAP_FILE, "w", encoding="utf-8") as fh:
-        for v in variants:
-            fh.write(json.dumps({"variant_id": v.variant_id, "faq_id": v.faq_id, "question": v.question},
-                                ensure_ascii=False) + "\n")
-    if answers is not None:
-        np.save(staging / artifacts.ANSWERS_FILE, answers.vectors.astype(np.float16))
-        with open(staging / artifacts.ANSWER_MAP_FILE, "w", encoding="utf-8") as fh:
-            for faq_id, text in zip(answers.faq_ids, answer_texts):
-                fh.write(json.dumps({"faq_id": faq_id, "answer": text}, ensure_ascii=False) + "\n")
-    checksum = sha256_file(staging / artifacts.ANNOY_FILE)
-    timings["save_s"] = time.perf_counter() - t
+    n_trees: int
+    search_k: int = -1
+    batch_size: int = 64
+    progress: bool = False
+    recall_floor: float = DEFAULT_RECALL_FLOOR
+    encoder_spec: str | None = None
+    lexical: bool = True
+    es_url: str | None = None
+    es_index_prefix: str = "faq"
+    stage_vectors: Any = ()
+    query_encoder: dict | None = None
+    query_side: Any = None
 
-    vector_block = None
-    if vector_store is not None:
-        t = time.perf_counter()
-        # answers as the build folder serves them (fp16), so both copies give the same cosines
-        vector_block = vector_store.build(
-            version, [v.variant_id for v in variants], [v.faq_id for v in variants], vectors,
-            answers.faq_ids if answers is not None else (),
-            answers.vectors.astype(np.float16).astype(np.float32) if answers is not None else None)
-        timings["vector_store_s"] = time.perf_counter() - t
-        say(f"vector store: {vector_block['n_phrasings']} phrasings and {vector_block['n_answers']} answers in "
-            f"Elasticsearch index {vector_block['index']} ({vector_block['index_options']['type']}) in "
-            f"{timings['vector_store_s']:.1f}s")
 
-    stage_block = None
-    if stage_vectors:
-        t = time.perf_counter()
-        stage_block = write_stage_vectors(staging, texts, stage_vectors, batch_size, say)
-        timings["stage_vectors_s"] = time.perf_counter() - t
+@dataclass
+class VersionBuild:
+    """One version being written into its staging folder, step by step: each step writes its files and returns
+    its manifest block, and `timed(step)` records how long it took in the manifest's `timings`."""
 
-    lexical_block = None
-    if lexical:
-        t = time.perf_counter()
-        lexical_block = build_lexical(staging, version, variants, es_url=es_url, es_prefix=es_index_prefix)
-        timings["lexical_s"] = time.perf_counter() - t
-        es_block = lexical_block.get("elasticsearch") or {}
-        say(f"lexical: tantivy {lexical_block['tantivy']['n_docs']} docs"
-            + (f"; Elasticsearch index {es_block['index']}: "
-               + (f"{es_block['n_docs']} docs" if "n_docs" in es_block else f"NOT built ({es_block.get('error')})")
-               if es_block else ""))
+    staging: Path
+    version: str
+    snapshot: Any
+    encoder: Any
+    options: BuildOptions
+    say: Callable[[str], None]
+    timings: dict[str, float]
+    texts: list[str] = field(default_factory=list)
+    vectors: Any = None
+    answers: AnswerVectors | None = None
+    answer_texts: list[str] = field(default_factory=list)
 
+    def timed(self, step: str) -> contextlib.AbstractContextManager[None]:
+        return timed(self.timings, step)
+
+    def encode(self, texts: list[str], progress: bool | None = None, encoder: Any = None) -> np.ndarray:
+        return encode_in_batches(self.encoder if encoder is None else encoder, texts, self.options.batch_size,
+                                 self.options.progress if progress is None else progress)
+
+    @property
+    def faq_ids(self) -> list[str]:
+        return [v.faq_id for v in self.snapshot.variants]
+
+    @property
+    def served_vectors(self) -> np.ndarray:
+        """The phrasing vectors as the build folder serves them (fp16)."""
+        return self.vectors.astype(np.float16).astype(np.float32)
+
+    @property
+    def served_answers(self) -> AnswerVectors | None:
+        if self.answers is None:
+            return None
+        return AnswerVectors(self.answers.faq_ids, self.answers.vectors.astype(np.float16).astype(np.float32))
+
+    def encode_phrasings(self) -> None:
+        self.texts = [v.question for v in self.snapshot.variants]
+        with self.timed("encode_s"):
+            self.vectors = self.encode(self.texts)
+        self.timings["encode_sentences_per_s"] = len(self.texts) / max(self.timings["encode_s"], 1e-9)
+        device = getattr(self.encoder, "device", None)
+        self.say(f"encoded {len(self.texts)} sentences in {self.timings['encode_s']:.1f}s "
+                 f"({self.timings['encode_sentences_per_s']:.0f} sentences/s, encoder {self.encoder.id}"
+                 f"{', device ' + str(device) if device else ''})")
+
+    def encode_answers(self) -> dict:
+        """-> the `answers` block: whether answers are evidence in this build, and why."""
+        policy = answer_policy(self.snapshot.faqs)
+        if policy.used:
+            with self.timed("encode_answers_s"):
+                self.answer_texts = [self.snapshot.faqs[f][0] for f in policy.faq_ids]
+                self.answers = AnswerVectors(policy.faq_ids, self.encode(self.answer_texts), self.answer_texts)
+        self.say(f"answers: {policy.reason}"
+                 + (f" (encoded in {self.timings['encode_answers_s']:.1f}s)" if self.answers is not None else ""))
+        return policy.report()
+
+    def write_annoy(self) -> str:
+        """The Annoy forest, ids, vectors, id map (and answer segment) on disk -> the forest's checksum."""
+        with self.timed("annoy_build_s"):
+            ann = AnnIndex.build(self.vectors, self.options.n_trees)
+        staging = self.staging
+        with self.timed("save_s"):
+            ann.save(staging / artifacts.ANNOY_FILE)
+            ann.unload()
+            variants = self.snapshot.variants
+            np.save(staging / artifacts.IDS_FILE, np.array([v.variant_id for v in variants], dtype=np.int64))
+            np.save(staging / artifacts.VECTORS_FILE, self.vectors.astype(np.float16))
+            with open(staging / artifacts.IDMAP_FILE, "w", encoding="utf-8") as fh:
+                for v in variants:
+                    fh.write(json.dumps({"variant_id": v.variant_id, "faq_id": v.faq_id, "question": v.question},
+                                        ensure_ascii=False) + "\n")
+            if self.answers is not None:
+                np.save(staging / artifacts.ANSWERS_FILE, self.answers.vectors.astype(np.float16))
+                with open(staging / artifacts.ANSWER_MAP_FILE, "w", encoding="utf-8") as fh:
+                    for faq_id, text in zip(self.answers.faq_ids, self.answer_texts):
+                        fh.write(json.dumps({"faq_id": faq_id, "answer": text}, ensure_ascii=False) + "\n")
+            checksum = sha256_file(staging / artifacts.ANNOY_FILE)
+        return checksum
+
+    def store_vectors(self, vector_store: Any) -> dict | None:
+        """-> the `vector_store` block, when the registry has one (None: the build folder alone)."""
+        if vector_store is None:
+            return None
+        served = self.served_answers  # answers as the build folder serves them: both copies give the same cosines
+        with self.timed("vector_store_s"):
+            block = vector_store.build(
+                self.version, [v.variant_id for v in self.snapshot.variants], self.faq_ids, self.vectors,
+                served.faq_ids if served is not None else (), served.vectors if served is not None else None)
+        self.say(f"vector store: {block['n_phrasings']} phrasings and {block['n_answers']} answers in "
+                 f"Elasticsearch index {block['index']} ({block['index_options']['type']}) in "
+                 f"{self.timings['vector_store_s']:.1f}s")
+        return block
+
+    def write_stage_vectors(self) -> dict | None:
+        """-> the `stage_vectors` block (None: no stage stores phrasing vectors)."""
+        if not self.options.stage_vectors:
+            return None
+        with self.timed("stage_vectors_s"):
+            return write_stage_vectors(self.staging, self.texts, self.options.stage_vectors, self.options.batch_size,
+                                       self.say)
+
+    def write_lexical(self) -> dict | None:
+        """-> the `lexical` block (None: built without the lexical arms' indexes)."""
+        o = self.options
+        if not o.lexical:
+            return None
+        with self.timed("lexical_s"):
+            block = build_lexical(self.staging, self.version, self.snapshot.variants, es_url=o.es_url,
+                                  es_prefix=o.es_index_prefix)
+        es_block = block.get("elasticsearch") or {}
+        self.say(f"lexical: tantivy {block['tantivy']['n_docs']} docs"
+                 + (f"; Elasticsearch index {es_block['index']}: "
+                    + (f"{es_block['n_docs']} docs" if "n_docs" in es_block else f"NOT built ({es_block.get('error')})")
+                    if es_block else ""))
+        return block
+
+    def verify(self) -> dict:
+        """What is on disk, checked exactly as a server would open it -> the `verify` block."""
+        floor = self.options.recall_floor
+        with self.timed("verify_s"):
+            verification = verify_build_dir(self.staging, recall=True, sample=VERIFY_SAMPLE, recall_floor=floor)
+        if not verification.ok:
+            raise IndexVerificationError(f"build {self.version} failed verification: " + "; ".join(verification.errors))
+        self.say(f"verified: self-recall@10 = {verification.self_recall_at_10:.4f} (floor {floor})")
+        return {"self_recall_at_10": verification.self_recall_at_10,
+                "sample": min(VERIFY_SAMPLE, len(self.texts)), "recall_floor": floor}
+
+    def calibrate(self) -> dict:
+        """-> the `calibration` block, fitted on the served (fp16) vectors: what the matcher will see."""
+        with self.timed("calibrate_s"):
+            ann = AnnIndex.load(self.staging / artifacts.ANNOY_FILE, self.encoder.dim)
+            try:
+                block = calibrate(ann, self.vectors, self.faq_ids, self.encoder, search_k=self.options.search_k,
+                                  answers=self.served_answers)
+            finally:
+                ann.unload()
+        return block
+
+    def decision_block(self) -> dict:
+        """-> the `decision` block: the decision model's references and the expected-precision replay."""
+        from index import decision
+
+        with self.timed("decision_s"):
+            background = decision.read_background()
+            view = decision.KbView.build(self.served_vectors, self.faq_ids, self.texts, self.served_answers,
+                                         {f: a for f, (a, _) in self.snapshot.faqs.items()})
+            # the replayed queries (held-out phrasings, background questions) go through the query side, as
+            # real queries will: in balanced mode its cosines are not the FAQ-side encoder's
+            query_side = self.options.query_side
+            asker = self.encoder if query_side is None else query_side
+            if query_side is not None:
+                view.query_encode = lambda t: self.encode(t, False, query_side)
+            bg_vectors = decision.background_vectors(asker, background, lambda t: self.encode(t, False, asker))
+            block = decision.build_block(view, background, bg_vectors, decision.load_model())
+        self.say(f"decision: references and expected-precision replay over {len(background)} background questions "
+                 f"in {self.timings['decision_s']:.1f}s")
+        return block
+
+
+def write_version(build: VersionBuild, *, started_at: datetime, t_total: float, vector_store: Any = None) -> dict:
+    """Every step of one version, in order, into its staging folder: verified and calibrated -> its manifest."""
+    o, encoder, snapshot = build.options, build.encoder, build.snapshot
+    build.encode_phrasings()
+    answers = build.encode_answers()
+    checksum = build.write_annoy()
+    vector_block = build.store_vectors(vector_store)
+    stage_block = build.write_stage_vectors()
+    lexical_block = build.write_lexical()
     manifest: dict[str, Any] = {
-        "version": version,
+        "version": build.version,
         "encoder_id": encoder.id,
-        "encoder_spec": encoder_spec,
+        "encoder_spec": o.encoder_spec,
         "encoder_runtime": encoder_runtime(encoder),
-        "query_encoder": query_encoder,
+        "query_encoder": o.query_encoder,
         "dim": int(encoder.dim),
         "metric": "angular",
         "n_faqs": len(snapshot.faqs),
-        "n_variants": len(variants),
+        "n_variants": len(snapshot.variants),
         "kb_revision": snapshot.revision,
         "checksum": checksum,
-        "n_trees": n_trees,
-        "search_k": search_k,
-        "annoy_bytes": (staging / artifacts.ANNOY_FILE).stat().st_size,
+        "n_trees": o.n_trees,
+        "search_k": o.search_k,
+        "annoy_bytes": (build.staging / artifacts.ANNOY_FILE).stat().st_size,
         "created_at": started_at.isoformat(),
-        "answers": policy.report(),
+        "answers": answers,
     }
     if lexical_block is not None:
         manifest["lexical"] = lexical_block
@@ -276,57 +400,16 @@ def _write_version(staging: Any, version: str, snapshot: Any, encoder: Any, *, s
         manifest["vector_store"] = vector_block
     if stage_block:
         manifest["stage_vectors"] = stage_block
-    write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
-
-    # Verify what is on disk, exactly as a server would open it.
-    t = time.perf_counter()
-    verification = verify_build_dir(staging, recall=True, sample=VERIFY_SAMPLE, recall_floor=recall_floor)
-    timings["verify_s"] = time.perf_counter() - t
-    if not verification.ok:
-        raise IndexVerificationError(f"build {version} failed verification: " + "; ".join(verification.errors))
-    manifest["verify"] = {
-        "self_recall_at_10": verification.self_recall_at_10,
-        "sample": min(VERIFY_SAMPLE, len(variants)),
-        "recall_floor": recall_floor,
-    }
-    say(f"verified: self-recall@10 = {verification.self_recall_at_10:.4f} (floor {recall_floor})")
-
-    t = time.perf_counter()
-    ann = AnnIndex.load(staging / artifacts.ANNOY_FILE, encoder.dim)
-    try:
-        # the served vectors are the fp16 ones: calibrate on what the matcher will see
-        stored_answers = None if answers is None else AnswerVectors(
-            answers.faq_ids, answers.vectors.astype(np.float16).astype(np.float32))
-        manifest["calibration"] = calibrate(ann, vectors, [v.faq_id for v in variants], encoder,
-                                            search_k=search_k, answers=stored_answers)
-    finally:
-        ann.unload()
-    timings["calibrate_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    from index import decision
-
-    background = decision.read_background()
-    view = decision.KbView.build(vectors.astype(np.float16).astype(np.float32), [v.faq_id for v in variants], texts,
-                                 stored_answers, {f: a for f, (a, _) in snapshot.faqs.items()})
-    # the replayed queries (held-out phrasings, background questions) go through the query side, as real
-    # queries will: in balanced mode its cosines are not the FAQ-side encoder's
-    asker = encoder if query_side is None else query_side
-    if query_side is not None:
-        view.query_encode = lambda t: encode_in_batches(query_side, t, batch_size, False)
-    bg_vectors = decision.background_vectors(asker, background,
-                                             lambda t: encode_in_batches(asker, t, batch_size, False))
-    manifest["decision"] = decision.build_block(view, background, bg_vectors, decision.load_model())
-    timings["decision_s"] = time.perf_counter() - t
-    say(f"decision: references and expected-precision replay over {len(background)} background questions "
-        f"in {timings['decision_s']:.1f}s")
+    write_json_atomic(build.staging / artifacts.MANIFEST_FILE, manifest)  # verification reads it from disk
+    manifest["verify"] = build.verify()
+    manifest["calibration"] = build.calibrate()
+    manifest["decision"] = build.decision_block()
     cal = manifest["calibration"]
-    say(f"calibration ({cal['source']}): p = sigmoid({cal['a']:.3f} * cos + {cal['b']:.3f}) "
-        f"from {cal['n_positive']}/{cal['n_examples']} positive examples")
-
-    timings["total_s"] = time.perf_counter() - t_total
-    manifest["timings"] = {k: round(v, 4) for k, v in timings.items()}
-    write_json_atomic(staging / artifacts.MANIFEST_FILE, manifest)
+    build.say(f"calibration ({cal['source']}): p = sigmoid({cal['a']:.3f} * cos + {cal['b']:.3f}) "
+              f"from {cal['n_positive']}/{cal['n_examples']} positive examples")
+    build.timings["total_s"] = time.perf_counter() - t_total
+    manifest["timings"] = {k: round(v, 4) for k, v in build.timings.items()}
+    write_json_atomic(build.staging / artifacts.MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -350,7 +433,6 @@ def build_index(
     stage_vectors: Any = (),
     query_encoder: dict | None = None,
     query_side: Any = None,
-    vector_store: Any = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -365,8 +447,9 @@ def build_index(
     when given, as index `<es_index_prefix>-<version>`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
     (`write_stage_vectors`; app/stages `vector_stages` picks them from FAQ_RERANKER).
-    `vector_store`: where the build's vectors are also written and served from (index/es_vectors.py
-    EsVectorStore); None: the registry's own (`EsBuildRegistry.vector_store`), if any.
+    The registry's `vector_store` (index/elasticsearch/vectors.py EsBuildRegistry), if any, also gets the
+    build's vectors. Pruned versions, and this one when it fails, lose their copies in the registry's stores
+    (with `lexical` and `es_url`, the BM25 index there is one of them).
     Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
     """
     if n_trees < 1:
@@ -378,16 +461,17 @@ def build_index(
     if not 0.0 <= recall_floor <= 1.0:
         raise BuildError(f"recall_floor must be in [0, 1], got {recall_floor}")
     say = report or (lambda msg: log.info(msg))
-    if vector_store is None:
-        vector_store = getattr(registry, "vector_store", None)
+    options = BuildOptions(n_trees, search_k, batch_size, progress, recall_floor, encoder_spec, lexical, es_url,
+                           es_index_prefix, stage_vectors, query_encoder, query_side)
+    if lexical and es_url:
+        registry = registry.with_store(EsLexicalIndexes(es_url, es_index_prefix))
     interrupts = _Interrupts().install()
     try:
         timings: dict[str, float] = {}
         t_total = time.perf_counter()
 
-        t = time.perf_counter()
-        snapshot = store.snapshot()
-        timings["snapshot_s"] = time.perf_counter() - t
+        with timed(timings, "snapshot_s"):
+            snapshot = store.snapshot()
         variants = snapshot.variants
         if not variants:
             raise BuildError("the KB has no question variants: import one first (faq kb import PATH)")
@@ -405,12 +489,9 @@ def build_index(
                 recorded = True
                 staging = registry.create_staging(version)
 
-                manifest = _write_version(
-                    staging, version, snapshot, encoder, started_at=started_at, timings=timings, t_total=t_total,
-                    say=say, n_trees=n_trees, search_k=search_k, batch_size=batch_size, progress=progress,
-                    recall_floor=recall_floor, encoder_spec=encoder_spec, lexical=lexical, es_url=es_url,
-                    es_index_prefix=es_index_prefix, stage_vectors=stage_vectors, query_encoder=query_encoder,
-                    query_side=query_side, vector_store=vector_store)
+                build = VersionBuild(staging, version, snapshot, encoder, options, say, timings)
+                manifest = write_version(build, started_at=started_at, t_total=t_total,
+                                         vector_store=getattr(registry, "vector_store", None))
 
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)
@@ -421,16 +502,11 @@ def build_index(
                     pruned = registry.prune(keep_versions)
                     if pruned:
                         say(f"pruned old versions: {', '.join(pruned)}")
-                        if lexical and es_url:
-                            delete_es_indexes(es_url, [es_index_name(es_index_prefix, v) for v in pruned])
             except BaseException as exc:  # also KeyboardInterrupt: the row must not stay "building"
                 interrupts.defer()  # a second signal must not cut the cleanup short
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
-                    if lexical and es_url:  # the version never became one: its Elasticsearch index goes too
-                        delete_es_indexes(es_url, [es_index_name(es_index_prefix, version)])
-                    if vector_store is not None:
-                        vector_store.delete_versions([version])
+                    registry.discard(version)  # the version never became one: its copies elsewhere go too
                 try:
                     if recorded:
                         store.update_build(version, status="failed", finished_at=_utcnow(), timings=timings,

@@ -90,7 +90,7 @@ class Retriever:
         #: (EXACT_MAX_CELLS); shared by every with_kb() copy
         self._exact = exact
         #: where the build's phrasings are searched when not in process: an object with
-        #: `search(vecs, want, exclude) -> [(variant_ids, vectors)]` (index/es_vectors.py EsPhrasingSearch)
+        #: `search(vecs, want, exclude) -> [(variant_ids, vectors)]` (index/elasticsearch/vectors.py EsPhrasingSearch)
         self._backend = backend
         # per thread, the last call's score rows by query bytes: `deepen` re-searches the same queries
         # deeper (a FAQ with 100 phrasings fills the first depth), and the product is most of the cost

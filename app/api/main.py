@@ -44,7 +44,7 @@ from app.api.tenants import Tenants
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.api.console import mount_console
 from app.pipeline import NoIndexError
-from index.es_vectors import VectorStoreUnavailable
+from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from app.settings import DEFAULT_KB, Settings, get_settings
 

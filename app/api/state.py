@@ -110,7 +110,7 @@ class ServiceState:
         The housekeeping (housekeeping.py) starts after it: sweep, traffic table, KB poller."""
         import torch
 
-        from index.es_vectors import open_registry
+        from index.elasticsearch.vectors import open_registry
 
         parent = self.parent
         if parent is None:
@@ -268,7 +268,7 @@ class ServiceState:
     def load_current_build(self, reason: str = "reload") -> tuple[str | None, str | None]:
         """Load the registry's `current` build (if it is not the one served) with the KB delta applied,
         then swap. Returns (previous_version, served_version)."""
-        from index.es_vectors import load_retriever
+        from index.elasticsearch.vectors import load_retriever
 
         with self._swap_lock:
             previous = self.retriever

@@ -370,7 +370,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
     index, `faq serve` searches them by kNN, and every answer equals the in-process index's."""
     import uuid
 
-    from index.es_vectors import delete_kb_vectors, open_registry
+    from index.elasticsearch.vectors import delete_kb_vectors, open_registry
     from index.build import build_index
 
     prefix = f"t{uuid.uuid4().hex[:8]}"

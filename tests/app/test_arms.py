@@ -22,7 +22,8 @@ from app.db.models import QueryLog
 from app.pipeline import Pipeline, MatchQuery
 from index.artifacts import BuildRegistry
 from index.build import build_index
-from index.lexical import TANTIVY_DIR, ElasticsearchLexicalIndex, TantivyLexicalIndex, es_index_name
+from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name
+from index.lexical import TANTIVY_DIR, TantivyLexicalIndex
 from index.retriever import Retriever
 from test_api_contract import KB, encoder, make_settings, make_store  # noqa: F401
 from conftest import start_es_emulator, stop_es_emulator

@@ -279,7 +279,7 @@ def test_kb_delete_removes_the_elasticsearch_indexes_its_builds_name(faq_env, tm
                                                                       es_emulator_url):
     from app.settings import get_settings
     from index.artifacts import BuildRegistry
-    from index.lexical import ElasticsearchLexicalIndex
+    from index.elasticsearch.lexical import ElasticsearchLexicalIndex
 
     for name, value in (("FAQ_ENCODER", "minilm"), ("FAQ_TORCH_THREADS", "1"), ("FAQ_ES_URL", es_emulator_url),
                         ("FAQ_ES_INDEX_PREFIX", f"t{tmp_path.name[-8:].lower()}")):

@@ -1,4 +1,4 @@
-"""Elasticsearch as the vector store (index/es_vectors.py), against the noida-db Elasticsearch-API emulator
+"""Elasticsearch as the vector store (index/elasticsearch/vectors.py), against the noida-db Elasticsearch-API emulator
 over HTTP on loopback (`es_emulator_url`), with the real MiniLM: a build writes its vectors into a new index
 per version, the alias follows `current` (activation, rollback), kNN serving gives the in-process results,
 pruning and KB deletion remove indexes."""
@@ -11,8 +11,8 @@ import pytest
 
 from index.artifacts import BuildRegistry, IndexVerificationError
 from index.build import build_index
-from index.es_vectors import (
-    EsBuildRegistry, EsVectorStore, VectorStoreUnavailable, _version_of, delete_kb_vectors, load_retriever,
+from index.elasticsearch.vectors import (
+    EsBuildRegistry, EsVectorStore, VectorStoreUnavailable, version_of, delete_kb_vectors, load_retriever,
     open_registry, vec_alias, vec_index_name,
 )
 from index.retriever import Retriever
@@ -63,10 +63,10 @@ def test_names_are_lower_case_and_a_kb_claims_only_its_own_indexes():
     version = "20261122T010203Z-a1b2c3"
     assert vec_index_name("FAQ", "default", version) == "faq-vec-default-20261122t010203z-a1b2c3"
     assert vec_alias("faq", "sales") == "faq-vec-sales"
-    assert _version_of(vec_index_name("faq", "a", version), "faq", "a") == version
+    assert version_of(vec_index_name("faq", "a", version), "faq", "a") == version
     # KB "a" must not take KB "a-b"'s indexes for its own (deleting KB "a" must leave "a-b" alone)
-    assert _version_of(vec_index_name("faq", "a-b", version), "faq", "a") is None
-    assert _version_of("faq-vec-a-20261122t010203z-a1b2c3-x", "faq", "a") is None
+    assert version_of(vec_index_name("faq", "a-b", version), "faq", "a") is None
+    assert version_of("faq-vec-a-20261122t010203z-a1b2c3-x", "faq", "a") is None
 
 
 def test_build_writes_a_new_index_with_the_mapping_and_moves_the_alias(kb_store, minilm_encoder, tmp_path, es_store):

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
+from index.elasticsearch.lexical import ElasticsearchLexicalIndex
 from index.lexical import (
-    ElasticsearchLexicalIndex,
     LexicalDoc,
     LexicalUnavailable,
     TantivyLexicalIndex,

@@ -3,8 +3,8 @@ curve, activate (roll back or forward), and "Build now" in a background thread.
 
 A build here is `faq index build` without its options: the KB's settings (trees, search_k, versions
 kept, FAQ_ES_URL), the service's own FAQ-side encoder, made current only when it verified and the KB's
-/feedback labels do not say it matches worse than the current build (the CLI's label gate,
-app/build_gate.py, with its defaults; `--dev` files are the CLI's), then served at once as
+/feedback labels do not say it matches worse than the current build (released as the CLI releases,
+app/release.py, with the label gate's defaults; `--dev` files are the CLI's), then served at once as
 `POST /admin/index/reload` would. A build the labels refuse stays in the list, to activate by hand.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url, problem_page,
                                     render, router)
 from app.api.state import ServiceState
-from app.build_gate import feedback_labels_of, judge
+from app.build_gate import feedback_labels_of
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
 from index.artifacts import VERSION_RE, IndexVerificationError, UnknownVersion
 
@@ -48,6 +48,9 @@ class BuildJob:
     def say(self, line: str) -> None:
         if len(self.lines) < MAX_LINES:
             self.lines.append(str(line))
+
+    def built(self, manifest: dict) -> None:
+        self.version = manifest["version"]
 
 
 class BuildJobs:
@@ -74,7 +77,7 @@ class BuildJobs:
 
 def run_build(job: BuildJob, state: ServiceState) -> None:
     from app.assembly import encoder_spec
-    from index.build import build_index
+    from app.release import release_build
 
     t0 = time.perf_counter()
     settings = state.settings
@@ -86,30 +89,17 @@ def run_build(job: BuildJob, state: ServiceState) -> None:
         current_version = registry.current()
         manifest = registry.read_manifest(current_version) if current_version else None
         encoder = state._background_encoder()
-        built = build_index(
-            state.store, encoder, registry, n_trees=settings.ann_n_trees,
-            search_k=settings.ann_search_k, keep_versions=settings.keep_versions, recall_floor=RECALL_FLOOR,
-            activate=False, report=job.say, encoder_spec=encoder_spec(settings, manifest), lexical=True,
+        released = release_build(
+            state.store, encoder, registry, settings, labels=lambda: feedback_labels_of(state.store),
+            report=job.say, on_built=job.built, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
+            recall_floor=RECALL_FLOOR, encoder_spec=encoder_spec(settings, manifest), lexical=True,
             es_url=settings.es_url, es_index_prefix=settings.es_index_prefix)
-        job.version = built["version"]
-        try:
-            verdict = judge(settings, encoder, registry, built["version"], feedback_labels_of(state.store))
-        except Exception as exc:  # noqa: BLE001 - as the CLI: labels that cannot be compared do not gate
-            job.say(f"labels could not gate this build ({exc}); making it current")
-            verdict = None
-        if verdict is not None:
-            job.say(str(verdict))
-            if not verdict.passed:
-                raise BuildRefused(
-                    f"built {built['version']}, but not made current: it matches the queries users labelled "
-                    f"(/feedback) worse than {verdict.current} (top-1 {verdict.after:.4f} against "
-                    f"{verdict.before:.4f}). Activate it below to serve it anyway.")
-        registry.activate(built["version"], verify=False)  # verified by the build
-        pruned = registry.prune(settings.keep_versions)
-        if pruned and settings.es_url:
-            from index.lexical import delete_es_indexes, es_index_name
-
-            delete_es_indexes(settings.es_url, [es_index_name(settings.es_index_prefix, v) for v in pruned])
+        built, verdict = released.manifest, released.verdict
+        if not released.current:
+            raise BuildRefused(
+                f"built {built['version']}, but not made current: it matches the queries users labelled "
+                f"(/feedback) worse than {verdict.current} (top-1 {verdict.after:.4f} against "
+                f"{verdict.before:.4f}). Activate it below to serve it anyway.")
         state.load_current_build(reason="console build")
         try:
             plot_expected_precision(built, settings, registry.path(built["version"]) / CURVE_FILE)

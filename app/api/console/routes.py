@@ -34,7 +34,7 @@ from app.pipeline import NoIndexError
 from app.settings import KB_NAME_PATTERN
 from app.store import (FaqExists, FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch,
                        KbValidationError)
-from index.es_vectors import VectorStoreUnavailable
+from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from kb.records import field_problem
 

@@ -37,8 +37,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from index.artifacts import VERSION_RE, BuildRegistry, IndexVerificationError
-from index.lexical import ES_MAJOR, _redact
+from index.artifacts import VERSION_RE, BuildRegistry, IndexVerificationError, VersionStore
+from index.elasticsearch.client import ES_MAJOR, new_client, redact, where
+from index.elasticsearch.lexical import EsLexicalIndexes
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def vec_alias(prefix: str, kb: str) -> str:
     return f"{prefix}-vec-{kb}".lower()
 
 
-def _version_of(index_name: str, prefix: str, kb: str) -> str | None:
+def version_of(index_name: str, prefix: str, kb: str) -> str | None:
     """The version an index name belongs to, when it is one of this KB's vector indexes. The KB part must
     be followed by exactly a version: KB `a` must not claim `<prefix>-vec-a-b-<version>` of KB `a-b`."""
     head = f"{prefix}-vec-{kb}-".lower()
@@ -145,8 +146,6 @@ class EsVectorStore:
 
     def __init__(self, url: str, prefix: str = "faq", kb: str = "default", timeout_s: float = 5.0,
                  index_type: str = DEFAULT_INDEX_TYPE, client: Any = None):
-        from elasticsearch import Elasticsearch
-
         if index_type not in INDEX_TYPES:
             raise ValueError(f"unknown vector index type {index_type!r}; valid: {', '.join(INDEX_TYPES)}")
         self.url = url
@@ -156,16 +155,17 @@ class EsVectorStore:
         self.index_type = index_type
         self.alias = vec_alias(prefix, kb)
         # no retries: a search that cannot be answered must fail fast, not stall the request behind it
-        self.client = client or Elasticsearch(url, request_timeout=timeout_s, max_retries=0, retry_on_timeout=False)
+        self.client = client or new_client(url, timeout_s)
         self._version_checked = False
 
     def index_name(self, version: str) -> str:
         return vec_index_name(self.prefix, self.kb, version)
 
-    def _where(self) -> str:
-        return f"Elasticsearch at {_redact(self.url)}"
+    def where(self) -> str:
+        return where(self.url)
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a client call; transport and server failures become VectorStoreUnavailable saying what failed."""
         from elastic_transport import TransportError
         from elasticsearch import ApiError, NotFoundError
 
@@ -176,17 +176,17 @@ class EsVectorStore:
         except VectorStoreUnavailable:
             raise
         except NotFoundError as exc:
-            raise VectorStoreUnavailable(f"{self._where()}: not found ({what}): {exc}") from exc
+            raise VectorStoreUnavailable(f"{self.where()}: not found ({what}): {exc}") from exc
         except TransportError as exc:
-            raise VectorStoreUnavailable(f"{self._where()} is unreachable ({what}): {type(exc).__name__}: {exc}") from exc
+            raise VectorStoreUnavailable(f"{self.where()} is unreachable ({what}): {type(exc).__name__}: {exc}") from exc
         except ApiError as exc:
-            raise VectorStoreUnavailable(f"{self._where()} refused {what}: {exc}") from exc
+            raise VectorStoreUnavailable(f"{self.where()} refused {what}: {exc}") from exc
 
     def _check_version(self) -> None:
         number = str(self.client.info()["version"]["number"])
         if int(number.split(".")[0]) != ES_MAJOR:
             raise VectorStoreUnavailable(
-                f"{self._where()} runs {number} but the client speaks {ES_MAJOR}.x: run an Elasticsearch {ES_MAJOR}.x server")
+                f"{self.where()} runs {number} but the client speaks {ES_MAJOR}.x: run an Elasticsearch {ES_MAJOR}.x server")
         self._version_checked = True
 
     # -- building ------------------------------------------------------------------------------------
@@ -226,13 +226,13 @@ class EsVectorStore:
             for ok, item in helpers.streaming_bulk(slow, actions(), chunk_size=chunk_size, raise_on_error=False,
                                                    raise_on_exception=True):
                 if not ok:
-                    raise VectorStoreUnavailable(f"{self._where()} rejected a document of {name!r}: {item}")
+                    raise VectorStoreUnavailable(f"{self.where()} rejected a document of {name!r}: {item}")
             slow.indices.refresh(index=name)
             # one segment = one HNSW graph to walk per search; the index is never written again
             slow.indices.forcemerge(index=name, max_num_segments=1)
 
         try:
-            self._call(f"bulk indexing into {name}", run)
+            self.call(f"bulk indexing into {name}", run)
             counts = self.counts(version)
             expected = {"phrasing": len(variant_ids), "answer": len(answers)}
             if counts != expected:
@@ -246,7 +246,7 @@ class EsVectorStore:
             self.delete_versions([version])
             raise
         return {
-            "engine": "elasticsearch", "index": name, "alias": self.alias, "kb": self.kb, "url": _redact(self.url),
+            "engine": "elasticsearch", "index": name, "alias": self.alias, "kb": self.kb, "url": redact(self.url),
             "index_options": dict(INDEX_TYPES[self.index_type]), "similarity": "cosine",
             "n_phrasings": len(variant_ids), "n_answers": len(answers), "self_hits": self_hits,
             "build_s": round(time.perf_counter() - started, 4),
@@ -259,7 +259,7 @@ class EsVectorStore:
         for kind in KINDS:
             query = {"bool": {"filter": [{"term": {"kb": self.kb}}, {"term": {"version": version}},
                                          {"term": {"kind": kind}}]}}
-            out[kind] = int(self._call(f"count of {name}", self.client.count, index=name, query=query)["count"])
+            out[kind] = int(self.call(f"count of {name}", self.client.count, index=name, query=query)["count"])
         return out
 
     def _self_hits(self, version: str, vectors: np.ndarray) -> float:
@@ -305,10 +305,10 @@ class EsVectorStore:
             except NotFoundError:
                 return []
 
-        return self._call(f"alias {self.alias}", get)
+        return self.call(f"alias {self.alias}", get)
 
     def current_version(self) -> str | None:
-        targets = [_version_of(t, self.prefix, self.kb) for t in self.alias_targets()]
+        targets = [version_of(t, self.prefix, self.kb) for t in self.alias_targets()]
         return next((v for v in targets if v), None)
 
     def activate(self, version: str) -> list[str]:
@@ -318,11 +318,11 @@ class EsVectorStore:
         old = [t for t in self.alias_targets() if t != new]
         actions = [{"remove": {"index": t, "alias": self.alias}} for t in old]
         actions.append({"add": {"index": new, "alias": self.alias}})
-        response = self._call(f"alias swap {self.alias} -> {new}", self.client.indices.update_aliases, actions=actions)
+        response = self.call(f"alias swap {self.alias} -> {new}", self.client.indices.update_aliases, actions=actions)
         body = getattr(response, "body", response)
         # servers from 8.14 report per-action failures in a 200 response instead of failing the request
         if body.get("errors"):
-            raise VectorStoreUnavailable(f"{self._where()} refused the alias swap {self.alias} -> {new}: "
+            raise VectorStoreUnavailable(f"{self.where()} refused the alias swap {self.alias} -> {new}: "
                                          f"{body.get('action_results')}")
         return old
 
@@ -330,9 +330,9 @@ class EsVectorStore:
     def versions(self) -> list[str]:
         """Versions of this KB that have an index, oldest first."""
         pattern = f"{self.prefix}-vec-{self.kb}-*".lower()
-        names = self._call(f"listing {pattern}", self.client.indices.get, index=pattern, allow_no_indices=True,
+        names = self.call(f"listing {pattern}", self.client.indices.get, index=pattern, allow_no_indices=True,
                            expand_wildcards="open,closed").body
-        return sorted(v for v in (_version_of(n, self.prefix, self.kb) for n in names) if v)
+        return sorted(v for v in (version_of(n, self.prefix, self.kb) for n in names) if v)
 
     def delete_versions(self, versions: Iterable[str]) -> list[str]:
         """Delete the indexes of these versions (best effort: a failure is logged) -> the versions deleted."""
@@ -340,11 +340,21 @@ class EsVectorStore:
         for version in versions:
             name = self.index_name(version)
             try:
-                self._call(f"deleting {name}", self.client.indices.delete, index=name, ignore_unavailable=True)
+                self.call(f"deleting {name}", self.client.indices.delete, index=name, ignore_unavailable=True)
                 deleted.append(version)
             except VectorStoreUnavailable as exc:
                 log.warning("could not delete the vector index %s: %s", name, exc)
         return deleted
+
+    def prune(self, pruned: Sequence[str], live: set[str]) -> list[str]:
+        """As a registry's store (index/artifacts.py `VersionStore`): the indexes of `pruned` versions and
+        of versions the registry no longer has (orphans of a crash), never those of `live` ones."""
+        try:
+            stale = sorted((set(pruned) | set(self.versions())) - live)
+        except VectorStoreUnavailable as exc:
+            log.warning("vector indexes of pruned versions not deleted: %s", exc)
+            return []
+        return self.delete_versions(stale)
 
     def delete_all(self) -> list[str]:
         """Delete every vector index of this KB (its alias goes with them): for deleting the KB."""
@@ -397,14 +407,14 @@ class EsPhrasingSearch:
             body.append({"knn": {"field": "vector", "query_vector": vec.tolist(), "k": k,
                                  "num_candidates": num_candidates, "filter": {"bool": flt}},
                          "size": k, "_source": ["variant_id", "vector"] if self.with_vectors else ["variant_id"]})
-        responses = self.store._call(f"kNN search of {self.index_name}", self.store.client.msearch,
+        responses = self.store.call(f"kNN search of {self.index_name}", self.store.client.msearch,
                                      searches=body)["responses"]
         out = []
         for response in responses:
             if "error" in response:
                 error = response["error"]
                 reason = error.get("reason") if isinstance(error, dict) else error
-                raise VectorStoreUnavailable(f"{self.store._where()} failed a kNN search on {self.index_name!r}: {reason}")
+                raise VectorStoreUnavailable(f"{self.store.where()} failed a kNN search on {self.index_name!r}: {reason}")
             hits = response["hits"]["hits"]
             ids = np.array([int(h["_source"]["variant_id"]) for h in hits], dtype=np.int64)
             if not self.with_vectors:
@@ -422,8 +432,8 @@ class EsBuildRegistry(BuildRegistry):
     (index/build.py reads `vector_store`), activation moves the alias with `current`, pruning deletes the
     indexes of pruned (and orphaned) versions, and retrievers search there."""
 
-    def __init__(self, index_dir: str | Path, vector_store: EsVectorStore):
-        super().__init__(index_dir)
+    def __init__(self, index_dir: str | Path, vector_store: EsVectorStore, stores: Sequence[VersionStore] = ()):
+        super().__init__(index_dir, (vector_store, *stores))
         self.vector_store = vector_store
 
     def activate(self, version: str, verify: bool = True) -> dict:
@@ -453,16 +463,9 @@ class EsBuildRegistry(BuildRegistry):
             return None
         return text if VERSION_RE.match(text) else None
 
-    def prune(self, keep: int) -> list[str]:
-        deleted = super().prune(keep)
-        try:
-            kept = set(self.versions()) | set(self.unfinished()) | {self.previous()}
-            stale = sorted((set(deleted) | set(self.vector_store.versions())) - kept)
-        except VectorStoreUnavailable as exc:
-            log.warning("vector indexes of pruned versions not deleted: %s", exc)
-            return deleted
-        self.vector_store.delete_versions(stale)
-        return deleted
+    def still_searched(self) -> set[str]:
+        previous = self.previous()
+        return set() if previous is None else {previous}
 
     def load_retriever(self, version: str, mmap: bool = True) -> Any:
         from index.retriever import Retriever
@@ -494,12 +497,14 @@ def vector_store_for(settings: Any) -> EsVectorStore | None:
     return EsVectorStore(settings.es_url, settings.es_index_prefix, settings.kb, settings.es_timeout_s)
 
 
-def open_registry(settings: Any) -> BuildRegistry:
+def open_registry(settings: Any, lexical: bool = True) -> BuildRegistry:
     """The build registry of the settings' KB: a plain BuildRegistry, or an EsBuildRegistry when
-    FAQ_VECTOR_STORE=elasticsearch."""
+    FAQ_VECTOR_STORE=elasticsearch. With FAQ_ES_URL it also owns the builds' BM25 indexes there, unless
+    `lexical` is False (`faq index build --no-lexical` leaves them alone, Elasticsearch may be down)."""
     store = vector_store_for(settings)
     index_dir = Path(settings.index_dir)
-    return BuildRegistry(index_dir) if store is None else EsBuildRegistry(index_dir, store)
+    stores = (EsLexicalIndexes(settings.es_url, settings.es_index_prefix),) if lexical and settings.es_url else ()
+    return BuildRegistry(index_dir, stores) if store is None else EsBuildRegistry(index_dir, store, stores)
 
 
 def delete_kb_vectors(url: str, prefix: str, kb: str, timeout_s: float = 10.0) -> list[str]:
