@@ -141,7 +141,7 @@ def jobs_of(request: Request) -> BuildJobs:
 def _version_field(request: Request, value: str, session: Any) -> str:
     if not VERSION_RE.fullmatch(value or ""):  # fullmatch: the pattern's "$" would let a final newline in
         raise EarlyResponse(problem_page(request, 422, "version: not a version name (e.g. 20261122T010203Z-a1b2c3)",
-                                  session=session))
+                                         session=session))
     return value
 
 

@@ -64,16 +64,18 @@ def multipart(request: Request, body: bytes, session: ConsoleSession) -> dict[st
     it cannot be read."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "multipart/form-data":
-        raise EarlyResponse(problem_page(request, 415, "the import form posts multipart/form-data", session=session))
+        raise EarlyResponse(problem_page(request, 415, "the import form posts multipart/form-data",
+                                         session=session))
     try:
         message = BytesParser(policy=policy.HTTP).parsebytes(
             b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
         parts = list(message.iter_parts()) if message.is_multipart() else None
     except Exception as exc:  # noqa: BLE001 - the parser's errors are many kinds of "not readable"
-        raise EarlyResponse(problem_page(request, 400, f"the form body could not be read: {exc}", session=session)) from exc
+        raise EarlyResponse(problem_page(request, 400, f"the form body could not be read: {exc}",
+                                         session=session)) from exc
     if parts is None or len(parts) > MAX_PARTS:
-        raise EarlyResponse(problem_page(request, 400, "the form body could not be read: not a multipart form of at most "
-                                                f"{MAX_PARTS} fields", session=session))
+        raise EarlyResponse(problem_page(request, 400, "the form body could not be read: not a multipart form of "
+                                                       f"at most {MAX_PARTS} fields", session=session))
     fields: dict[str, tuple[str | None, bytes]] = {}
     for part in parts:
         name = part.get_param("name", header="content-disposition")

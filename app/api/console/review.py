@@ -97,7 +97,8 @@ def lint_jobs_of(request: Request) -> LintJobs:
 def _window(request: Request, session: Any) -> tuple[str, datetime | None]:
     name = request.query_params.get("window", DEFAULT_WINDOW)
     if name not in WINDOWS:
-        raise EarlyResponse(problem_page(request, 422, f"window: must be one of {', '.join(WINDOWS)}", session=session))
+        raise EarlyResponse(problem_page(request, 422, f"window: must be one of {', '.join(WINDOWS)}",
+                                         session=session))
     span = WINDOWS[name]
     return name, (datetime.now(timezone.utc) - span if span is not None else None)
 
