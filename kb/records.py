@@ -486,13 +486,13 @@ def write_kb(path: str | Path, records: Iterable[KbRecord]) -> tuple[int, int]:
     """
     kind = _kind(path)
     if str(path) == STDIO:
-        return _write_records(sys.stdout, kind, records)
+        return write_records(sys.stdout, kind, records)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            counts = _write_records(fh, kind, records)
+            counts = write_records(fh, kind, records)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -500,7 +500,8 @@ def write_kb(path: str | Path, records: Iterable[KbRecord]) -> tuple[int, int]:
     return counts
 
 
-def _write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int, int]:
+def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int, int]:
+    """`records` as JSONL or CSV (`kind`) on an open text file, as `write_kb` writes them; (FAQs, variants)."""
     seen: set[str] = set()
     n_variants = 0
     writer = csv.writer(fh, lineterminator="\n") if kind == "csv" else None

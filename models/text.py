@@ -290,7 +290,7 @@ class TextEncoder:
             if not path.exists():
                 raise FileNotFoundError(f"{path}: missing vocabulary file")
             vocabs[name] = path.read_text(encoding="utf-8").split("\n")[:-1]
-        meta = _read_text_meta(directory / TEXT_META_FILE)
+        meta = read_text_meta(directory / TEXT_META_FILE)
         return cls(
             vocabs["words.txt"],
             vocabs["chars.txt"],
@@ -305,7 +305,8 @@ class TextEncoder:
         )
 
 
-def _read_text_meta(path: Path) -> dict:
+def read_text_meta(path: Path) -> dict:
+    """A saved TextEncoder's meta file ({} when absent); ValueError for a format this code cannot read."""
     meta = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     version = meta.get("format_version", TEXT_FORMAT_VERSION)
     if version != TEXT_FORMAT_VERSION:

@@ -1,1 +1,2 @@
-"""The FastAPI service: `create_app(settings)` in main.py, routes in routes/, shared state in state.py."""
+"""The FastAPI service: `create_app(settings)` in factory.py, routes in routes/, the verbs they share with the
+console in service.py, shared state in state.py."""

@@ -1,6 +1,6 @@
 """FastAPI dependencies: the KB a request is for (its served state) and who may reach it.
 
-Routes are mounted twice (app/api/main.py): bare (`/match`, `/admin/...`: KB `default`) and under
+Routes are mounted twice (app/api/factory.py): bare (`/match`, `/admin/...`: KB `default`) and under
 `/kbs/{kb}`. `kb_path` validates the name (422), `get_state` finds the KB's state (404 for an unknown
 KB, loading a resident-less one first), and the token checks run before either reveals whether a KB
 exists: a KB token used on another KB gets 403 whatever that KB is.

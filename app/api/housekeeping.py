@@ -1,4 +1,4 @@
-"""The jobs that run beside the requests, started and stopped by the app's lifespan (app/api/main.py).
+"""The jobs that run beside the requests, started and stopped by the app's lifespan (app/api/factory.py).
 
 At start-up: the sweep of builds whose process died, and the decider's traffic table (a restart keeps
 the table its build's traffic had earned). Then, every FAQ_KB_POLL_SECONDS, the poller thread: a new

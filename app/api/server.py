@@ -2,8 +2,8 @@
 
 uvicorn times idle keep-alive connections but not a request whose headers trickle in (slowloris): such a
 connection would stay open forever and, many of them, use up FAQ_MAX_CONNECTIONS. Bodies are timed by
-the request guard (app/api/main.py), which only sees a request once its headers are complete; this
-closes a connection whose request headers have not all arrived within FAQ_BODY_TIMEOUT_S of the
+the request guard (app/api/middleware/request_guard.py), which only sees a request once its headers are
+complete; this closes a connection whose request headers have not all arrived within FAQ_BODY_TIMEOUT_S of the
 connection opening or, on a keep-alive connection, of the request's first bytes (idle keep-alive
 connections are uvicorn's own business: it closes them after 5 s).
 

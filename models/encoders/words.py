@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from models.text import MINILM_NAME, TEXT_FORMAT_VERSION, TEXT_META_FILE, TextEncoder, _read_text_meta
+from models.text import MINILM_NAME, TEXT_FORMAT_VERSION, TEXT_META_FILE, TextEncoder, read_text_meta
 
 #: the pretrained transformers whose token states can be a model's word representation: name, width
 TOKEN_BASES = {"minilm": (MINILM_NAME, 384), "mpnet": ("all-mpnet-base-v2", 768)}
@@ -236,7 +236,7 @@ class MiniLMText:
     def load(cls, directory: str | Path, device: str | torch.device = "cpu",
              cache_dir: str | Path | None = None) -> "MiniLMText":
         path = Path(directory) / TEXT_META_FILE
-        meta = _read_text_meta(path)
+        meta = read_text_meta(path)
         kind = meta.get("kind")
         if kind not in TOKEN_BASES or meta.get("model") != TOKEN_BASES[kind][0]:
             raise ValueError(f"{path}: expected kind {' or '.join(TOKEN_BASES)} with its model name, got {meta}")
@@ -374,7 +374,7 @@ def load_text(directory: str | Path, device: str | torch.device = "cpu",
               cache_dir: str | Path | None = None) -> "TextEncoder | MiniLMText":
     """The text encoder a model folder holds: `text.json` "kind" "minilm" -> `MiniLMText`, else (or
     absent, as in folders written before the variant existed) the GloVe/char `TextEncoder`."""
-    meta = _read_text_meta(Path(directory) / TEXT_META_FILE)
+    meta = read_text_meta(Path(directory) / TEXT_META_FILE)
     kind = meta.get("kind", "glove_char")
     if kind in ("minilm", "mpnet"):
         return MiniLMText.load(directory, device=device, cache_dir=cache_dir)

@@ -34,7 +34,7 @@ def top(client: TestClient, query: str, top_k: int = 3) -> list[str]:
 def test_without_admin_token_only_kb_tokens_reach_admin(tmp_path, encoder, caplog):  # noqa: F811
     settings = make_settings(tmp_path, admin_token=None)
     store = make_store(settings)
-    with caplog.at_level(logging.WARNING, logger="app.api.main"):
+    with caplog.at_level(logging.WARNING, logger="app.api.factory"):
         app = create_app(settings, store=store, encoder=encoder)
     assert any("FAQ_ADMIN_TOKEN" in rec.message and "KB admin tokens" in rec.message for rec in caplog.records)
     _, kb_token = store.kbs.issue_token("default", "admin")

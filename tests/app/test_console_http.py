@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.console import SECURITY_HEADERS
-from app.api.console.routes import COOKIE
+from app.api.console.pages import COOKIE
 from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
 from test_api_kbs import two_built_kbs
 

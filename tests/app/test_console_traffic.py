@@ -116,7 +116,7 @@ def test_a_kb_token_cannot_see_another_kbs_traffic(served):
 def test_the_page_says_when_it_was_capped_and_what_rows_without_a_decision_count_as():
     from datetime import datetime, timedelta, timezone
 
-    from app.api.console.routes import templates
+    from app.api.console.pages import templates
     from app.traffic import charts, summarize
 
     now = datetime(2026, 11, 26, 9, 30, tzinfo=timezone.utc)

@@ -20,8 +20,8 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url, problem_page,
-                                    render, router)
+from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
+                                   problem_page, redirect, render)
 from app.api.state import ServiceState
 from app.build_gate import feedback_labels_of
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 RECALL_FLOOR = 0.9
 #: report lines a build keeps for its page (a KB build says a few dozen)
 MAX_LINES = 200
+
+router = page_router()
 
 
 @dataclass
@@ -88,7 +90,7 @@ def run_build(job: BuildJob, state: ServiceState) -> None:
                                "`faq index build`, which records it")
         current_version = registry.current()
         manifest = registry.read_manifest(current_version) if current_version else None
-        encoder = state._background_encoder()
+        encoder = state.background_encoder()
         released = release_build(
             state.store, encoder, registry, settings, labels=lambda: feedback_labels_of(state.store),
             report=job.say, on_built=job.built, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
@@ -128,8 +130,8 @@ def jobs_of(request: Request) -> BuildJobs:
 
 def _version_field(request: Request, value: str, session: Any) -> str:
     if not VERSION_RE.fullmatch(value or ""):  # fullmatch: the pattern's "$" would let a final newline in
-        raise Answer(problem_page(request, 422, "version: not a version name (e.g. 20261122T010203Z-a1b2c3)",
-                                  session=session))
+        raise EarlyResponse(problem_page(request, 422, "version: not a version name (e.g. 20261122T010203Z-a1b2c3)",
+                                         session=session))
     return value
 
 
@@ -234,7 +236,7 @@ async def activate(request: Request, kb: str) -> Response:
     if problem is not None:
         return await _page(request, session, kb, state, 409, problem)
     await flash(session, f"{version} is now current and served.")
-    return _redirect(kb_url(kb, "/builds"))
+    return redirect(kb_url(kb, "/builds"))
 
 
 @router.post("/kbs/{kb}/builds/new")
@@ -245,4 +247,4 @@ async def build_now(request: Request, kb: str) -> Response:
         return await _page(request, session, kb, state, 409,
                            "a build of this KB is already running: wait for it to end")
     await flash(session, "Build started.")
-    return _redirect(kb_url(kb, "/builds"))
+    return redirect(kb_url(kb, "/builds"))

@@ -1,8 +1,8 @@
 """Why a question matched, for the Try a question page: each shown FAQ's signals, and which of the
 query's words weighed most.
 
-The signals are the pipeline's own `FaqMatch` fields, taken from the results `_match` ranked (its
-`MatchTrace`), so the page explains the very answer that was logged, with no second match. The word
+The signals are the pipeline's own `FaqMatch` fields, taken from the results `service.match` ranked
+(its `MatchTrace`), so the page explains the very answer that was logged, with no second match. The word
 weights are occlusion: the query and every "query without word i" encoded in one encoder call, each
 compared with the top FAQ's matched phrasing as the build stored it.
 """

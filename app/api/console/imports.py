@@ -23,16 +23,18 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url,
-                                    problem_page, render, router)
+from app.api import service
+from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
+                                   problem_page, redirect, render)
 from app.api.console.sessions import ConsoleSession
-from app.api.routes.admin import _refresh
-from kb.records import KbRecord, KbValidationError, _write_records, field_problem, read_kb
+from kb.records import KbRecord, KbValidationError, field_problem, read_kb, write_records
 
 MAX_PARTS = 10
 MAX_FILENAME_CHARS = 200
 #: errors shown on the page; the rest are counted
 MAX_ERRORS_SHOWN = 200
+
+router = page_router()
 
 
 @dataclass
@@ -62,16 +64,18 @@ def multipart(request: Request, body: bytes, session: ConsoleSession) -> dict[st
     it cannot be read."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "multipart/form-data":
-        raise Answer(problem_page(request, 415, "the import form posts multipart/form-data", session=session))
+        raise EarlyResponse(problem_page(request, 415, "the import form posts multipart/form-data",
+                                         session=session))
     try:
         message = BytesParser(policy=policy.HTTP).parsebytes(
             b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
         parts = list(message.iter_parts()) if message.is_multipart() else None
     except Exception as exc:  # noqa: BLE001 - the parser's errors are many kinds of "not readable"
-        raise Answer(problem_page(request, 400, f"the form body could not be read: {exc}", session=session)) from exc
+        raise EarlyResponse(problem_page(request, 400, f"the form body could not be read: {exc}",
+                                         session=session)) from exc
     if parts is None or len(parts) > MAX_PARTS:
-        raise Answer(problem_page(request, 400, "the form body could not be read: not a multipart form of at most "
-                                                f"{MAX_PARTS} fields", session=session))
+        raise EarlyResponse(problem_page(request, 400, "the form body could not be read: not a multipart form of "
+                                                       f"at most {MAX_PARTS} fields", session=session))
     fields: dict[str, tuple[str | None, bytes]] = {}
     for part in parts:
         name = part.get_param("name", header="content-disposition")
@@ -98,7 +102,7 @@ def _display_name(request: Request, filename: str | None, session: ConsoleSessio
     if problem is None and suffix not in (".jsonl", ".csv"):
         problem = f"must be a .jsonl or .csv file, got {suffix or '(no extension)'!r}"
     if problem is not None:
-        raise Answer(_import_page(request, session, None, 422, errors={"file": f"file: {problem}"}))
+        raise EarlyResponse(_import_page(request, session, None, 422, errors={"file": f"file: {problem}"}))
     return name, suffix
 
 
@@ -181,12 +185,12 @@ async def apply(request: Request, kb: str) -> Response:
         return problem_page(request, 409, "the KB changed since the dry run, so its counts are stale: nothing was "
                                           "imported; upload the file again", session=session)
     await run_in_threadpool(setattr, session, "pending_import", None)
-    await run_in_threadpool(_refresh, state)
+    await run_in_threadpool(service.refresh, state)
     await flash(session, (f"Imported {pending.name}: {report.faqs_created} FAQs created, {report.faqs_updated} updated"
                      + (f", {report.faqs_deleted} deleted" if pending.sync else "")
                      + f"; {report.variants_added} phrasings added, {report.variants_removed} removed."
                      if report.changes else f"Imported {pending.name}: nothing changed."))
-    return _redirect(kb_url(kb, "/faqs"))
+    return redirect(kb_url(kb, "/faqs"))
 
 
 @router.get("/kbs/{kb}/export")
@@ -196,7 +200,7 @@ async def export(request: Request, kb: str) -> Response:
 
     def dump() -> str:
         out = io.StringIO()
-        _write_records(out, "jsonl", state.store.export_records())
+        write_records(out, "jsonl", state.store.export_records())
         return out.getvalue()
 
     text = await run_in_threadpool(dump)

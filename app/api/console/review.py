@@ -20,9 +20,9 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from app import review
-from app.api.console.routes import (flash, Answer, _form_values, _redirect, checked_post, current, kb_state, kb_url, problem_page,
-                                    render, router)
-from app.api.routes.admin import _refresh
+from app.api import service
+from app.api.console.pages import (EarlyResponse, checked_post, current, flash, form_values, kb_state, kb_url,
+                                   page_router, problem_page, redirect, render)
 from app.api.state import ServiceState
 from app.store import FaqNotFound, KbValidationError, QUEUES
 from app.store.reviews import lint_key
@@ -34,6 +34,8 @@ WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(
 DEFAULT_WINDOW = "30d"
 #: items shown per queue, most asked first: a queue is worked from the top (the CLI's --json gives all)
 SHOWN = 10
+
+router = page_router()
 
 
 @dataclass
@@ -79,7 +81,7 @@ def run_lint(job: LintJob, state: ServiceState) -> None:
 
     try:
         records = list(state.store.export_records())
-        job.report = lint_kb(records, state._background_encoder(), encode=encode_in_batches)
+        job.report = lint_kb(records, state.background_encoder(), encode=encode_in_batches)
         job.state = "done"
     except Exception as exc:  # noqa: BLE001 - shown on the page; the other queues still work
         log.exception("console lint of KB %s failed", state.store.kb_name)
@@ -95,7 +97,8 @@ def lint_jobs_of(request: Request) -> LintJobs:
 def _window(request: Request, session: Any) -> tuple[str, datetime | None]:
     name = request.query_params.get("window", DEFAULT_WINDOW)
     if name not in WINDOWS:
-        raise Answer(problem_page(request, 422, f"window: must be one of {', '.join(WINDOWS)}", session=session))
+        raise EarlyResponse(problem_page(request, 422, f"window: must be one of {', '.join(WINDOWS)}",
+                                         session=session))
     span = WINDOWS[name]
     return name, (datetime.now(timezone.utc) - span if span is not None else None)
 
@@ -161,10 +164,10 @@ async def accept(request: Request, kb: str) -> Response:
         return await _page(request, session, kb, state, 404, f"{exc}: it was deleted since the page was shown")
     except KbValidationError as exc:
         return await _page(request, session, kb, state, 422, f"the phrasing cannot be added: {exc}")
-    await run_in_threadpool(_refresh, state)
+    await run_in_threadpool(service.refresh, state)
     await flash(session, (f"Added the phrasing to FAQ {accepted.faq.faq_id!r}; /match uses it now."
                      if accepted.added else f"FAQ {accepted.faq.faq_id!r} already had this phrasing."))
-    return _redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
+    return redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
 @router.post("/kbs/{kb}/review/dismiss")
@@ -203,7 +206,7 @@ async def dismiss(request: Request, kb: str) -> Response:
     except ValueError as exc:
         return await _page(request, session, kb, state, 422, errors={key: str(exc)})
     await flash(session, "Dismissed." if done else "It was already dismissed.")
-    return _redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
+    return redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
 @router.post("/kbs/{kb}/review/restore")
@@ -216,7 +219,7 @@ async def restore(request: Request, kb: str) -> Response:
     if not await run_in_threadpool(state.store.reviews.restore, queue, key):
         return problem_page(request, 404, "key: nothing dismissed under this key", session=session)
     await flash(session, "Restored: it is proposed again when it still applies.")
-    return _redirect(kb_url(kb, "/review"))
+    return redirect(kb_url(kb, "/review"))
 
 
 @router.get("/kbs/{kb}/review/draft")
@@ -233,6 +236,6 @@ async def draft(request: Request, kb: str) -> Response:
         return problem_page(request, 404, "key: this cluster is no longer proposed (dismissed, or its queries "
                                           "became phrasings)", session=session)
     queries = [q["query"] for q in item["queries"]]
-    values = _form_values({"faq_id": review.draft_id(queries), "questions": "\n".join(queries)})
+    values = form_values({"faq_id": review.draft_id(queries), "questions": "\n".join(queries)})
     return render(request, "faq_form.html", session=session, kb=kb, creating=True, values=values, errors={},
                   draft_of=item)

@@ -9,8 +9,10 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.console.routes import current, kb_state, problem_page, render, router
+from app.api.console.pages import current, kb_state, page_router, problem_page, render
 from app.traffic import DEFAULT_WINDOW, WINDOWS, Traffic, charts, summarize, window_bounds
+
+router = page_router()
 
 
 @router.get("/kbs/{kb}/traffic")

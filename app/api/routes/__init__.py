@@ -1,1 +1,1 @@
-"""HTTP routes: /match (+ /match/batch, /feedback), health and metrics, and the /admin API."""
+"""HTTP routes: /match (+ /match/batch, /feedback), health and metrics, the /admin API and its review queues."""

@@ -1,19 +1,19 @@
 """The admin API under /admin (KB `default`) and /kbs/{kb}/admin, behind `Authorization: Bearer <token>`:
 FAQ_ADMIN_TOKEN reaches every KB, a KB's admin token (`faq kb token`) only that KB (app/api/deps.py).
 
-FAQ CRUD writes go to the store and then refresh the served retriever's delta at once
-(`ServiceState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or
-gone) in the very next /match without an index rebuild. Handlers are plain `def`s: FastAPI runs them
+FAQ CRUD writes go to the store and then refresh the served retriever's delta at once (`service.refresh`
+-> `ServiceState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or gone)
+in the very next /match without an index rebuild. Handlers are plain `def`s: FastAPI runs them
 in its thread pool, so database work and delta encoding never block the event loop.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
 
+from app.api import service
 from app.api.deps import get_state, require_admin
 from app.api.schemas import (
     BAD_INPUT_RESPONSES,
@@ -49,11 +49,6 @@ _WRITE = {**_NOT_FOUND, **BAD_INPUT_RESPONSES}
 FaqIdPath = Annotated[str, Path(max_length=MAX_ID_CHARS, description="the FAQ's id"), STORABLE]
 
 
-def _faq_out(faq: Any) -> FaqOutModel:
-    data = dataclasses.asdict(faq) if dataclasses.is_dataclass(faq) else dict(vars(faq))
-    return FaqOutModel.model_validate(data)
-
-
 class InvalidFaq(HTTPException):
     """The store's own checks (same rules as KB files) rejected the FAQ: 422 listing each problem."""
 
@@ -66,15 +61,6 @@ def _invalid_faq(exc: Exception) -> InvalidFaq:
     return InvalidFaq(list(getattr(exc, "errors", None) or [str(exc)]))
 
 
-def _refresh(state: ServiceState) -> None:
-    """Make a KB write visible to /match now. The write itself already succeeded, so a refresh failure
-    is logged (the poller retries) rather than reported as a failed write."""
-    try:
-        state.refresh_kb(reason="admin write")
-    except Exception:
-        log.exception("could not refresh the retriever after an admin write (the KB poller will retry)")
-
-
 @router.get("/faqs", response_model=FaqPage, responses=BAD_INPUT_RESPONSES, summary="List FAQs (optionally filtered by text)")
 def list_faqs(
     offset: int = Query(0, ge=0, le=MAX_PAGE_OFFSET),
@@ -84,7 +70,8 @@ def list_faqs(
     state: ServiceState = Depends(get_state),
 ) -> FaqPage:
     items = state.store.list_faqs(offset=offset, limit=limit, q=q)
-    return FaqPage(total=state.store.count_faqs(q=q), offset=offset, limit=limit, items=[_faq_out(f) for f in items])
+    return FaqPage(total=state.store.count_faqs(q=q), offset=offset, limit=limit,
+                   items=[service.faq_out(f) for f in items])
 
 
 @router.post(
@@ -100,8 +87,8 @@ def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> Faq
         raise HTTPException(status.HTTP_409_CONFLICT, detail=f"FAQ {body.faq_id!r} already exists: use PUT or PATCH") from exc
     except KbValidationError as exc:
         raise _invalid_faq(exc) from exc
-    _refresh(state)
-    return _faq_out(faq)
+    service.refresh(state)
+    return service.faq_out(faq)
 
 
 @router.get("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND)
@@ -109,7 +96,7 @@ def get_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> FaqO
     faq = state.store.get_faq(faq_id)
     if faq is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
-    return _faq_out(faq)
+    return service.faq_out(faq)
 
 
 def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
@@ -121,8 +108,8 @@ def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}") from exc
     except KbValidationError as exc:
         raise _invalid_faq(exc) from exc
-    _refresh(state)
-    return _faq_out(faq)
+    service.refresh(state)
+    return service.faq_out(faq)
 
 
 @router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
@@ -139,7 +126,7 @@ def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: ServiceState = Depends(g
 def delete_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> Response:
     if not state.store.delete_faq(faq_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
-    _refresh(state)
+    service.refresh(state)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

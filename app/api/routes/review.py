@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
 
 from app import review
+from app.api import service
 from app.api.deps import get_state, require_admin
-from app.api.routes.admin import _faq_out, _refresh
 from app.api.schemas import (BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody,
                              ReviewKey, ReviewQueues)
 from app.api.state import ServiceState
@@ -51,8 +51,8 @@ def accept(key: Annotated[ReviewKey, Path()], since: datetime | None = None,
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from exc
     except KbValidationError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"the phrasing cannot be added: {exc}") from exc
-    _refresh(state)
-    return AcceptResult(faq=_faq_out(accepted.faq), added=accepted.added)
+    service.refresh(state)
+    return AcceptResult(faq=service.faq_out(accepted.faq), added=accepted.added)
 
 
 @router.post("/dismissals", status_code=status.HTTP_201_CREATED, response_model=DismissalOut,

@@ -1,0 +1,180 @@
+"""What every console page shares: rendering, reading forms, who is asking, and the early response.
+
+Every page answers HTML (errors too: a 403 or 422 is a page saying what went wrong, never JSON). Forms
+are parsed here from `application/x-www-form-urlencoded` bodies; every field passes the same rules as
+the API's JSON fields (app/api/schemas.py). A helper that must end the request (sign-in needed, a bad
+field, an unknown KB) raises `EarlyResponse` with the page to send; `mount_console` answers it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from app.api.console.sessions import ConsoleSession, Sessions
+from app.api.state import ServiceState
+from app.api.tenants import Tenants, UnknownKb
+from app.settings import KB_NAME_PATTERN
+
+PREFIX = "/console"
+COOKIE = "faq_console"
+LOGIN_COOKIE = "faq_console_login"  # the sign-in form's CSRF value, before there is a session
+
+templates = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
+
+
+def page_router() -> APIRouter:
+    """A console page module's router; `mount_console` includes each one."""
+    return APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+class EarlyResponse(Exception):
+    """A page that ends the request early (redirect to sign-in, 403, 404, 422): raised from helpers,
+    answered by the handler `mount_console` registers."""
+
+    def __init__(self, response: Response):
+        self.response = response
+
+
+# -- rendering -----------------------------------------------------------------------------------
+def render(request: Request, name: str, status: int = 200, session: ConsoleSession | None = None,
+           **context: Any) -> HTMLResponse:
+    html = templates.get_template(name).render(
+        session=session, csrf=session.csrf if session else "", flash=session.shown_flash if session else None,
+        **context)
+    return HTMLResponse(html, status_code=status)
+
+
+def problem_page(request: Request, status: int, message: str, session: ConsoleSession | None = None) -> HTMLResponse:
+    return render(request, "problem.html", status=status, session=session, status_code=status, message=message)
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str, path: str) -> None:
+    response.set_cookie(name, value, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+                        path=path)
+
+
+def redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+def kb_url(kb: str, page: str = "") -> str:
+    return f"/console/kbs/{quote(kb, safe='')}{page}"
+
+
+templates.globals["kb_url"] = kb_url
+
+
+# -- input -----------------------------------------------------------------------------------------
+async def form(request: Request) -> dict[str, str]:
+    """The urlencoded body as {field: first value}; 400 when it is not UTF-8 or not urlencoded."""
+    mime = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if body and mime != "application/x-www-form-urlencoded":
+        raise EarlyResponse(problem_page(request, 415,
+                                         "the console takes form posts (application/x-www-form-urlencoded)"))
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=200,
+                          errors="strict")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise EarlyResponse(problem_page(request, 400, f"the form body could not be read: {exc}")) from exc
+    fields: dict[str, str] = {}
+    for key, value in pairs:
+        fields.setdefault(key, value)
+    return fields
+
+
+def form_values(fields: dict[str, str]) -> dict[str, str]:
+    """The FAQ form's fields as the form shows them again (new, edit, and a review cluster's draft)."""
+    return {name: fields.get(name, "") for name in ("faq_id", "answer", "questions", "tags", "version")}
+
+
+def _field_of(location: str) -> str:
+    """"questions[2] is empty" / ("questions", 2) -> "questions": the form field a problem belongs to."""
+    return re.split(r"[\[\s.]", location.strip(), maxsplit=1)[0]
+
+
+def pydantic_problems(exc: ValidationError) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    for error in exc.errors():
+        loc = [str(p) for p in error.get("loc", ())]
+        name = loc[0] if loc else "form"
+        where = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc[1:])
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        problems.setdefault(name, (f"{name}{where}: " if where else "") + message)
+    return problems
+
+
+def store_problems(exc: Exception) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    for message in list(getattr(exc, "errors", None) or [str(exc)]):
+        name = _field_of(message)
+        if name not in ("faq_id", "answer", "questions", "question", "tags"):
+            name = "form"
+        name = "questions" if name == "question" else name
+        problems[name] = f"{problems[name]}; {message}" if name in problems else message
+    return problems
+
+
+# -- who is asking -------------------------------------------------------------------------------
+def sessions_of(request: Request) -> Sessions:
+    return request.app.state.console_sessions
+
+
+async def current(request: Request) -> ConsoleSession:
+    """The request's session (with the message the previous action left for this page), else a redirect
+    to the sign-in page."""
+    def load() -> ConsoleSession | None:
+        session = sessions_of(request).get(request.cookies.get(COOKIE))
+        if session is not None:
+            session.shown_flash = session.take_flash()
+        return session
+
+    session = await run_in_threadpool(load)
+    if session is None:
+        raise EarlyResponse(redirect("/console/login"))
+    return session
+
+
+async def flash(session: ConsoleSession, message: str) -> None:
+    """Leave `message` for the next page this session shows (after the redirect)."""
+    await run_in_threadpool(session.store.set, session.digest, flash=message)
+
+
+async def checked_post(request: Request) -> tuple[ConsoleSession, dict[str, str]]:
+    session = await current(request)
+    fields = await form(request)
+    if not session.csrf_ok(fields.get("csrf")):
+        raise EarlyResponse(problem_page(request, 403, "missing or wrong CSRF token: reload the page and try again",
+                                         session=session))
+    return session, fields
+
+
+async def kb_state(request: Request, session: ConsoleSession, kb: str) -> ServiceState:
+    """The KB's served state, after the API's checks in the API's order: a malformed name is 422, a KB
+    the session's token may not reach is 403 whether or not it exists, an unknown KB is 404."""
+    if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
+        raise EarlyResponse(problem_page(request, 422, "kb: must be 1-64 characters of a-z, 0-9, '-' and '_', "
+                                                       "starting with a letter or digit", session=session))
+    tenants: Tenants = request.app.state.tenants
+    if not await run_in_threadpool(sessions_of(request).allowed, session, tenants):
+        await run_in_threadpool(sessions_of(request).close, session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
+        raise EarlyResponse(redirect("/console/login"))
+    if session.kb is not None and session.kb != kb:
+        raise EarlyResponse(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
+                                         session=session))
+    state = tenants.peek(kb)
+    if state is not None:
+        return state
+    try:
+        return await run_in_threadpool(tenants.get, kb)
+    except UnknownKb as exc:
+        raise EarlyResponse(problem_page(request, 404, f"{exc}: `faq kb list` shows the KBs",
+                                         session=session)) from exc

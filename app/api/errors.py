@@ -1,0 +1,153 @@
+"""The API's error contract: every error body is JSON `{"error": "...", ...}`.
+
+- validation problems -> 422 `{"error": "invalid request: top_k must be <= 50",
+  "detail": [{"field": "top_k", "message": "must be <= 50"}]}`; malformed JSON -> 400 (same shape);
+- body over settings.max_body_bytes -> 413 (Content-Length checked first, then streamed bytes counted);
+- a body that is not JSON (Content-Type) -> 415; a body not received within FAQ_BODY_TIMEOUT_S -> 408
+  (and the connection is closed); these four come from the request guard (app/api/middleware/request_guard.py)
+  as HTTP exceptions, answered here;
+- match queue full -> 503, or 429 for batch requests that have used their half of it, both with
+  Retry-After; not answered within FAQ_REQUEST_TIMEOUT_MS -> 503 with Retry-After;
+- no index -> 503 "no index built: run `faq index build`";
+- lexical arm while its engine is unavailable (Elasticsearch down, no lexical index) -> 503 naming it;
+- anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
+  the traceback. Client input must never reach this handler (tests fuzz /match to check).
+
+`add_exception_handlers(app, metrics)` registers them on an app (`create_app` does).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.metrics import ServiceMetrics
+from app.api.state import NO_INDEX_REASON
+from app.api.workers import DeadlineExceeded, Overloaded
+from app.pipeline import NoIndexError
+from index.elasticsearch.vectors import VectorStoreUnavailable
+from index.lexical import LexicalUnavailable
+
+log = logging.getLogger(__name__)
+
+
+# -- validation error formatting ------------------------------------------------------------------
+def _field_name(loc: tuple | list) -> str:
+    """("body", "queries", 3, "top_k") -> "queries[3].top_k"; ("query", "limit") -> "limit"."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    if not parts:
+        return "body"
+    name = ""
+    for part in parts:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += ("." if name else "") + str(part)
+    return name
+
+
+def _message(error: dict) -> str:
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "field required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "string_too_short":
+        n = ctx.get("min_length", 1)
+        return "must not be empty" if n == 1 else f"must be at least {n} characters"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length')} items"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items"
+    bounds = {"less_than_equal": ("<=", "le"), "less_than": ("<", "lt"),
+              "greater_than_equal": (">=", "ge"), "greater_than": (">", "gt")}
+    if kind in bounds:
+        op, key = bounds[kind]
+        return f"must be {op} {ctx.get(key)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        return "must be a number" if kind != "finite_number" else "must be a finite number"
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false"
+    if kind in ("string_type", "string_unicode"):
+        return "must be a string"
+    if kind == "list_type":
+        return "must be a list"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return "must be a JSON object"
+    if kind == "json_invalid":
+        return f"invalid JSON: {ctx.get('error', 'could not decode')}"
+    if kind == "value_error":
+        return str(error.get("msg", "")).removeprefix("Value error, ")
+    return str(error.get("msg", "invalid value"))
+
+
+def format_validation_errors(errors: list[dict]) -> list[dict[str, str]]:
+    out = []
+    for error in errors:
+        field = "body" if error.get("type") == "json_invalid" else _field_name(error.get("loc", ()))
+        out.append({"field": field, "message": _message(error)})
+    return out
+
+
+def error_response(status_code: int, message: str, headers: dict | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse(status_code=status_code, content={"error": message, **extra}, headers=headers)
+
+
+# -- the handlers ---------------------------------------------------------------------------------
+def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        detail = format_validation_errors(errors)
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return error_response(400, f"invalid JSON body: {detail[0]['message'].removeprefix('invalid JSON: ')}",
+                                  detail=detail)
+        summary = "; ".join(f"{d['field']} {d['message']}" for d in detail[:3])
+        return error_response(422, f"invalid request: {summary}", detail=detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(NoIndexError)
+    async def on_no_index(request: Request, exc: NoIndexError) -> JSONResponse:
+        return error_response(503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
+
+    @app.exception_handler(LexicalUnavailable)
+    async def on_lexical_unavailable(request: Request, exc: LexicalUnavailable) -> JSONResponse:
+        # only the lexical arms depend on it: the ann arms keep serving
+        return error_response(
+            503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
+            headers={"Retry-After": "10"})
+
+    @app.exception_handler(VectorStoreUnavailable)
+    async def on_vector_store_unavailable(request: Request, exc: VectorStoreUnavailable) -> JSONResponse:
+        return error_response(503, f"the vector store is unavailable: {exc}", headers={"Retry-After": "10"})
+
+    @app.exception_handler(Overloaded)
+    async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        metrics.rejected.labels(status=str(exc.status_code)).inc()
+        return error_response(exc.status_code, str(exc), headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def on_deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
+        return error_response(503, str(exc), headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def on_server_bug(request: Request, exc: Exception) -> JSONResponse:
+        request_id = uuid.uuid4().hex
+        log.error("unhandled error (request_id=%s) on %s %s", request_id, request.method, request.url.path,
+                  exc_info=exc)
+        return error_response(500, "internal server error", request_id=request_id)

@@ -1,0 +1,156 @@
+"""The verbs the HTTP routes and the console share: match queries, record feedback, make a KB write visible,
+and an FAQ as the API shows it.
+
+Both front ends call these, so a question asked on the console is answered, logged and counted exactly as
+a `/match` request, and a console FAQ write refreshes the served retriever as an admin API write does.
+Each front end turns the exceptions raised here into its own answer (JSON errors, or pages).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import HTTPException, status
+from starlette.concurrency import run_in_threadpool
+
+from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
+from app.api.state import ServiceState
+from app.arms import arm_split, resolve_arm, uses_reranker
+from app.pipeline import MatchQuery, MatchResult
+
+log = logging.getLogger(__name__)
+
+NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
+               "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "
+               "leave it out")
+
+
+# -- match -----------------------------------------------------------------------------------------
+def arm_of(state: ServiceState, item: MatchRequest) -> str:
+    """The arm a request runs: its own `arm`, else the A/B split (sticky per session_id; without a
+    session, random per request), else FAQ_DEFAULT_ARM; `rerank: true` adds the re-ranking stage."""
+    arm = item.arm
+    if arm is None:
+        split = arm_split(state.settings)
+        arm = split.assign(item.session_id or uuid.uuid4().hex) if split is not None else state.settings.default_arm
+    return resolve_arm(arm, item.rerank)
+
+
+@dataclass
+class MatchTrace:
+    """What one `match` call ranked with, for the console's "why it matched": the pipeline's own results
+    carry more than a response shows (each FAQ's cosines), and the retriever they were ranked on is the one
+    to explain them with. Handing them back costs nothing; matching again would encode and search twice, and
+    after a hot swap could explain another index's answer."""
+
+    retriever: Any = None
+    results: list[MatchResult] = field(default_factory=list)
+
+
+async def match(state: ServiceState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
+    """Answer `items` on the KB's served index through its batcher, count them in the metrics and queue their
+    query-log rows. Raises HTTPException 409 when an arm needs a re-ranker that is not installed, and the
+    batcher's and pipeline's own errors (NoIndexError, Overloaded, DeadlineExceeded, LexicalUnavailable...)."""
+    arms = [arm_of(state, item) for item in items]
+    for arm in arms:
+        if uses_reranker(arm) and not state.stages:
+            problem = getattr(state, "reranker_problem", None)
+            raise HTTPException(status_code=status.HTTP_409_CONFLICT,
+                                detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
+    retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
+    settings = state.settings
+    queries = [
+        MatchQuery(
+            query=item.query,
+            top_k=item.top_k if item.top_k is not None else settings.default_top_k,
+            threshold=item.threshold,
+            arm=arm,
+        )
+        for item, arm in zip(items, arms)
+    ]
+    assert state.batcher is not None
+    state.in_flight += 1  # the KB is not unloaded under this request (app/api/tenants.py)
+    try:
+        results = await state.batcher.submit(queries, retriever, state.matcher)
+    finally:
+        state.in_flight -= 1
+    if trace is not None:
+        trace.retriever, trace.results = retriever, list(results)
+    responses = [_response(arm, result) for arm, result in zip(arms, results)]
+    for response in responses:
+        state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
+                                    cached=response.cached, kb=state.kb, decision=response.decision)
+    if settings.query_log:
+        state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
+    return responses
+
+
+def _match_out(m: Any) -> dict:
+    return {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score}
+
+
+def _response(arm: str, result: MatchResult) -> MatchResponse:
+    answer = result.answer
+    return MatchResponse.model_validate(
+        {
+            "request_id": uuid.uuid4().hex,
+            "query": result.query,
+            "arm": arm,
+            "index_version": result.index_version,
+            "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer, "score": answer.score},
+            "matches": [_match_out(m) for m in result.matches],
+            "decision": result.decision,
+            "options": [_match_out(m) for m in result.options],
+            "threshold": result.threshold,
+            "expected_precision": result.expected_precision,
+            "timings_ms": result.timings_ms,
+            "cached": result.cached,
+        }
+    )
+
+
+def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
+    """One query_log row: `faq_id` is the FAQ served as the answer (None: no answer) and `score` the best
+    match's score either way, so near misses under the threshold stay visible in the log."""
+    best = response.matches[0] if response.matches else None
+    return {
+        "request_id": response.request_id,
+        "created_at": datetime.now(timezone.utc),
+        "arm": response.arm,
+        "session_id": item.session_id,
+        "query": response.query,
+        "faq_id": response.answer.faq_id if response.answer else None,
+        "score": best.score if best else None,
+        "latency_ms": response.timings_ms.total,
+        "index_version": response.index_version,
+        "decision": response.decision,
+    }
+
+
+# -- feedback --------------------------------------------------------------------------------------
+async def record_feedback(state: ServiceState, request_id: str, correct: bool | None, faq_id: str | None,
+                          session_id: str | None) -> bool:
+    """Record a verdict on a logged answer (off the event loop: it is a database write); False when no such
+    request was logged. Raises QueryLogDisabled, FaqNotFound, FeedbackSessionMismatch and
+    FeedbackAlreadyRecorded (app/api/state.py, app/store), which each front end answers in its own way."""
+    return await run_in_threadpool(state.record_feedback, request_id, correct, faq_id, session_id)
+
+
+# -- KB writes -------------------------------------------------------------------------------------
+def refresh(state: ServiceState) -> None:
+    """Make a KB write visible to /match now. The write itself already succeeded, so a refresh failure
+    is logged (the poller retries) rather than reported as a failed write."""
+    try:
+        state.refresh_kb(reason="admin write")
+    except Exception:
+        log.exception("could not refresh the retriever after an admin write (the KB poller will retry)")
+
+
+def faq_out(faq: Any) -> FaqOutModel:
+    """A stored FAQ (the store's dataclass or row object) as the API's response model."""
+    data = dataclasses.asdict(faq) if dataclasses.is_dataclass(faq) else dict(vars(faq))
+    return FaqOutModel.model_validate(data)
