@@ -13,7 +13,7 @@ FAQ from signals the first stage already has, put on the KB's own scale:
 - `log_phrasings`, `log_query_len`, `is_top`.
 
 A logistic regression over these (a few hundred bytes, `model.json`) is trained on the labelled queries
-of several KBs (`python -m evaluation.decision train`), so a new KB needs no labels. Per build,
+of several KBs (`faq train decision`, training/decision.py), so a new KB needs no labels. Per build,
 `simulate` replays held-out phrasings and the background set through the same features; the model's
 probabilities over them give the threshold -> expected precision / answer rate table (`precision_table`)
 for any assumed share of out-of-scope traffic.
