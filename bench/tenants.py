@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO))
 from bench.compare import Server, configured_model_cache, free_port, rss_mb, server_env  # noqa: E402
 from bench.hostile import Clients, faq  # noqa: E402
 from bench.load import add_server_timings, percentiles  # noqa: E402
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 
 DEFAULT_OUT_DIR = REPO / "bench" / "results"
 REAL_SETS = (("demo", "app/demo/faq.jsonl", "app/demo/queries.jsonl"),

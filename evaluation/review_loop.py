@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from app.settings import Settings
-    from bench.machine_info import cpu_info
+    from evaluation.machine import cpu_info
     from models.encoders.load import load_encoder
 
     torch.set_num_threads(2)
