@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from app.arms import ARMS, base_arm, uses_reranker
-from evaluation.match import _known_faq_check, keep_first_variants
+from evaluation.match import known_faq_check, keep_first_variants
 from evaluation.metrics import (
     QueryOutcome,
     all_metrics,
@@ -291,8 +291,8 @@ def run_eval_ab(
     queries = read_queries(queries_path)
     dev = read_queries(dev_path) if dev_path else []
     faq_ids = {r.faq_id for r in records}
-    _known_faq_check(str(queries_path), [q.faq_id for q in queries], faq_ids)
-    _known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
+    known_faq_check(str(queries_path), [q.faq_id for q in queries], faq_ids)
+    known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
 
     skipped: dict[str, str] = {}
     rerank_stages: list = []

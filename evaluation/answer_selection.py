@@ -435,9 +435,9 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
     for folder in models:
         scorer = load_analogy(folder, device=device)
         if scorer.words.kind in words:  # one GloVe table / MiniLM per kind and one word-vector cache
-            scorer.words, scorer._cache = words[scorer.words.kind]
+            scorer.words, scorer.word_cache = words[scorer.words.kind]
         else:
-            words[scorer.words.kind] = (scorer.words, scorer._cache)
+            words[scorer.words.kind] = (scorer.words, scorer.word_cache)
         cfg = scorer.config
         dev_scores = scorer.score_lists(dev_lists) if dev_lists else []
         dev_map = float(np.mean([average_precision(x, l.labels) for x, l in zip(dev_scores, dev_lists)])) \

@@ -92,7 +92,7 @@ def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
     return kept
 
 
-def _known_faq_check(name: str, golds: Sequence[str | None], faq_ids: set[str]) -> None:
+def known_faq_check(name: str, golds: Sequence[str | None], faq_ids: set[str]) -> None:
     unknown = sorted({g for g in golds if g is not None and g not in faq_ids})
     if unknown:
         raise ValueError(f"{name}: {len(unknown)} faq_id(s) not in the KB, e.g. {unknown[:5]}")
@@ -152,9 +152,9 @@ def run_eval_match(
     queries = read_queries(queries_path)
     dev = read_queries(dev_path) if dev_path else None
     faq_ids = {r.faq_id for r in records}
-    _known_faq_check(str(queries_path), [q.faq_id for q in queries], faq_ids)
+    known_faq_check(str(queries_path), [q.faq_id for q in queries], faq_ids)
     if dev is not None:
-        _known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
+        known_faq_check(str(dev_path), [q.faq_id for q in dev], faq_ids)
     pools = list(pool_variants) if pool_variants else [base.pool_variants]  # None: by build
     if len(pools) > 1 and not dev:
         raise ValueError("several pool_variants values need dev queries to choose from")
