@@ -313,7 +313,7 @@ def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tup
 
     import numpy as np
 
-    from app.decision import fit_stack
+    from models.scoring import fit_stack
     from app.stages import load_stages
     from index.decision import WINDOW, decide
 

@@ -23,6 +23,7 @@ import numpy as np
 from index.decision import (
     FEATURES, MODEL_FILE, WINDOW, Candidate, DecisionModel, Reference, features, fit,
 )
+from models.scoring import clipped_logit, fit_weighted_platt
 
 REALISTIC = ("energy", "council", "grocery", "campus_it")
 ALL_KBS = REALISTIC + ("demo", "clinc150", "banking77")
@@ -96,8 +97,6 @@ def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, r
     X, y, w = design(kbs)
     model = fit(X, y, l2=L2, sample_weight=w, rerank=rerank, meta=meta)
     if recalibrate and len(kbs) >= 3:
-        from scipy.optimize import minimize
-
         zs, rights, weights = [], [], []
         for kb in kbs:
             Xi, yi, wi = design([k for k in kbs if k.name != kb.name])
@@ -105,18 +104,10 @@ def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, r
             for text, cands, gold, _, _ in kb.queries:
                 ids, p = top_of(inner, text, cands, kb.reference)
                 if len(p):
-                    q = min(max(float(p[0]), 1e-9), 1 - 1e-9)
-                    zs.append(np.log(q / (1 - q)))
+                    zs.append(clipped_logit(float(p[0]), eps=1e-9))
                     rights.append(float(ids[0] == gold))
                     weights.append(1.0 / len(kb.queries))
-        z, r, wt = np.array(zs), np.array(rights), np.array(weights)
-
-        def loss(v: np.ndarray) -> float:
-            t = v[0] * z + v[1]
-            return float(np.sum(wt * (r * np.logaddexp(0, -t) + (1 - r) * np.logaddexp(0, t))))
-
-        a, b = minimize(loss, np.array([1.0, 0.0]), method="Nelder-Mead").x
-        model.recalibration = (float(a), float(b))
+        model.recalibration = fit_weighted_platt(np.array(zs), np.array(rights), np.array(weights))
         model.meta["recalibration"] = "logit of the top answer, fitted on leave-one-KB-out predictions"
     return model
 
