@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from evaluation.metrics import reliability
+from evaluation.metrics import f1_score, reliability
 from index.decision import WINDOW, DecisionModel, Reference, precision_table, threshold_for_precision
 from training.decision import (
     ALL_KBS, REALISTIC, KbData, add_data_options, add_train_options, cache_path, design, load_kbs, top_of, train_decision,
@@ -116,7 +116,7 @@ def answer_scores(p: np.ndarray, right: np.ndarray, in_scope: np.ndarray, t: flo
     correct = int((answered & right).sum())
     precision = correct / answered.sum() if answered.any() else 0.0
     recall = correct / max(int(in_scope.sum()), 1)
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    f1 = f1_score(precision, recall)
     return {"threshold": float(t), "precision": float(precision), "recall": float(recall), "f1": float(f1),
             "answered": int(answered.sum())}
 
