@@ -256,30 +256,3 @@ def fit_on_labels(prior: DecisionModel, rows: Sequence[tuple[str, list[Candidate
         return {k: float(np.mean([h[i][k] for h in held])) for k in ("top1", "f1", "log_loss")} if held else {}
 
     return model, {"labels": len(rows), "folds": len(held), "cross_kb": mean(0), "refitted": mean(1)}
-
-
-# ---------------------------------------------------------------------------------------------
-# a re-ranking stage's score as an input, fitted on a KB's labels
-# ---------------------------------------------------------------------------------------------
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
-def stacked(coefs: Sequence[float], p_stage: np.ndarray, p_model: np.ndarray) -> np.ndarray:
-    """P(right answer) = sigmoid(a * logit p_stage + b * logit p_model + c)."""
-    a, b, c = (float(x) for x in coefs)
-    return 1.0 / (1.0 + np.exp(-np.clip(a * _logit(p_stage) + b * _logit(p_model) + c, -30, 30)))
-
-
-def fit_stack(p_stage: np.ndarray, p_model: np.ndarray, right: np.ndarray, l2: float = 1.0) -> tuple[float, float, float]:
-    """(a, b, c) of `stacked` by L2-regularised logistic regression on labelled candidates: how much the
-    stage's probability adds to the decision model's on this KB (a convex pool of the two is
-    under-confident, docs/results.md)."""
-    from index.decision import logistic
-
-    y = np.asarray(right, dtype=np.float64)
-    if len(y) == 0 or y.min() == y.max():
-        raise ValueError("the stage needs labelled candidates that are right and wrong to be fitted")
-    v = logistic(np.column_stack([_logit(p_stage), _logit(p_model)]), y, l2, np.array([0.5, 0.5, 0.0]))
-    return float(v[0]), float(v[1]), float(v[2])

@@ -50,7 +50,7 @@ def fit_stage(settings: Any, refit: Refit, say: Callable[[str], None]) -> tuple[
 
     import numpy as np
 
-    from app.decision import fit_stack
+    from models.scoring import fit_stack
     from app.stages import load_stages
     from index.decision import WINDOW, decide
 

@@ -365,7 +365,7 @@ class Pipeline:
         the stage's own (weight 1) stacked, P = sigmoid(a * logit p_stage + b * logit p_model + c)."""
         import copy
 
-        from app.decision import stacked
+        from models.scoring import stacked
 
         ref = self.decider.reference(retriever, pool, weight)
         head = self.decider.rescore(request.query, candidates, retriever, ref)[: max(request.top_k, WINDOW)]

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.compare import Server, configured_model_cache, free_port, rss_mb  # noqa: E402
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "build_scale.json"
 PER_FAQ = 3

@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "cache_replay.json"
 

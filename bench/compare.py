@@ -54,7 +54,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
+from evaluation.machine import cpu_info  # noqa: E402  (needs REPO on the path)
 
 DEFAULT_OUT_DIR = REPO / "bench" / "results"
 PEER = "peer"

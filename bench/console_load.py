@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 from scripts.console_screenshots import (IMPORT_SAMPLE, VIEWPORT, demo_console, demo_traffic, launch,  # noqa: E402
                                          sign_in)
 

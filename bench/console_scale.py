@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 
 
 def synthetic_log(records: list, n: int, seed: int = 0) -> list[dict]:

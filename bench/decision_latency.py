@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.machine_info import cpu_info  # noqa: E402
-from evaluation.decision import load_kbs  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
+from training.decision import load_kbs  # noqa: E402
 from index.decision import decide, load_model  # noqa: E402
 
 

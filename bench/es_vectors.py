@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    from bench.machine_info import cpu_info
+    from evaluation.machine import cpu_info
     from models.encoders.pretrained import MiniLMEncoder
 
     proc = None

@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.compare import Server, free_port  # noqa: E402
 from bench.load import percentiles  # noqa: E402
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
 
 TOKEN = "hostile-bench-token"

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.compare import Server, free_port, rss_mb  # noqa: E402
 from bench.hostile import Clients, faq, fresh_database  # noqa: E402
-from bench.machine_info import cpu_info  # noqa: E402
+from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
 
 TOKEN = "replicas-bench-token"

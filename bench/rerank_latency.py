@@ -44,7 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
+from evaluation.machine import cpu_info  # noqa: E402  (needs REPO on the path)
 
 RESULTS = REPO / "bench" / "results"
 

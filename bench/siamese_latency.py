@@ -32,7 +32,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine_info import cpu_info  # noqa: E402  (needs REPO on the path)
+from evaluation.machine import cpu_info  # noqa: E402  (needs REPO on the path)
 
 RESULTS = REPO / "bench" / "results"
 
@@ -92,7 +92,7 @@ def main() -> int:
         for n, (query, cands) in enumerate(calls):
             for state, stage in (("stored", stored), ("cold", cold)):
                 if state == "cold":
-                    stage._extra.clear()  # nothing kept between calls: every phrasing encoded in the call
+                    stage.clear_extra()  # nothing kept between calls: every phrasing encoded in the call
                 t = time.perf_counter()
                 stage.rescore(query, cands)
                 if n >= 20:

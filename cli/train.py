@@ -1,4 +1,5 @@
-"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`, `faq train siamese`)."""
+"""`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`,
+`faq train siamese`, `faq train query-encoder`, `faq train decision`)."""
 from __future__ import annotations
 
 import argparse
@@ -85,6 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_analogy(tr_sub)
     _register_siamese(tr_sub)
     _register_query_encoder(tr_sub)
+    _register_decision(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -620,3 +622,30 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
           f"{held['mean_cosine']:.3f}, nearest-neighbour agreement {held['nearest_agreement']:.3f} "
           f"(the base in its own space: {report['held_out_base_as_is']['nearest_agreement']:.3f})")
     return 0
+
+
+def _register_decision(tr_sub: argparse._SubParsersAction) -> None:
+    # the options are `python -m evaluation.decision train`'s (training/decision.py `add_train_options`), written
+    # out here so that building the parser imports no trainer
+    p = tr_sub.add_parser(
+        "decision",
+        help="train the cross-KB decision model (index/decision_model.json)",
+        description="Fits the decision model on the candidates `python -m evaluation.decision collect` cached per "
+        "KB and encoder, and writes it (the model that ships: index/decision_model.json).",
+    )
+    p.add_argument("--cache", default="var/decision")
+    p.add_argument("--kbs", default="energy,council,grocery,campus_it,demo,clinc150,banking77")
+    p.add_argument("--model", default="mpnet")
+    p.add_argument("--rerank", action="store_true", help="order candidates by the model")
+    p.add_argument("--clarify-min", type=float, default=0.25)
+    p.add_argument("--train-models", default=None, help="encoders whose caches train the model (default --model)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="refit the top answer's logit on predictions made leave one KB out")
+    p.add_argument("--out", default=None, help="default: index/decision_model.json")
+    p.set_defaults(func=cmd_decision)
+
+
+def cmd_decision(args: argparse.Namespace) -> int:
+    from training.decision import train_decision
+
+    return train_decision(args, "faq " + " ".join(sys.argv[1:]))

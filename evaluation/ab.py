@@ -39,18 +39,19 @@ import numpy as np
 from app.arms import ARMS, base_arm, uses_reranker
 from evaluation.match import keep_first_variants, known_faq_check
 from evaluation.metrics import (
+    NDCG_K,
     QueryOutcome,
     all_metrics,
     answer_metrics,
     apply_threshold,
+    ndcg_at_k,
     outcomes_from_results,
-    rank_of,
+    recall_at_k,
     tune_threshold,
 )
 
 log = logging.getLogger(__name__)
 
-NDCG_K = 10
 #: FAQs the non-re-ranked arms return in the evaluation (BM25's K = 30 needs the full list for recall@30)
 WORK_DIR = "work"
 DEFAULT_LATENCY_SAMPLE = 200
@@ -60,24 +61,6 @@ THRESHOLDS = np.round(np.linspace(0.0, 1.0, 101), 2)
 
 # ---------------------------------------------------------------------------------------------
 # metrics on top of evaluation.match's
-
-def ndcg_at_k(outcomes: Sequence[QueryOutcome], k: int = NDCG_K) -> float:
-    """nDCG@k with one relevant FAQ per in-scope query: 1/log2(rank+1) when ranked within k."""
-    scoped = [o for o in outcomes if o.gold is not None]
-    if not scoped:
-        return 0.0
-    total = 0.0
-    for o in scoped:
-        r = rank_of(o.gold, o.ranked[:k])
-        total += 1.0 / math.log2(r + 1) if r else 0.0
-    return total / len(scoped)
-
-
-def stage_recall(outcomes: Sequence[QueryOutcome], k: int) -> float:
-    """Share of in-scope queries whose gold FAQ is among the first k of a stage's ranked list."""
-    scoped = [o for o in outcomes if o.gold is not None]
-    return sum(o.gold in o.ranked[:k] for o in scoped) / len(scoped) if scoped else 0.0
-
 
 def threshold_curve(outcomes: Sequence[QueryOutcome], thresholds: Sequence[float] = THRESHOLDS) -> dict[str, list[float]]:
     """Answer precision / recall / F1 when answering at each threshold."""
@@ -370,9 +353,9 @@ def run_eval_ab(
             base_out = outcomes[base_arm(arm)]["test"]
             first = base_arm(arm)
             depth = lexical_k if first == "lexical" else first_stage_k
-            stages = {f"{'bm25' if first == 'lexical' else 'ann'}@{depth}": stage_recall(base_out, depth)}
+            stages = {f"{'bm25' if first == 'lexical' else 'ann'}@{depth}": recall_at_k(base_out, depth)}
             if uses_reranker(arm):
-                stages[f"{base_arm(arm)}@{rerank_k} (re-ranker input)"] = stage_recall(base_out, rerank_k)
+                stages[f"{base_arm(arm)}@{rerank_k} (re-ranker input)"] = recall_at_k(base_out, rerank_k)
             arm_reports[arm] = {
                 "threshold": {"value": threshold, "source": source, "dev_f1": dev_f1},
                 "metrics": metrics,

@@ -30,41 +30,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from evaluation.metrics import ndcg, precision_at_1, reciprocal_rank
 from training.mmaicm import DATASETS, QaList, average_precision, evaluable, load_split
 
 FUSIONS = ("zscore", "logistic")
 LAMBDA_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 PAPER_FAKES = 5
-
-
-# ------------------------------------------------------------------------------------------------
-# metrics of one ranked list (scores, 0/1 labels); ties keep the given order
-
-
-def _order(scores: Sequence[float] | np.ndarray) -> np.ndarray:
-    return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
-
-
-def reciprocal_rank(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
-    """1 / the rank of the first correct candidate; 0 without one."""
-    y = np.asarray(labels)[_order(scores)]
-    hits = np.flatnonzero(y > 0)
-    return 1.0 / (hits[0] + 1) if len(hits) else 0.0
-
-
-def ndcg(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
-    """nDCG over the whole list, binary gains: sum 1/log2(1 + rank) over the correct candidates, divided
-    by the same sum with them ranked first; 0 without one."""
-    y = np.asarray(labels, dtype=np.float64)[_order(scores)]
-    discounts = 1.0 / np.log2(np.arange(2, len(y) + 2))
-    ideal = float(np.sum(discounts[: int(y.sum())]))
-    return float(np.sum(y * discounts)) / ideal if ideal > 0 else 0.0
-
-
-def precision_at_1(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
-    if len(labels) == 0:
-        return 0.0
-    return float(np.asarray(labels)[_order(scores)[0]] > 0)
 
 
 def list_metrics(lists: Sequence[QaList], scores: Sequence[np.ndarray]) -> dict[str, float]:
@@ -435,9 +406,9 @@ def run_analogy_selection(data: str, src: str | Path, models: Sequence[str | Pat
     for folder in models:
         scorer = load_analogy(folder, device=device)
         if scorer.words.kind in words:  # one GloVe table / MiniLM per kind and one word-vector cache
-            scorer.words, scorer._cache = words[scorer.words.kind]
+            scorer.words, scorer.word_cache = words[scorer.words.kind]
         else:
-            words[scorer.words.kind] = (scorer.words, scorer._cache)
+            words[scorer.words.kind] = (scorer.words, scorer.word_cache)
         cfg = scorer.config
         dev_scores = scorer.score_lists(dev_lists) if dev_lists else []
         dev_map = float(np.mean([average_precision(x, l.labels) for x, l in zip(dev_scores, dev_lists)])) \
@@ -564,7 +535,7 @@ def write_report(report: dict, out: str | Path) -> tuple[Path, Path]:
 
 __all__ = [
     "FUSIONS", "LAMBDA_GRID", "Normaliser", "PairScores", "choose_lambda", "encoder_cosine", "format_markdown",
-    "fuse", "list_metrics", "ndcg", "paper_lists", "precision_at_1", "reciprocal_rank", "run_answer_selection",
+    "fuse", "list_metrics", "paper_lists", "run_answer_selection",
     "write_report", "zscore", "average_precision", "evaluable", "load_split", "run_analogy_selection",
     "format_analogy_markdown", "typed_subsets", "bootstrap_interval", "GloveAverage", "PAPER_TABLE2",
 ]

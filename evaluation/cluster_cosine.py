@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.review import CLUSTER_COSINE
     from app.settings import Settings
-    from bench.machine_info import cpu_info
+    from evaluation.machine import cpu_info
     from models.encoders.load import load_encoder
 
     torch.set_num_threads(2)

@@ -2,7 +2,7 @@
 
     python -m evaluation.decision collect --data DIR [--kbs energy,council,...] [--model mpnet] --out var/decision
     python -m evaluation.decision loko --cache var/decision --out bench/results/decision
-    python -m evaluation.decision train --cache var/decision --out index/decision_model.json
+    python -m evaluation.decision train --cache var/decision --out index/decision_model.json  (= faq train decision)
 
 `collect` puts each KB through the product's own path (a scratch store, `build_index`, the pipeline of
 `build_pipeline` with the decision model off) and keeps, per labelled query, the first stage's
@@ -10,7 +10,8 @@ candidates as the model sees them, the build's reference and the replayed held-o
 background questions (pickled per KB and encoder). `loko` trains on every KB but one and scores the one
 left out, for each KB: ECE, answer F1 at the default decision against the best threshold's, the stored
 expected precision against the measured one, clarify, top-1; JSON, Markdown and a reliability diagram
-per KB. `train` fits on all KBs and writes the model that ships.
+per KB. `train` fits on all KBs and writes the model that ships: the trainer is training/decision.py
+(`faq train decision`), which `loko` and `labels` train with too.
 
 KBs: the realistic sets of evaluation/data (dev and test queries), the demo (its queries), CLINC150
 (test, its `oos` queries out of scope) and BANKING77 (test), the last two prepared by `faq data prepare`
@@ -26,35 +27,22 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from evaluation.metrics import reliability
-from index.decision import (
-    FEATURES, WINDOW, Candidate, DecisionModel, Reference, features, fit, precision_table, threshold_for_precision,
+from evaluation.metrics import f1_score, reliability
+from index.decision import WINDOW, DecisionModel, Reference, precision_table, threshold_for_precision
+from training.decision import (
+    ALL_KBS, REALISTIC, KbData, add_data_options, add_train_options, cache_path, design, load_kbs, top_of, train_decision,
+    train_model,
 )
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
-REALISTIC = ("energy", "council", "grocery", "campus_it")
-ALL_KBS = REALISTIC + ("demo", "clinc150", "banking77")
 #: the default decision the targets are measured at (FAQ_DEFAULT_THRESHOLD's default)
 DEFAULT_THRESHOLD = 0.5
-L2 = 1.0
-
-
-@dataclass
-class KbData:
-    name: str
-    encoder: str
-    pool: int
-    weight: float
-    reference: Reference
-    queries: list[tuple[str, list[Candidate], str | None, str, float]]  # text, candidates, gold, split, platt top score
-    replay: list[tuple[str, list[Candidate], str | None]]  # held-out phrasings (own FAQ) and background (None)
 
 
 def kb_files(name: str, data: Path) -> tuple[Path, list[tuple[str, Path]]]:
@@ -106,8 +94,8 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
         # the replayed held-out phrasings and background questions of the served (pool, weight)
         snap = store.snapshot()
         n = retriever.n_build_variants
-        vectors = np.asarray(retriever._ann.item_vectors(list(range(n))), dtype=np.float32)
-        view = KbView.build(vectors, retriever._faq_ids, retriever._questions, retriever.answer_vectors,
+        vectors = np.asarray(retriever.ann.item_vectors(list(range(n))), dtype=np.float32)
+        view = KbView.build(vectors, retriever.build_faq_ids, retriever.build_questions, retriever.answer_vectors,
                             {f: a for f, (a, _) in snap.faqs.items()})
         background = read_background()
         played = replay(view, background, encoder.encode(background, batch_size=batch_size), pools=(pool,),
@@ -119,56 +107,6 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
         shutil.rmtree(work, ignore_errors=True)
 
 
-def cache_path(cache: Path, name: str, model: str) -> Path:
-    return cache / f"{name}.{model}.pkl"
-
-
-class _Unpickler(pickle.Unpickler):
-    """Caches written by `python -m evaluation.decision` name this module `__main__`."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        return globals()[name] if module == "__main__" and name == "KbData" else super().find_class(module, name)
-
-
-def load_kbs(cache: Path, names: Sequence[str], model: str) -> list[KbData]:
-    out = []
-    for name in names:
-        p = cache_path(cache, name, model)
-        if p.is_file():
-            out.append(_Unpickler(p.open("rb")).load())
-        else:
-            print(f"skipped {name}: {p} not collected", file=sys.stderr)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# training data and the model's decisions on a KB
-# ---------------------------------------------------------------------------------------------
-def design(kbs: Sequence[KbData], splits: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Candidate rows of every query: X, y (the candidate is the query's FAQ), weight (each KB counts the same)."""
-    Xs, ys, ws = [], [], []
-    for kb in kbs:
-        rows = [q for q in kb.queries if splits is None or q[3] in splits]
-        for text, cands, gold, _, _ in rows:
-            head = cands[:WINDOW]
-            if not head:
-                continue
-            Xs.append(features(text, head, kb.reference))
-            ys.append(np.array([c.faq_id == gold for c in head], dtype=np.float64))
-            ws.append(np.full(len(head), 1.0 / max(len(rows), 1)))
-    return np.vstack(Xs), np.concatenate(ys), np.concatenate(ws)
-
-
-def top_of(model: DecisionModel | None, text: str, cands: list[Candidate], ref: Reference) -> tuple[list[str], np.ndarray]:
-    """(faq_ids best first, their probabilities) after the model (None: first-stage order, no probabilities)."""
-    head = cands[:WINDOW]
-    if model is None or not head:
-        return [c.faq_id for c in head], np.zeros(len(head))
-    p = model.prob(features(text, head, ref))
-    order = np.argsort(-p, kind="stable") if model.rerank else np.arange(len(head))
-    return [head[i].faq_id for i in order], p[order]
-
-
 def ece(p: np.ndarray, right: np.ndarray, bins: int = 10) -> tuple[float, list[dict]]:
     return reliability(np.asarray(p).tolist(), np.asarray(right).astype(bool).tolist(), bins)
 
@@ -178,7 +116,7 @@ def answer_scores(p: np.ndarray, right: np.ndarray, in_scope: np.ndarray, t: flo
     correct = int((answered & right).sum())
     precision = correct / answered.sum() if answered.any() else 0.0
     recall = correct / max(int(in_scope.sum()), 1)
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    f1 = f1_score(precision, recall)
     return {"threshold": float(t), "precision": float(precision), "recall": float(recall), "f1": float(f1),
             "answered": int(answered.sum())}
 
@@ -262,37 +200,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, recalibrate: bool = False) -> DecisionModel:
-    """Fit on `kbs`; with `recalibrate`, then fit the top answer's logit on predictions cross-fitted leave
-    one KB out within `kbs` (each KB counts the same), so the shipped confidence is the unseen-KB one."""
-    X, y, w = design(kbs)
-    model = fit(X, y, l2=L2, sample_weight=w, rerank=rerank, meta=meta)
-    if recalibrate and len(kbs) >= 3:
-        from scipy.optimize import minimize
-
-        zs, rights, weights = [], [], []
-        for kb in kbs:
-            Xi, yi, wi = design([k for k in kbs if k.name != kb.name])
-            inner = fit(Xi, yi, l2=L2, sample_weight=wi, rerank=rerank)
-            for text, cands, gold, _, _ in kb.queries:
-                ids, p = top_of(inner, text, cands, kb.reference)
-                if len(p):
-                    q = min(max(float(p[0]), 1e-9), 1 - 1e-9)
-                    zs.append(np.log(q / (1 - q)))
-                    rights.append(float(ids[0] == gold))
-                    weights.append(1.0 / len(kb.queries))
-        z, r, wt = np.array(zs), np.array(rights), np.array(weights)
-
-        def loss(v: np.ndarray) -> float:
-            t = v[0] * z + v[1]
-            return float(np.sum(wt * (r * np.logaddexp(0, -t) + (1 - r) * np.logaddexp(0, t))))
-
-        a, b = minimize(loss, np.array([1.0, 0.0]), method="Nelder-Mead").x
-        model.recalibration = (float(a), float(b))
-        model.meta["recalibration"] = "logit of the top answer, fitted on leave-one-KB-out predictions"
-    return model
-
-
 def loko(kbs: Sequence[KbData], args: argparse.Namespace, train_kbs: Sequence[KbData] | None = None) -> list[dict]:
     """Each KB of `kbs` scored by a model trained on the others (`train_kbs`, default `kbs`: the same
     names of other encoders' caches are left out too)."""
@@ -365,15 +272,7 @@ def cmd_loko(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    models = (args.train_models or args.model).split(",")
-    kbs = [k for m in models for k in load_kbs(Path(args.cache), args.kbs.split(","), m)]
-    model = train_model(kbs, args.rerank, recalibrate=args.recalibrate,
-                        meta={"trained_on": sorted({k.name for k in kbs}), "encoders": models,
-                                               "clarify_min": args.clarify_min, "l2": L2,
-                                               "command": "python -m evaluation.decision " + " ".join(sys.argv[1:])})
-    model.save(args.out)
-    print(json.dumps(dict(zip(FEATURES, model.coef.round(3).tolist())), indent=1))
-    return 0
+    return train_decision(args, "python -m evaluation.decision " + " ".join(sys.argv[1:]))
 
 
 LABEL_COUNTS = (0, 25, 50, 100, 200)
@@ -462,14 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.set_defaults(func=cmd_collect)
     for name, func in (("loko", cmd_loko), ("train", cmd_train), ("labels", cmd_labels)):
         p = sub.add_parser(name)
-        p.add_argument("--cache", default="var/decision")
-        p.add_argument("--kbs", default=",".join(ALL_KBS))
-        p.add_argument("--model", default="mpnet")
-        p.add_argument("--rerank", action="store_true", help="order candidates by the model")
-        p.add_argument("--clarify-min", type=float, default=0.25)
-        p.add_argument("--train-models", default=None, help="encoders whose caches train the model (default --model)")
-        p.add_argument("--recalibrate", action="store_true",
-                       help="refit the top answer's logit on predictions made leave one KB out")
+        (add_train_options if name == "train" else add_data_options)(p)
         p.set_defaults(func=func)
     lk = sub.choices["loko"]
     lk.add_argument("--out", default="bench/results/decision")
@@ -477,7 +369,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     lk.add_argument("--target-precision", type=float, default=None)
     lk.add_argument("--oos-share", type=float, default=0.2)
     lk.add_argument("--all-queries", action="store_true", help="score the left-out KB's dev and test queries")
-    sub.choices["train"].add_argument("--out", default=str(ROOT / "index" / "decision_model.json"))
     lb = sub.choices["labels"]
     lb.add_argument("--out", default="bench/results/decision_labels")
     lb.add_argument("--strength", type=float, default=100.0, help="the prior's weight in labelled queries")

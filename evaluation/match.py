@@ -93,7 +93,6 @@ def keep_first_variants(records: Sequence[Any], n: int) -> list[Any]:
 
 
 def known_faq_check(name: str, golds: Sequence[str | None], faq_ids: set[str]) -> None:
-    """ValueError naming `name` when a gold faq_id is not in the KB: such a query could never be answered right."""
     unknown = sorted({g for g in golds if g is not None and g not in faq_ids})
     if unknown:
         raise ValueError(f"{name}: {len(unknown)} faq_id(s) not in the KB, e.g. {unknown[:5]}")

@@ -1,16 +1,22 @@
 """Matching metrics over FAQs, not variants (the pipeline already groups variants by faq_id):
-- top-1 accuracy, MRR, recall@5: over in-scope queries (gold faq_id not null), from the ranked FAQ list;
+- top-1 accuracy, MRR, recall@5, nDCG@10: over in-scope queries (gold faq_id not null), from the ranked FAQ list;
 - answer precision = correct answers / answered queries (answering an out-of-scope query is wrong);
 - answer recall = correct answers / answerable (in-scope) queries; answer F1 their harmonic mean;
 - out-of-scope recall = out-of-scope queries left unanswered / out-of-scope queries.
-Pure functions of `QueryOutcome`s, shared by every evaluation command.
+Pure functions of `QueryOutcome`s, shared by every evaluation command; and the metrics of one ranked list
+of candidates with 0/1 labels (MRR, nDCG, P@1: answer selection, where a question may have several
+right answers).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+import numpy as np
+
 RECALL_K = 5
+NDCG_K = 10
 
 
 
@@ -57,7 +63,19 @@ def recall_at_k(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> float:
     return sum(o.gold in o.ranked[:k] for o in scoped) / len(scoped) if scoped else 0.0
 
 
-def _f1(precision: float, recall: float) -> float:
+def ndcg_at_k(outcomes: Sequence[QueryOutcome], k: int = NDCG_K) -> float:
+    """nDCG@k with one relevant FAQ per in-scope query: 1/log2(rank+1) when ranked within k."""
+    scoped = _in_scope(outcomes)
+    if not scoped:
+        return 0.0
+    total = 0.0
+    for o in scoped:
+        r = rank_of(o.gold, o.ranked[:k])
+        total += 1.0 / math.log2(r + 1) if r else 0.0
+    return total / len(scoped)
+
+
+def f1_score(precision: float, recall: float) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
@@ -73,7 +91,7 @@ def answer_metrics(outcomes: Sequence[QueryOutcome]) -> dict[str, float | int]:
     return {
         "answer_precision": precision,
         "answer_recall": recall,
-        "answer_f1": _f1(precision, recall),
+        "answer_f1": f1_score(precision, recall),
         "oos_recall": oos_unanswered / len(oos) if oos else None,  # None: no out-of-scope queries
         "n_answered": len(answered),
         "n_correct": correct,
@@ -97,8 +115,6 @@ def all_metrics(outcomes: Sequence[QueryOutcome], k: int = RECALL_K) -> dict[str
 def reliability(scores: Sequence[float], right: Sequence[bool], bins: int = 10) -> tuple[float, list[dict]]:
     """(ECE, the reliability bins) of scores against whether each was right: equal-width bins, |mean score -
     share right| weighted by the bin's share of the scores."""
-    import numpy as np
-
     s = np.asarray(scores, dtype=np.float64)
     r = np.asarray(right, dtype=np.float64)
     which = np.minimum((s * bins).astype(int), bins - 1)  # a score of exactly 1 joins the last bin
@@ -153,3 +169,33 @@ def outcomes_from_results(results: Sequence[Any], golds: Sequence[str | None]) -
         top = float(result.matches[0].score) if result.matches else None
         out.append(QueryOutcome(gold, ranked, top, result.answer.faq_id if result.answer is not None else None))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# metrics of one ranked list (scores, 0/1 labels); ties keep the given order
+
+
+def _order(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+
+
+def reciprocal_rank(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    """1 / the rank of the first correct candidate; 0 without one."""
+    y = np.asarray(labels)[_order(scores)]
+    hits = np.flatnonzero(y > 0)
+    return 1.0 / (hits[0] + 1) if len(hits) else 0.0
+
+
+def ndcg(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    """nDCG over the whole list, binary gains: sum 1/log2(1 + rank) over the correct candidates, divided
+    by the same sum with them ranked first; 0 without one."""
+    y = np.asarray(labels, dtype=np.float64)[_order(scores)]
+    discounts = 1.0 / np.log2(np.arange(2, len(y) + 2))
+    ideal = float(np.sum(discounts[: int(y.sum())]))
+    return float(np.sum(y * discounts)) / ideal if ideal > 0 else 0.0
+
+
+def precision_at_1(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> float:
+    if len(labels) == 0:
+        return 0.0
+    return float(np.asarray(labels)[_order(scores)[0]] > 0)

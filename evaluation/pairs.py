@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from evaluation.metrics import f1_score
 from models.scoring import best_threshold
 
 
@@ -68,7 +69,7 @@ def classifier_metrics(p: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> 
     tp = float(np.sum(pred & y))
     precision = tp / max(float(pred.sum()), 1.0)
     recall = tp / max(float(y.sum()), 1.0)
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    f1 = f1_score(precision, recall)
     return {"log_loss": float(-np.mean(np.where(y, np.log(p), np.log1p(-p)))),
             "accuracy": float(np.mean(pred == y)), "precision": precision, "recall": recall, "f1": f1,
             "roc_auc": roc_auc(p, y.astype(np.int64))}

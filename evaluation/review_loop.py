@@ -22,6 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from evaluation.metrics import answer_metrics, outcomes_from_results, top1_accuracy
+
 REPO = Path(__file__).resolve().parent.parent
 SETS = ("energy", "council", "campus_it", "grocery")
 
@@ -33,13 +35,13 @@ def queries(name: str, split: str) -> list[tuple[str, str | None]]:
 
 def score(pipeline: Any, test: list[tuple[str, str | None]]) -> dict[str, Any]:
     results = pipeline.match([q for q, _ in test], top_k=5)
-    in_scope = [(r, g) for r, (_, g) in zip(results, test) if g is not None]
-    top1 = sum(bool(r.matches) and r.matches[0].faq_id == g for r, g in in_scope)
-    answered = [(r, g) for r, (_, g) in zip(results, test) if r.answer is not None]
-    right = sum(r.answer.faq_id == g for r, g in answered)
-    return {"top1": round(top1 / len(in_scope), 4), "answer_rate_in_scope": round(
-        sum(r.answer is not None for r, _ in in_scope) / len(in_scope), 4),
-        "answered": len(answered), "answer_precision": round(right / len(answered), 4) if answered else None}
+    outcomes = outcomes_from_results(results, [g for _, g in test])
+    answers = answer_metrics(outcomes)
+    in_scope = [r for r, (_, g) in zip(results, test) if g is not None]
+    return {"top1": round(top1_accuracy(outcomes), 4), "answer_rate_in_scope": round(
+        sum(r.answer is not None for r in in_scope) / len(in_scope), 4),
+        "answered": answers["n_answered"],
+        "answer_precision": round(answers["answer_precision"], 4) if answers["n_answered"] else None}
 
 
 POLICIES = ("all", "misses")
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from app.settings import Settings
-    from bench.machine_info import cpu_info
+    from evaluation.machine import cpu_info
     from models.encoders.load import load_encoder
 
     torch.set_num_threads(2)

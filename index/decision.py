@@ -13,7 +13,7 @@ FAQ from signals the first stage already has, put on the KB's own scale:
 - `log_phrasings`, `log_query_len`, `is_top`.
 
 A logistic regression over these (a few hundred bytes, `model.json`) is trained on the labelled queries
-of several KBs (`python -m evaluation.decision train`), so a new KB needs no labels. Per build,
+of several KBs (`faq train decision`, training/decision.py), so a new KB needs no labels. Per build,
 `simulate` replays held-out phrasings and the background set through the same features; the model's
 probabilities over them give the threshold -> expected precision / answer rate table (`precision_table`)
 for any assumed share of out-of-scope traffic.
@@ -31,6 +31,7 @@ import numpy as np
 
 from index.answers import WEIGHT_GRID
 from kb.mining import content_words
+from models.scoring import bounded_sigmoid, fit_logistic
 
 HERE = Path(__file__).resolve().parent
 MODEL_FILE = HERE / "decision_model.json"
@@ -187,7 +188,7 @@ class DecisionModel:
     def prob(self, X: np.ndarray) -> np.ndarray:
         z = ((X - self.mean) / self.scale) @ self.coef + self.intercept
         a, b = self.recalibration
-        return 1.0 / (1.0 + np.exp(-np.clip(a * z + b, -30.0, 30.0)))
+        return bounded_sigmoid(a * z + b)
 
     def to_json(self) -> dict:
         return {"features": list(self.names), "mean": self.mean.round(6).tolist(),
@@ -209,29 +210,6 @@ class DecisionModel:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
 
 
-def logistic(Z: np.ndarray, y: np.ndarray, l2: float, start: np.ndarray, *, weight: np.ndarray | None = None,
-             centre: np.ndarray | None = None, intercept_penalised: bool = False) -> np.ndarray:
-    """[coefficients..., intercept] minimising the (weighted) log loss + l2/2 * ||v - centre||^2 over the
-    coefficients (and the intercept when `intercept_penalised`), by L-BFGS from `start`. The one fit behind
-    the cross-KB model, its refit on a KB's labels and a stage's stack (app/decision.py)."""
-    from scipy.optimize import minimize
-
-    Z = np.asarray(Z, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
-    c = np.zeros(Z.shape[1] + 1) if centre is None else np.asarray(centre, dtype=np.float64)
-    mask = np.append(np.ones(Z.shape[1]), 1.0 if intercept_penalised else 0.0)
-
-    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
-        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ v[:-1] + v[-1], -30, 30)))
-        d = (v - c) * mask
-        ll = -np.sum(w * (y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) + 0.5 * l2 * d @ d
-        g = w * (p - y)
-        return ll, np.append(Z.T @ g, g.sum()) + l2 * d
-
-    return minimize(loss, np.asarray(start, dtype=np.float64), jac=True, method="L-BFGS-B").x
-
-
 def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray | None = None,
         rerank: bool = False, meta: dict | None = None) -> DecisionModel:
     """L2-regularised logistic regression on standardised features (intercept free)."""
@@ -239,7 +217,7 @@ def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, sample_weight: np.ndarray
     w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     mean, scale = X.mean(axis=0), X.std(axis=0)
     scale[scale < 1e-9] = 1.0
-    v = logistic((X - mean) / scale, y, l2, np.zeros(X.shape[1] + 1), weight=w * (len(y) / w.sum()))
+    v = fit_logistic((X - mean) / scale, y, l2, np.zeros(X.shape[1] + 1), weight=w * (len(y) / w.sum()))
     return DecisionModel(mean, scale, v[:-1], float(v[-1]), FEATURES, rerank, dict(meta or {}))
 
 
@@ -559,6 +537,6 @@ def refit(prior: DecisionModel, X: np.ndarray, y: np.ndarray, strength: float = 
     Z = (np.asarray(X, dtype=np.float64) - prior.mean) / prior.scale
     a, b = prior.recalibration
     v0 = np.append(prior.coef * a, prior.intercept * a + b)  # fold the recalibration in
-    v = logistic(Z, y, float(strength) * WINDOW, v0, centre=v0, intercept_penalised=True)
+    v = fit_logistic(Z, y, float(strength) * WINDOW, v0, centre=v0, intercept_penalised=True)
     return DecisionModel(prior.mean, prior.scale, v[:-1], float(v[-1]), prior.names, prior.rerank,
                          {**prior.meta, **(meta or {})}, (1.0, 0.0))

@@ -237,6 +237,21 @@ class Retriever:
         return len(self._ids)
 
     @property
+    def ann(self) -> Any:
+        """The build's vector index (its `item_vectors(rows)` are the build variants' stored vectors)."""
+        return self._ann
+
+    @property
+    def build_faq_ids(self) -> list[str]:
+        """The build variants' faq_ids, in build order (tombstoned ones included)."""
+        return self._faq_ids
+
+    @property
+    def build_questions(self) -> list[str]:
+        """The build variants' texts, in build order (tombstoned ones included)."""
+        return self._questions
+
+    @property
     def variant_counts(self) -> dict[str, int]:
         """faq_id -> live phrasings (build minus tombstones, plus delta); computed once per retriever."""
         counts = self.__dict__.get("_variant_counts")

@@ -1,6 +1,11 @@
 """Scores into probabilities and decisions: the one sigmoid, logit, Platt fit and threshold search that
 every layer uses (the builds' cosine calibration, the re-ranker's logit calibration and fusion, the
-evaluations' answer thresholds and pair classifiers).
+evaluations' answer thresholds and pair classifiers), and the decision model's logistic maths (its
+regression, recalibration and a re-ranking stage's stack on top of it).
+
+The decision model's functions keep their own clipped forms (`bounded_sigmoid`, `clipped_logit`): the
+shipped model and every build's stored table were fitted and replayed with them, and `sigmoid` / `logit`
+differ from them in the last bits.
 """
 from __future__ import annotations
 
@@ -116,3 +121,69 @@ def pool(p_cross: np.ndarray, p_first: np.ndarray, weight: float) -> np.ndarray:
         raise ValueError(f"fusion weight must be in 0..1, got {weight}")
     z = weight * logit(p_cross) + (1.0 - weight) * logit(p_first)
     return sigmoid(z).astype(np.float32)
+
+
+def bounded_sigmoid(z: np.ndarray | float, bound: float = 30.0) -> np.ndarray:
+    """1 / (1 + exp(-z)) with z clipped to +-bound: the decision model's form."""
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -bound, bound)))
+
+
+def clipped_logit(p: np.ndarray | float, eps: float = 1e-6) -> np.ndarray:
+    """log(p / (1 - p)) with p clipped to [eps, 1 - eps]: the decision model's form."""
+    p = np.clip(np.asarray(p, dtype=np.float64), eps, 1 - eps)
+    return np.log(p / (1 - p))
+
+
+def fit_logistic(Z: np.ndarray, y: np.ndarray, l2: float, start: np.ndarray, *, weight: np.ndarray | None = None,
+                 centre: np.ndarray | None = None, intercept_penalised: bool = False) -> np.ndarray:
+    """[coefficients..., intercept] minimising the (weighted) log loss + l2/2 * ||v - centre||^2 over the
+    coefficients (and the intercept when `intercept_penalised`), by L-BFGS from `start`. The one fit behind
+    the cross-KB decision model, its refit on a KB's labels and a stage's stack (`fit_stack`)."""
+    from scipy.optimize import minimize
+
+    Z = np.asarray(Z, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    c = np.zeros(Z.shape[1] + 1) if centre is None else np.asarray(centre, dtype=np.float64)
+    mask = np.append(np.ones(Z.shape[1]), 1.0 if intercept_penalised else 0.0)
+
+    def loss(v: np.ndarray) -> tuple[float, np.ndarray]:
+        p = bounded_sigmoid(Z @ v[:-1] + v[-1])
+        d = (v - c) * mask
+        ll = -np.sum(w * (y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) + 0.5 * l2 * d @ d
+        g = w * (p - y)
+        return ll, np.append(Z.T @ g, g.sum()) + l2 * d
+
+    return minimize(loss, np.asarray(start, dtype=np.float64), jac=True, method="L-BFGS-B").x
+
+
+def fit_weighted_platt(z: np.ndarray, right: np.ndarray, weight: np.ndarray) -> tuple[float, float]:
+    """(a, b) of p = sigmoid(a * z + b) minimising the weighted log loss on the labels as they are (no
+    smoothed targets, unlike `fit_platt`), by Nelder-Mead from (1, 0): the decision model's recalibration
+    of its top answer's logit."""
+    from scipy.optimize import minimize
+
+    def loss(v: np.ndarray) -> float:
+        t = v[0] * z + v[1]
+        return float(np.sum(weight * (right * np.logaddexp(0, -t) + (1 - right) * np.logaddexp(0, t))))
+
+    a, b = minimize(loss, np.array([1.0, 0.0]), method="Nelder-Mead").x
+    return float(a), float(b)
+
+
+def stacked(coefs: Sequence[float], p_stage: np.ndarray, p_model: np.ndarray) -> np.ndarray:
+    """P(right answer) = sigmoid(a * logit p_stage + b * logit p_model + c): a re-ranking stage's
+    probability stacked on the decision model's."""
+    a, b, c = (float(x) for x in coefs)
+    return bounded_sigmoid(a * clipped_logit(p_stage) + b * clipped_logit(p_model) + c)
+
+
+def fit_stack(p_stage: np.ndarray, p_model: np.ndarray, right: np.ndarray, l2: float = 1.0) -> tuple[float, float, float]:
+    """(a, b, c) of `stacked` by L2-regularised logistic regression on labelled candidates: how much the
+    stage's probability adds to the decision model's on this KB (a convex pool of the two is
+    under-confident, docs/results.md)."""
+    y = np.asarray(right, dtype=np.float64)
+    if len(y) == 0 or y.min() == y.max():
+        raise ValueError("the stage needs labelled candidates that are right and wrong to be fitted")
+    v = fit_logistic(np.column_stack([clipped_logit(p_stage), clipped_logit(p_model)]), y, l2, np.array([0.5, 0.5, 0.0]))
+    return float(v[0]), float(v[1]), float(v[2])

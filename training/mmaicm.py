@@ -392,7 +392,7 @@ class MmaicmTrainer(Trainer):
                  self.model.config.matcher, self.model.config.use_attention, self.model.num_parameters(),
                  self.scorer.device, json.dumps(self.data.describe))
         self.cache_s = self.fill_cache()
-        log.info("word vectors of %d texts in %.1fs", len(self.scorer._cache), self.cache_s)
+        log.info("word vectors of %d texts in %.1fs", len(self.scorer.word_cache), self.cache_s)
 
     def train_epoch(self) -> dict:
         triples = self.sampler.sample(random.Random(self.cfg.seed * 1_000_003 + self.epoch))

@@ -207,7 +207,7 @@ class SiameseTrainer(Trainer):
 
     def finish(self) -> dict:
         best = load_siamese(self.out, device=str(self.scorer.device), words=self.scorer.words, cache_dir=self.cache_dir)
-        best._cache = self.scorer._cache  # the same texts: MiniLM states are the slow part of a run
+        best.word_cache = self.scorer.word_cache  # the same texts: MiniLM states are the slow part of a run
         best.calibration = self.calibration = self.calibrate(best)
         best.save(self.out)
         return self.write_report()

@@ -42,6 +42,10 @@ class SiameseStage(PooledStage):
     def id(self) -> str:
         return self.scorer.id
 
+    def clear_extra(self) -> None:
+        """Forget the phrasing vectors encoded during calls (those no stored build holds)."""
+        self._extra.clear()
+
     # what an index build stores for this stage (index/build.py `write_stage_vectors`)
     @property
     def vector_key(self) -> str:

@@ -270,6 +270,16 @@ class AnalogyScorer:
         self._cache: dict[str, torch.Tensor] = {}
 
     @property
+    def word_cache(self) -> dict[str, torch.Tensor]:
+        """Word vectors by text. They do not depend on the network's weights, so scorers over the same texts
+        and word representation may share one (assign it)."""
+        return self._cache
+
+    @word_cache.setter
+    def word_cache(self, cache: dict[str, torch.Tensor]) -> None:
+        self._cache = cache
+
+    @property
     def config(self) -> AnalogyConfig:
         return self.encoder.config
 

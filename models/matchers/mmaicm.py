@@ -384,6 +384,11 @@ class MmaicmScorer:
         return self.model.config
 
     @property
+    def word_cache(self) -> LRU[tuple[str, int], torch.Tensor]:
+        """Word vectors by (text, max_len), half precision; `share_cache` shares it between scorers."""
+        return self._cache
+
+    @property
     def id(self) -> str:
         sha = self._weights_sha or "unsaved"
         return f"mmaicm:{self.name}:{sha[:12]}"

@@ -305,6 +305,16 @@ class SiameseScorer:
         self._vector_key: str | None = None
 
     @property
+    def word_cache(self) -> dict[str, torch.Tensor]:
+        """Word vectors by text. They do not depend on the network's weights, so scorers over the same texts
+        and word representation may share one (assign it)."""
+        return self._cache
+
+    @word_cache.setter
+    def word_cache(self, cache: dict[str, torch.Tensor]) -> None:
+        self._cache = cache
+
+    @property
     def config(self) -> SiameseConfig:
         return self.model.config
 

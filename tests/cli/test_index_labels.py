@@ -166,7 +166,7 @@ def test_calibrate_stacks_the_configured_stage_and_the_rerank_arm_serves_the_sta
     import numpy as np
 
     from app.api.main import create_app
-    from app.decision import stacked
+    from models.scoring import stacked
     from app.settings import get_settings
     from cli.main import main
     from tests.app.test_api_stage_kinds import _siamese
@@ -203,7 +203,7 @@ def test_calibrate_stacks_the_configured_stage_and_the_rerank_arm_serves_the_sta
 
 
 def test_fit_stack_learns_how_much_the_stage_adds():
-    from app.decision import fit_stack, stacked
+    from models.scoring import fit_stack, stacked
     import numpy as np
 
     rng = np.random.default_rng(0)

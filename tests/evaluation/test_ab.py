@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.arms import arm_split
-from evaluation.ab import ndcg_at_k, paired_f1_difference, stage_recall
-from evaluation.metrics import QueryOutcome
+from evaluation.ab import paired_f1_difference
+from evaluation.metrics import QueryOutcome, ndcg_at_k, recall_at_k
 from evaluation.online import median_interval, needed_per_arm, online_report, two_proportion_test, wilson_interval
 from conftest import INDEX_TEST_FAQS
 
@@ -147,7 +147,7 @@ def O(gold, ranked, answer="top"):
 def test_ranking_and_difference_metrics_hand_computed():
     outcomes = [O("a", ["a", "b"]), O("b", ["a", "b"]), O("c", ["x"] * 10 + ["c"]), O(None, ["a"])]
     assert ndcg_at_k(outcomes, 10) == pytest.approx((1 + 1 / math.log2(3) + 0) / 3)
-    assert stage_recall(outcomes, 1) == pytest.approx(1 / 3) and stage_recall(outcomes, 11) == pytest.approx(1.0)
+    assert recall_at_k(outcomes, 1) == pytest.approx(1 / 3) and recall_at_k(outcomes, 11) == pytest.approx(1.0)
     better = [O("a", ["a"]), O("b", ["b"]), O("c", ["c"]), O(None, ["a"], answer=None)]
     worse = [O("a", ["x"]), O("b", ["x"]), O("c", ["c"]), O(None, ["a"])]
     diff = paired_f1_difference(better, worse, samples=200)

@@ -13,14 +13,12 @@ from evaluation.answer_selection import (
     format_markdown,
     fuse,
     list_metrics,
-    ndcg,
     paper_lists,
-    precision_at_1,
-    reciprocal_rank,
     run_answer_selection,
     write_report,
     zscore,
 )
+from evaluation.metrics import ndcg, precision_at_1, reciprocal_rank
 from training.mmaicm import QaList, TrainError, average_precision, evaluable, load_split, read_trecqa, read_wikiqa
 
 # ---------------------------------------------------------------- metrics by hand

@@ -313,8 +313,7 @@ class MsemTrainer(Trainer):
 
     def save_best(self) -> None:
         self.encoder.save(self.out, readme=None)
-        # training goes on changing the weights: let the encoder id follow them again, not the saved file
-        self.encoder._weights_sha = None
+        self.encoder.follow_live_weights()
 
     def epoch_row(self, stats: Mapping[str, Any], improved: bool, eval_s: float, epoch_s: float) -> dict:
         return {

@@ -89,6 +89,10 @@ class MsemEncoder:
     def dim(self) -> int:
         return self.model.config.sentence_dim
 
+    def follow_live_weights(self) -> None:
+        """Let `id` hash the live weights again rather than the saved file's: training goes on changing them."""
+        self._weights_sha = None
+
     @property
     def calibration(self) -> tuple[float, float]:
         """(gamma, alpha) of the matching layer: p(match) = sigmoid(gamma * (cos - alpha))."""
