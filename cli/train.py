@@ -633,14 +633,9 @@ def _register_decision(tr_sub: argparse._SubParsersAction) -> None:
         description="Fits the decision model on the candidates `python -m evaluation.decision collect` cached per "
         "KB and encoder, and writes it (the model that ships: index/decision_model.json).",
     )
-    p.add_argument("--cache", default="var/decision")
-    p.add_argument("--kbs", default="energy,council,grocery,campus_it,demo,clinc150,banking77")
-    p.add_argument("--model", default="mpnet")
-    p.add_argument("--rerank", action="store_true", help="order candidates by the model")
-    p.add_argument("--clarify-min", type=float, default=0.25)
-    p.add_argument("--train-models", default=None, help="encoders whose caches train the model (default --model)")
-    p.add_argument("--recalibrate", action="store_true",
-                   help="refit the top answer's logit on predictions made leave one KB out")
+    from training.decision import add_data_options
+
+    add_data_options(p)
     p.add_argument("--out", default=None, help="default: index/decision_model.json")
     p.set_defaults(func=cmd_decision)
 

@@ -114,7 +114,7 @@ def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, r
 
 def add_data_options(p: argparse.ArgumentParser) -> None:
     """The options naming what the model is trained on (the cache, its KBs and encoders, the model's kind) of
-    `python -m evaluation.decision loko / labels / train`; cli/train.py repeats them for `faq train decision`."""
+    `python -m evaluation.decision loko / labels / train` and of `faq train decision`."""
     p.add_argument("--cache", default="var/decision")
     p.add_argument("--kbs", default=",".join(ALL_KBS))
     p.add_argument("--model", default="mpnet")
