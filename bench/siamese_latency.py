@@ -86,7 +86,7 @@ def main() -> int:
         t = time.perf_counter()
         matrix = stored.sentence_vectors(texts).astype(np.float16)  # as the build stores them
         build_s = time.perf_counter() - t
-        stored.attach(StoredBuild("bench-build", stored.vector_key, texts, matrix))
+        stored = stored.on_build(StoredBuild("bench-build", stored.vector_key, texts, matrix))
         cold = SiameseStage(stored.scorer, weight=0.5)
         times: dict[str, list[float]] = {"stored": [], "cold": []}
         for n, (query, cands) in enumerate(calls):

@@ -323,8 +323,8 @@ def _fit_stage(settings, retriever, model, rows, matches, ref) -> tuple[str, tup
         return None
     stage = copy.copy(stages[0])
     stage.weight = 1.0
-    if hasattr(stage, "attach"):
-        stage.attach(retriever)
+    if hasattr(stage, "on_build"):
+        stage = stage.on_build(retriever)
     p_s, p_m, right = [], [], []
     for (text, cands, gold), found in zip(rows, matches):
         head = found[:WINDOW]

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.console.routes import (flash, Answer, _redirect, checked_post, current, kb_state, kb_url, problem_page,
                                     render, router)
-from app.api.state import ServiceState
+from app.api.state import KbState
 from app.build_gate import feedback_labels_of, judge
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
 from index.artifacts import VERSION_RE, IndexVerificationError, UnknownVersion
@@ -61,7 +61,7 @@ class BuildJobs:
     def get(self, kb: str) -> BuildJob | None:
         return self._latest.get(kb)
 
-    def start(self, kb: str, state: ServiceState) -> BuildJob | None:
+    def start(self, kb: str, state: KbState) -> BuildJob | None:
         """The started job, or None when one of this KB is still running."""
         with self._lock:
             running = self._latest.get(kb)
@@ -72,7 +72,7 @@ class BuildJobs:
         return job
 
 
-def run_build(job: BuildJob, state: ServiceState) -> None:
+def run_build(job: BuildJob, state: KbState) -> None:
     from app.assembly import encoder_spec
     from index.build import build_index
 
@@ -85,7 +85,7 @@ def run_build(job: BuildJob, state: ServiceState) -> None:
                                "`faq index build`, which records it")
         current_version = registry.current()
         manifest = registry.read_manifest(current_version) if current_version else None
-        encoder = state._background_encoder()
+        encoder = state.background_encoder()
         built = build_index(
             state.store, encoder, registry, n_trees=settings.ann_n_trees,
             search_k=settings.ann_search_k, keep_versions=settings.keep_versions, recall_floor=RECALL_FLOOR,
@@ -143,7 +143,7 @@ def _version_field(request: Request, value: str, session: Any) -> str:
     return value
 
 
-def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | None, float | None]:
+def _table(state: KbState, manifest: dict | None) -> tuple[list[dict] | None, float | None]:
     """A build's table as it is (or would be) served, and the threshold it serves (the row the page marks)."""
     if manifest is None:
         return None, None
@@ -158,14 +158,14 @@ def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | Non
     return table, chosen
 
 
-def _building_elsewhere(state: ServiceState, job: BuildJob | None) -> list[dict]:
+def _building_elsewhere(state: KbState, job: BuildJob | None) -> list[dict]:
     """Builds of the KB running outside this page's job: `faq index build`, or Build now on another replica
     (the index_builds rows still "building")."""
     mine = job.version if job is not None and job.state == "running" else None
     return [b for b in state.store.list_builds("building") if b["version"] != mine]
 
 
-def _listing(state: ServiceState) -> tuple[list[dict], dict | None]:
+def _listing(state: KbState) -> tuple[list[dict], dict | None]:
     manifests = state.registry.list()
     return list(reversed(manifests)), next((m for m in manifests if m["current"]), None)
 
@@ -177,7 +177,7 @@ async def builds_page(request: Request, kb: str) -> Response:
     return await _page(request, session, kb, state)
 
 
-async def _page(request: Request, session: Any, kb: str, state: ServiceState, status: int = 200,
+async def _page(request: Request, session: Any, kb: str, state: KbState, status: int = 200,
                 error: str | None = None) -> Response:
     manifests, current_manifest = await run_in_threadpool(_listing, state)
     # the build whose expected precision is shown: ?version=, else the current one

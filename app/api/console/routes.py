@@ -3,7 +3,7 @@
 Every page answers HTML (errors too: a 403 or 422 is a page saying what went wrong, never JSON). Forms
 are parsed here from `application/x-www-form-urlencoded` bodies; every field passes the same rules as
 the API's JSON fields (app/api/schemas.py), and the work goes through the API's own code: `_match` for
-questions, `ServiceState.record_feedback` for feedback, the store's FAQ calls and the admin API's
+questions, `KbState.record_feedback` for feedback, the store's FAQ calls and the admin API's
 `_refresh` for writes.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from app.api.routes.admin import _refresh
 from app.api.routes.match import MatchTrace, _match
 from app.api.schemas import MAX_ID_CHARS, FaqCreate, FaqReplace, MatchRequest
-from app.api.state import QueryLogDisabled, ServiceState
-from app.api.tenants import Tenants, UnknownKb
+from app.api.state import QueryLogDisabled, KbState
+from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.api.console.explain import explain
 from app.api.console.sessions import ConsoleSession, Sessions
@@ -170,24 +170,24 @@ async def checked_post(request: Request) -> tuple[ConsoleSession, dict[str, str]
     return session, fields
 
 
-async def kb_state(request: Request, session: ConsoleSession, kb: str) -> ServiceState:
+async def kb_state(request: Request, session: ConsoleSession, kb: str) -> KbState:
     """The KB's served state, after the API's checks in the API's order: a malformed name is 422, a KB
     the session's token may not reach is 403 whether or not it exists, an unknown KB is 404."""
     if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
         raise Answer(problem_page(request, 422, "kb: must be 1-64 characters of a-z, 0-9, '-' and '_', starting "
                                                 "with a letter or digit", session=session))
-    tenants: Tenants = request.app.state.tenants
-    if not await run_in_threadpool(sessions_of(request).allowed, session, tenants):
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    if not await run_in_threadpool(sessions_of(request).allowed, session, resident_kbs):
         await run_in_threadpool(sessions_of(request).close, session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
         raise Answer(_redirect("/console/login"))
     if session.kb is not None and session.kb != kb:
         raise Answer(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
                                   session=session))
-    state = tenants.peek(kb)
+    state = resident_kbs.peek(kb)
     if state is not None:
         return state
     try:
-        return await run_in_threadpool(tenants.get, kb)
+        return await run_in_threadpool(resident_kbs.get, kb)
     except UnknownKb as exc:
         raise Answer(problem_page(request, 404, f"{exc}: `faq kb list` shows the KBs", session=session)) from exc
 
@@ -221,13 +221,13 @@ async def login(request: Request) -> Response:
     problem = field_problem(token, MAX_TOKEN_CHARS) if token else "must not be empty"
     if problem is not None:
         return _login_form(request, 422, f"token: {problem}")
-    tenants: Tenants = request.app.state.tenants
-    admin = tenants.settings.admin_token
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    admin = resident_kbs.settings.admin_token
     if admin and secrets.compare_digest(token.encode("utf-8"), admin.encode("utf-8")):
         session = await run_in_threadpool(sessions_of(request).open, None, None, token)
         target = "/console/kbs"
     else:
-        info = await run_in_threadpool(tenants.token_info, token)
+        info = await run_in_threadpool(resident_kbs.token_info, token)
         if info is None or info.kind != "admin":
             return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a KB admin token (`faq kb token`)")
         session = await run_in_threadpool(sessions_of(request).open, info.kb, info.id)
@@ -307,11 +307,11 @@ async def try_question(request: Request, kb: str) -> Response:
         return render(request, "try.html", exc.status_code, errors={"form": str(exc.detail)}, **page)
     page["result"] = result
     why, why_problem = None, None
-    if trace.results and state.matcher is not None:
+    if trace.results and state.pipeline is not None:
         try:
             # the word weights' encoder call runs here, off the batcher: the console is low traffic, and
             # the answer above is already logged and counted as /match would have it
-            why = await run_in_threadpool(explain, state.matcher, trace.retriever, result.query, trace.results[0])
+            why = await run_in_threadpool(explain, state.pipeline, trace.retriever, result.query, trace.results[0])
         except Exception as exc:  # noqa: BLE001 - the answer is shown whatever befalls its explanation
             log.exception("could not explain the console question")
             why_problem = f"the explanation could not be worked out: {type(exc).__name__}"

@@ -26,8 +26,8 @@ from app.api.schemas import (
     MatchRequest,
     MatchResponse,
 )
-from app.api.state import QueryLogDisabled, ServiceState
-from app.arms import arm_split, resolve_arm, uses_reranker
+from app.api.state import QueryLogDisabled, KbState
+from app.arms import arm_split, resolve_arm, uses_stages
 from app.pipeline import MatchQuery, MatchResult
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 
@@ -47,7 +47,7 @@ _ERRORS = {
 
 
 @router.post("/match", response_model=MatchResponse, responses=_ERRORS, summary="Match one query to the FAQ")
-async def match(body: MatchRequest, state: ServiceState = Depends(get_state)) -> MatchResponse:
+async def match(body: MatchRequest, state: KbState = Depends(get_state)) -> MatchResponse:
     return (await _match(state, [body]))[0]
 
 
@@ -55,11 +55,11 @@ async def match(body: MatchRequest, state: ServiceState = Depends(get_state)) ->
     "/match/batch", response_model=BatchMatchResponse, responses=_ERRORS,
     summary="Match up to 64 queries (encoded in one encoder call)",
 )
-async def match_batch(body: BatchMatchRequest, state: ServiceState = Depends(get_state)) -> BatchMatchResponse:
+async def match_batch(body: BatchMatchRequest, state: KbState = Depends(get_state)) -> BatchMatchResponse:
     return BatchMatchResponse(results=await _match(state, body.queries))
 
 
-def arm_of(state: ServiceState, item: MatchRequest) -> str:
+def arm_of(state: KbState, item: MatchRequest) -> str:
     """The arm a request runs: its own `arm`, else the A/B split (sticky per session_id; without a
     session, random per request), else FAQ_DEFAULT_ARM; `rerank: true` adds the re-ranking stage."""
     arm = item.arm
@@ -80,11 +80,11 @@ class MatchTrace:
     results: list[MatchResult] = field(default_factory=list)
 
 
-async def _match(state: ServiceState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
+async def _match(state: KbState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
-        if uses_reranker(arm) and not state.stages:
-            problem = getattr(state, "reranker_problem", None)
+        if uses_stages(arm) and not state.stages:
+            problem = state.stage_problem
             raise HTTPException(status_code=status.HTTP_409_CONFLICT,
                                 detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
@@ -99,9 +99,9 @@ async def _match(state: ServiceState, items: list[MatchRequest], trace: MatchTra
         for item, arm in zip(items, arms)
     ]
     assert state.batcher is not None
-    state.in_flight += 1  # the KB is not unloaded under this request (app/api/tenants.py)
+    state.in_flight += 1  # the KB is not unloaded under this request (app/api/resident_kbs.py)
     try:
-        results = await state.batcher.submit(queries, retriever, state.matcher)
+        results = await state.batcher.submit(queries, retriever, state.pipeline)
     finally:
         state.in_flight -= 1
     if trace is not None:
@@ -173,7 +173,7 @@ _FEEDBACK_ERRORS = {
     "/feedback", response_model=FeedbackResponse, responses=_FEEDBACK_ERRORS,
     summary="Record whether a /match answer was right (and which FAQ was); once per request",
 )
-async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse | JSONResponse:
+async def feedback(body: FeedbackRequest, state: KbState = Depends(get_state)) -> FeedbackResponse | JSONResponse:
     def refused(status_code: int, field: str, message: str) -> JSONResponse:
         return JSONResponse(status_code=status_code,
                             content={"error": message, "detail": [{"field": field, "message": message}]})
