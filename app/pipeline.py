@@ -140,7 +140,7 @@ class Pipeline:
         with self._served_lock:
             served = self._served
             if served is None or served.retriever is not retriever:
-                served = self._served = ServedBuild(retriever, self.builds.files(retriever), self.cache.size)
+                served = self._served = ServedBuild(retriever, self.builds, self.cache.size)
             return served
 
     # -- public API ------------------------------------------------------------------------------

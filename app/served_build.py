@@ -96,12 +96,22 @@ class OpenBuilds:
 class ServedBuild:
     """A pipeline's results and per-build state for one retriever (see the module docstring)."""
 
-    def __init__(self, retriever: Any, files: BuildFiles, cache_size: int = 0):
+    def __init__(self, retriever: Any, builds: OpenBuilds, cache_size: int = 0):
         self.retriever = retriever
-        self.files = files
+        self._builds = builds
+        self._files: BuildFiles | None = None
         self.results: LRU[tuple, Any] = LRU(max(0, int(cache_size)))  # the query cache's entries
         self.decisions = BuildDecisions(retriever)
         self.pure_stage: Any = None  # `Pipeline.stacked_rerank`'s stage at weight 1
+
+    @property
+    def files(self) -> BuildFiles:
+        """The build's open files, looked up on first use: a repeat answered from `results` (on the event
+        loop, app/api/workers.py) never opens or closes a file."""
+        files = self._files
+        if files is None:
+            files = self._files = self._builds.files(self.retriever)
+        return files
 
     def stage(self, stage: Any) -> Any:
         return self.files.stage(stage, self.retriever)

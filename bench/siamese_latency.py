@@ -92,7 +92,7 @@ def main() -> int:
         for n, (query, cands) in enumerate(calls):
             for state, stage in (("stored", stored), ("cold", cold)):
                 if state == "cold":
-                    stage._extra.clear()  # nothing kept between calls: every phrasing encoded in the call
+                    stage.encoded.clear()  # nothing kept between calls: every phrasing encoded in the call
                 t = time.perf_counter()
                 stage.rescore(query, cands)
                 if n >= 20:

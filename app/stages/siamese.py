@@ -33,8 +33,9 @@ class SiameseStage(PooledStage):
         super().__init__(scorer, weight)
         # the build's phrasing text -> row, and its memory-mapped vectors (None: not reading a build)
         self.stored: tuple[dict[str, int], np.ndarray] | None = None
-        # shared by the stage and its copies reading builds: a phrasing is encoded once per process
-        self._extra: LRU[str, np.ndarray] = LRU(self.CACHE_SIZE)
+        # phrasings outside the build encoded so far, shared by the stage and its copies reading builds: a
+        # phrasing is encoded once per process
+        self.encoded: LRU[str, np.ndarray] = LRU(self.CACHE_SIZE)
 
     @property
     def id(self) -> str:
@@ -69,12 +70,12 @@ class SiameseStage(PooledStage):
         stored = self.stored
         for i, text in enumerate(texts):
             row = stored[0].get(text) if stored is not None else None
-            out[i] = stored[1][row] if row is not None else self._extra.get(text)
+            out[i] = stored[1][row] if row is not None else self.encoded.get(text)
         missing = list(dict.fromkeys(t for t, v in zip(texts, out) if v is None))
         if missing:
             fresh = dict(zip(missing, self.scorer.sentence_vectors(missing)))
             for text, vec in fresh.items():
-                self._extra.put(text, vec)
+                self.encoded.put(text, vec)
             out = [fresh[t] if v is None else v for t, v in zip(texts, out)]
         return np.asarray(np.stack(out), dtype=np.float32)
 
