@@ -110,7 +110,7 @@ class KbState:
         """Why FAQ_RERANKER did not load (the `+rerank` arms then answer 409 saying so); None: it did."""
         return self.resources.stage_problem
 
-# -- lifecycle ---------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
         """The current build's manifest, or None when there is none or it cannot be read (then
         /readyz reports the broken build; the encoder falls back to the configured default)."""
