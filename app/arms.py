@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from app.settings import ARMS, Settings, split_weights
 
-__all__ = ["ARMS", "ArmSplit", "arm_split", "base_arm", "parse_split", "resolve_arm", "uses_reranker"]
+__all__ = ["ARMS", "ArmSplit", "arm_split", "base_arm", "parse_split", "resolve_arm", "uses_stages"]
 
 RERANK_SUFFIX = "+rerank"
 #: hash buckets of the split; weights are spread over these
@@ -35,7 +35,7 @@ def base_arm(arm: str) -> str:
     return arm.removesuffix(RERANK_SUFFIX)
 
 
-def uses_reranker(arm: str) -> bool:
+def uses_stages(arm: str) -> bool:
     return arm.endswith(RERANK_SUFFIX)
 
 
@@ -43,7 +43,7 @@ def resolve_arm(arm: str, rerank: bool = False) -> str:
     """The arm a request runs: `rerank: true` turns `ann` into `ann+rerank` (and `lexical` alike)."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; valid arms: {', '.join(ARMS)}")
-    return arm + RERANK_SUFFIX if rerank and not uses_reranker(arm) else arm
+    return arm + RERANK_SUFFIX if rerank and not uses_stages(arm) else arm
 
 
 # -- the online split --------------------------------------------------------------------------

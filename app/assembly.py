@@ -11,8 +11,9 @@ from typing import Any, Callable, Sequence
 
 from app.decision import Decider
 from app.pipeline import Pipeline
+from app.served_build import OpenBuilds
 from app.settings import Settings
-from app.stages import RerankStage
+from app.stages import Stage
 from index.candidates import RetrieverLike
 from index.decision import load_model
 
@@ -134,11 +135,12 @@ def served_model_path(settings: Settings) -> Any:
 
 
 def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], RetrieverLike | None] | RetrieverLike, *,
-                   lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[RerankStage] = (),
+                   lexical: Callable[[RetrieverLike], Any] | None = None, stages: Sequence[Stage] = (),
                    pool_variants: int | None = None, rerank_k: int | None = None,
                    lexical_k: int | None = None, answer_weight: float | None = None,
-                   cache_size: int | None = None) -> Pipeline:
-    """The matching pipeline: settings give every option a caller does not override."""
+                   cache_size: int | None = None, builds: OpenBuilds | None = None) -> Pipeline:
+    """The matching pipeline: settings give every option a caller does not override. `builds`: the build
+    versions open for serving that the pipeline shares (a KB's, app/api/state.py), else its own."""
     return Pipeline(
         encoder, retriever, lexical=lexical,
         lexical_k=settings.lexical_k if lexical_k is None else lexical_k,
@@ -151,4 +153,5 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
                         oos_share=settings.oos_share,
                         target_precision=settings.target_precision, default_threshold=settings.default_threshold),
         scoring=settings.scoring,
+        builds=builds,
     )

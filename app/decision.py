@@ -18,7 +18,6 @@ expected precision.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -46,18 +45,20 @@ class Decision:
     expected_precision: float | None
 
 
-class _BuildState:
-    """What the decider keeps per served build: references, tables, FAQ word sets."""
+class BuildDecisions:
+    """What the decider computes once per served build (app/served_build.py `ServedBuild.decisions`):
+    references, tables and FAQ word sets."""
 
     def __init__(self, retriever: Any):
         self.retriever = retriever
         self.words: dict[str, frozenset[str]] = {}
         self.references: dict[str, Reference | None] = {}
-        self.tables: dict[str, list[dict] | None] = {}
+        self.tables: dict[tuple[str, float], list[dict] | None] = {}
 
 
 class Decider:
-    """Scores candidates with the cross-KB model and decides. Thread-safe; one per pipeline."""
+    """Scores candidates with the cross-KB model and decides. Thread-safe; one per pipeline. What it computes
+    per build is kept in the `BuildDecisions` a caller passes (`build=`); without one, nothing is kept."""
 
     def __init__(self, model: DecisionModel | None, *, oos_share: float = 0.2, target_precision: float | None = None,
                  default_threshold: float = 0.5):
@@ -66,10 +67,13 @@ class Decider:
         self.target_precision = target_precision
         self.default_threshold = default_threshold
         self.clarify_min = float((model.meta if model else {}).get("clarify_min", CLARIFY_MIN))
-        self._state: _BuildState | None = None
-        self._lock = threading.Lock()
         # (build version, table, queries) from the served build's own logged traffic (`set_traffic`)
         self._traffic: tuple[str, list[dict], int] | None = None
+
+    @property
+    def traffic(self) -> tuple[str, list[dict], int] | None:
+        """(build version, table, queries) of the logged traffic in force (`set_traffic`), else None."""
+        return self._traffic
 
     def set_traffic(self, version: str, scores: Sequence[float]) -> None:
         """The latest logged top scores of build `version`: with MIN_TRAFFIC of them their table replaces the
@@ -81,24 +85,23 @@ class Decider:
         t = self._traffic
         return t[2] if t is not None and t[0] == str(getattr(retriever, "version", "")) else None
 
-    def _for(self, retriever: Any) -> _BuildState:
-        with self._lock:
-            if self._state is None or self._state.retriever is not retriever:
-                self._state = _BuildState(retriever)
-            return self._state
+    @staticmethod
+    def _build(retriever: Any, build: BuildDecisions | None) -> BuildDecisions:
+        return build if build is not None else BuildDecisions(retriever)
 
     # -- scores ----------------------------------------------------------------------------------
-    def reference(self, retriever: Any, pool: int, weight: float) -> Reference | None:
+    def reference(self, retriever: Any, pool: int, weight: float,
+                  build: BuildDecisions | None = None) -> Reference | None:
         """The served build's reference for (pool, weight), read from its manifest once per build."""
         if self.model is None:
             return None
-        state = self._for(retriever)
+        state = self._build(retriever, build)
         key = reference_key(pool, weight)
         if key not in state.references:
             state.references[key] = reference_for(getattr(retriever, "manifest", None), pool, weight)
         return state.references[key]
 
-    def _words(self, state: _BuildState, faq_id: str) -> frozenset[str]:
+    def _words(self, state: BuildDecisions, faq_id: str) -> frozenset[str]:
         found = state.words.get(faq_id)
         if found is None:
             r = state.retriever
@@ -110,21 +113,23 @@ class Decider:
             state.words[faq_id] = found
         return found
 
-    def candidates(self, retriever: Any, matches: Sequence[FaqMatch]) -> list[Candidate]:
+    def candidates(self, retriever: Any, matches: Sequence[FaqMatch],
+                   build: BuildDecisions | None = None) -> list[Candidate]:
         """The model's view of `matches` (first-stage order)."""
-        state = self._for(retriever)
+        state = self._build(retriever, build)
         counts = getattr(retriever, "variant_counts", None) or {}
         return [Candidate(m.faq_id, m.cosine, m.cosine if m.phrasing_cosine is None else m.phrasing_cosine,
                           m.answer_cosine, int(counts.get(m.faq_id, 1)), self._words(state, m.faq_id))
                 for m in matches]
 
-    def rescore(self, query: str, matches: list[FaqMatch], retriever: Any, ref: Reference) -> list[FaqMatch]:
+    def rescore(self, query: str, matches: list[FaqMatch], retriever: Any, ref: Reference,
+                build: BuildDecisions | None = None) -> list[FaqMatch]:
         """`matches` with `score` = the model's probability (the first WINDOW; the rest are capped below
         them), re-ordered by it when the model re-ranks."""
         assert self.model is not None
         if not matches:
             return matches
-        p = decide(self.model, query, self.candidates(retriever, matches), ref)
+        p = decide(self.model, query, self.candidates(retriever, matches, build), ref)
         head = [replace(m, score=float(x)) for m, x in zip(matches, p.tolist())]
         if self.model.rerank:
             head.sort(key=lambda m: -m.score)  # stable: ties keep the first-stage order
@@ -133,15 +138,18 @@ class Decider:
         return head + tail
 
     # -- decisions -------------------------------------------------------------------------------
-    def table(self, retriever: Any, pool: int, weight: float) -> list[dict] | None:
+    def table(self, retriever: Any, pool: int, weight: float,
+              build: BuildDecisions | None = None) -> list[dict] | None:
         """The build's threshold -> expected precision / answer rate table for the served (pool, weight)."""
         if self.model is None:
             return None
         t = self._traffic
         if t is not None and t[0] == str(getattr(retriever, "version", "")):
             return t[1]
-        state = self._for(retriever)
-        key = reference_key(pool, weight)
+        state = self._build(retriever, build)
+        # the share of out-of-scope traffic is the decider's: a pipeline whose decider is replaced (evaluations
+        # do) must not be answered from the table of another share
+        key = (reference_key(pool, weight), self.oos_share)
         if key not in state.tables:
             state.tables[key] = served_table(getattr(retriever, "manifest", None), pool, weight, self.oos_share)
         return state.tables[key]

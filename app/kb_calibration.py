@@ -60,8 +60,8 @@ def fit_stage(settings: Any, refit: Refit, say: Callable[[str], None]) -> tuple[
         return None
     stage = copy.copy(stages[0])
     stage.weight = 1.0
-    if hasattr(stage, "attach"):
-        stage.attach(refit.retriever)
+    if hasattr(stage, "on_build"):
+        stage = stage.on_build(refit.retriever)
     p_s, p_m, right = [], [], []
     for (text, cands, gold), found in zip(refit.rows, refit.matches):
         head = found[:WINDOW]

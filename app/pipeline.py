@@ -17,16 +17,18 @@ Arms (app/arms.py): `MatchQuery.arm` picks the recall stage (`ann` or `lexical`)
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from app.arms import base_arm, uses_reranker
+from app.arms import base_arm, uses_stages
 from app.decision import Decider
 from app.query_cache import QueryCache, cache_text
-from app.stages.base import RerankStage
+from app.served_build import OpenBuilds, ServedBuild
+from app.stages.base import Stage
 from index.answers import nearest_weight
 from index.calibration import calibration_for
 from index.candidates import (
@@ -41,7 +43,7 @@ from index.candidates import (
 )
 from index.decision import WINDOW
 
-__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoRerankerError", "Pipeline",
+__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError", "Pipeline",
            "run_pipelines"]
 
 
@@ -87,20 +89,26 @@ class Pipeline:
     (the service passes its state's getter so a hot swap is seen by the next call). The retriever is read
     ONCE per `match` call, so every query of a call is answered by the same index version even if a
     swap happens meanwhile; callers can also pin one with `retriever=`.
+
+    What is computed from a retriever (cached results, the decider's per-build state, the build's lexical
+    index and stage vectors) is kept on its `ServedBuild` (`served`, app/served_build.py). `builds` holds the
+    build versions open; the service passes its KB's, so a new pipeline of the KB (new settings) keeps them.
     """
 
     def __init__(self, encoder: Any, retriever_provider: Callable[[], RetrieverLike | None] | RetrieverLike, *,
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
-                 stages: Sequence[RerankStage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
+                 stages: Sequence[Stage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
                  answer_weight: float = 0.0, cache_size: int = 0, decider: Decider | None = None,
-                 scoring: str = "model"):
+                 scoring: str = "model", builds: OpenBuilds | None = None):
         self.encoder = encoder
         # scores (the cross-KB decision model) and answer / clarify / abstain; None: calibrated cosines only
         self.decider = decider if decider is not None else Decider(None)
         self.scoring = scoring  # "model" | "calibration" (app/settings.py)
-        self._pure_stage: Any = None  # `stacked_rerank`'s stage at weight 1
         # finished results of repeated queries (0 = off); see QueryCache
         self.cache = QueryCache(cache_size)
+        self.builds = builds if builds is not None else OpenBuilds()
+        self._served: ServedBuild | None = None
+        self._served_lock = threading.Lock()
         if pool_variants is not None and pool_variants < 1:
             raise ValueError(f"pool_variants must be >= 1, got {pool_variants}")
         # the answer's share of a FAQ's first-stage score (builds without answer evidence ignore it)
@@ -121,6 +129,19 @@ class Pipeline:
 
     def current_retriever(self) -> RetrieverLike | None:
         return self._provider()
+
+    def served(self, retriever: RetrieverLike) -> ServedBuild:
+        """`retriever`'s `ServedBuild`: the one invalidation rule of what the pipeline computes from a build is
+        that another retriever (a swap, a KB refresh, a caller's own) gets a new one. The last one is kept,
+        so a request pinned to a retriever no longer served starts its own."""
+        served = self._served
+        if served is not None and served.retriever is retriever:
+            return served
+        with self._served_lock:
+            served = self._served
+            if served is None or served.retriever is not retriever:
+                served = self._served = ServedBuild(retriever, self.builds, self.cache.size)
+            return served
 
     # -- public API ------------------------------------------------------------------------------
     def match(
@@ -174,9 +195,10 @@ class Pipeline:
             return [None] * len(requests)
         t0 = time.perf_counter()
         options = self._options_key()
+        served = self.served(retriever)
         out: list[MatchResult | None] = []
         for request in requests:
-            hit = self.cache.get(retriever, self._cache_key(request, options))
+            hit = self.cache.get(served, self._cache_key(request, options))
             if hit is not None:
                 ms = round((time.perf_counter() - t0) * 1000.0, 3)
                 hit = replace(hit, query=request.query, cached=True,
@@ -188,14 +210,15 @@ class Pipeline:
         if self.cache.size == 0:
             return
         options = self._options_key()
+        served = self.served(retriever)
         for request, result in zip(requests, results):
-            self.cache.put(retriever, self._cache_key(request, options), result)
+            self.cache.put(served, self._cache_key(request, options), result)
 
     def _options_key(self) -> tuple:
         """Everything of the pipeline's own that changes a ranking (evaluations retune these live)."""
         return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k, self.scoring,
                 id(self.decider.model), self.decider.oos_share, self.decider.target_precision,
-                id(self.decider._traffic),
+                id(self.decider.traffic),
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -215,6 +238,9 @@ class Pipeline:
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
         hits_per_query = self.retrieve(requests, vecs, retriever)
+        # after the search: a retriever that cannot search leaves the served build of the last one in place
+        served = self.served(retriever)
+        build = served.decisions
         weight = self.served_answer_weight(retriever)
         answer_cos: list[dict[str, float] | None] = [None] * len(requests)
         floors: list[float | None] = [None] * len(requests)
@@ -225,7 +251,7 @@ class Pipeline:
                 hits = hits_per_query[i]
                 if base_arm(request.arm) == "ann":  # the lexical arms keep BM25's candidates, scored the same way
                     floors[i] = min((h.cosine for h in hits), default=None)
-                    top_k = max(request.top_k, self.rerank_k) if uses_reranker(request.arm) else request.top_k
+                    top_k = max(request.top_k, self.rerank_k) if uses_stages(request.arm) else request.top_k
                     hits = hits_per_query[i] = answer_hits(retriever, answer_vectors, cosines[i], vecs[i], hits, top_k)
                 row_of = answer_vectors.row_of
                 answer_cos[i] = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
@@ -239,10 +265,9 @@ class Pipeline:
         # the ANN list holds every phrasing down to its lowest cosine, so a FAQ's phrasings missing from it
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if pool > 1 else None
-        decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight) is not None
-        attached = False
+        decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight, build) is not None
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
-            reranked = uses_reranker(request.arm)
+            reranked = uses_stages(request.arm)
             depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
             grouped = group_hits(hits, answers, calibration, depth,
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
@@ -252,24 +277,21 @@ class Pipeline:
                 # convex pool of two calibrated probabilities is under-confident (docs/results.md); a stage
                 # fitted on the KB's labels (`faq index calibrate`) is stacked with the model instead
                 grouped = [replace(m, first_score=m.score) for m in grouped]
-                if not attached:
-                    self.attach_stages(retriever)
-                    attached = True
                 stack = self.stage_stack() if decided else None
                 if stack is not None:
                     ranked.append(self.stacked_rerank(request, grouped, retriever, pool, weight, stack))
                     continue
-            ranked.append(self.rerank(request, grouped) if reranked else grouped)
-        rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_reranker(r.arm) for r in requests) else 0.0
+            ranked.append(self.rerank(request, grouped, served) if reranked else grouped)
+        rerank_ms = (time.perf_counter() - t2) * 1000.0 if any(uses_stages(r.arm) for r in requests) else 0.0
         t3 = time.perf_counter()
         decider = self.decider
-        ref = decider.reference(retriever, pool, weight) if self.scoring == "model" else None
-        table = decider.table(retriever, pool, weight) if ref is not None else None
+        ref = decider.reference(retriever, pool, weight, build) if self.scoring == "model" else None
+        table = decider.table(retriever, pool, weight, build) if ref is not None else None
         results: list[MatchResult] = []
         for request, matches in zip(requests, ranked):
-            staged = uses_reranker(request.arm)  # a stage's probability stays the score: the table is not its
+            staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
             if ref is not None and not staged:
-                matches = decider.rescore(request.query, matches, retriever, ref)[: request.top_k]
+                matches = decider.rescore(request.query, matches, retriever, ref, build)[: request.top_k]
             decision = decider.decide(matches, decider.threshold(request.threshold, table),
                                       None if staged else table)
             answer = matches[0] if decision.kind == "answer" else None
@@ -296,8 +318,10 @@ class Pipeline:
             result.timings_ms.update(decide=round(decide_ms, 3), total=round(total_ms, 3))
         return results
 
-    def _rank_group(self, group: Group, vecs: np.ndarray, encode_ms: float,
-                    started: float) -> list[MatchResult] | BaseException:
+    def rank_group(self, group: Group, vecs: np.ndarray, encode_ms: float,
+                   started: float) -> list[MatchResult] | BaseException:
+        """`rank` for one group of `run` (its queries' vectors from the shared encoder call), its results
+        kept in the query cache; a failure is returned as the group's outcome."""
         requests, retriever, submitted = group
         try:
             results = self.rank(requests, vecs, retriever, encode_ms=encode_ms,
@@ -327,9 +351,9 @@ class Pipeline:
         """How `retriever`'s build is scored and decided: the scoring in force, the default threshold and
         its expected precision, and the build's threshold -> expected precision / answer rate table."""
         pool, weight = self.served_pool(retriever), self.served_answer_weight(retriever)
-        decider = self.decider
-        ref = decider.reference(retriever, pool, weight) if self.scoring == "model" else None
-        table = decider.table(retriever, pool, weight) if ref is not None else None
+        decider, build = self.decider, self.served(retriever).decisions
+        ref = decider.reference(retriever, pool, weight, build) if self.scoring == "model" else None
+        table = decider.table(retriever, pool, weight, build) if ref is not None else None
         threshold = decider.threshold(None, table)
         return {
             "scoring": "model" if ref is not None else "calibration",
@@ -341,14 +365,6 @@ class Pipeline:
             "traffic_queries": decider.traffic_queries(retriever) if ref is not None else None,
             "table": table,
         }
-
-    def attach_stages(self, retriever: RetrieverLike) -> None:
-        """Stages that keep something per build (`attach(retriever)`: the Siamese matcher's stored phrasing
-        vectors) are shown the build this call is answered from."""
-        for stage in self.stages:
-            attach = getattr(stage, "attach", None)
-            if attach is not None:
-                attach(retriever)
 
     def stage_stack(self) -> tuple[float, float, float] | None:
         """(a, b, c) of the single configured stage when the served decision model was fitted with it on
@@ -367,13 +383,15 @@ class Pipeline:
 
         from models.scoring import stacked
 
-        ref = self.decider.reference(retriever, pool, weight)
-        head = self.decider.rescore(request.query, candidates, retriever, ref)[: max(request.top_k, WINDOW)]
+        served = self.served(retriever)
+        ref = self.decider.reference(retriever, pool, weight, served.decisions)
+        head = self.decider.rescore(request.query, candidates, retriever, ref, served.decisions)[
+            : max(request.top_k, WINDOW)]
         if not head:
             return []
-        pure = self._pure_stage
-        if pure is None or pure.id != self.stages[0].id:  # the stage alone (weight 1), made once
-            pure = self._pure_stage = copy.copy(self.stages[0])
+        pure = served.pure_stage
+        if pure is None or pure.id != self.stages[0].id:  # the stage alone (weight 1), made once per build
+            pure = served.pure_stage = copy.copy(served.stage(self.stages[0]))
             pure.weight = 1.0
         p_stage = np.asarray(pure.rescore(request.query, head), dtype=np.float64)
         p = stacked(stack, p_stage, np.array([m.score for m in head]))
@@ -381,19 +399,29 @@ class Pipeline:
         out.sort(key=lambda m: (-m.score, m.faq_id))
         return out[: request.top_k]
 
-    def rerank(self, request: MatchQuery, candidates: list[FaqMatch]) -> list[FaqMatch]:
+    def rerank(self, request: MatchQuery, candidates: list[FaqMatch], served: ServedBuild | None = None) -> list[FaqMatch]:
         """The `+rerank` arms: each stage re-scores the top `rerank_k` FAQs (their scores so far are its
-        prior); the last stage's probability becomes the score and the order."""
+        prior); the last stage's probability becomes the score and the order. `served`: the build answered
+        from (a stage reading stored vectors reads that build's)."""
         if not self.stages:
-            raise NoRerankerError("no re-ranker installed: set FAQ_RERANKER to a re-ranker folder")
+            raise NoStagesError("no re-ranker installed: set FAQ_RERANKER to a re-ranker folder")
         head = candidates[: max(request.top_k, self.rerank_k)]
         for stage in self.stages:
+            stage = served.stage(stage) if served is not None else stage
             if not head:
                 return []
             probs = np.asarray(stage.rescore(request.query, head), dtype=np.float64)
             head = [replace(m, score=float(p)) for m, p in zip(head, probs.tolist())]
             head.sort(key=lambda m: (-m.score, m.faq_id))
         return head[: request.top_k]
+
+    def lexical_index(self, retriever: RetrieverLike) -> Any:
+        """The LexicalIndex of `retriever`'s build (opened once per build version). Raises LexicalUnavailable."""
+        if self.lexical is None:
+            from index.lexical import LexicalUnavailable
+
+            raise LexicalUnavailable("no lexical index configured for this pipeline")
+        return self.builds.files(retriever).lexical(retriever, self.lexical)
 
     def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
         """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
@@ -405,18 +433,14 @@ class Pipeline:
             raise ValueError(f"unknown arm(s) {unknown}")
         if ann_rows:
             # a re-ranked arm needs rerank_k FAQs from its recall stage, whatever top_k it returns
-            sub = [replace(requests[i], top_k=max(requests[i].top_k, self.rerank_k)) if uses_reranker(requests[i].arm)
+            sub = [replace(requests[i], top_k=max(requests[i].top_k, self.rerank_k)) if uses_stages(requests[i].arm)
                    else requests[i] for i in ann_rows]
             sub_vecs = vecs if len(ann_rows) == len(requests) else vecs[ann_rows]
             k = max(retrieve_depth(r.top_k) for r in sub)
             for i, found in zip(ann_rows, deepen(retriever, sub_vecs, [r.top_k for r in sub], retriever.search(sub_vecs, k), k)):
                 hits[i] = found
         if lexical_rows:
-            if self.lexical is None:
-                from index.lexical import LexicalUnavailable
-
-                raise LexicalUnavailable("no lexical index configured for this matcher")
-            index = self.lexical(retriever)
+            index = self.lexical_index(retriever)
             k = max([self.lexical_k] + [requests[i].top_k for i in lexical_rows])
             found = lexical_hits(index, retriever, [requests[i].query for i in lexical_rows], vecs[lexical_rows], k)
             for i, row_hits in zip(lexical_rows, found):
@@ -432,8 +456,8 @@ class NoIndexError(RuntimeError):
     """No retriever is loaded (no build yet, or the current build could not be loaded)."""
 
 
-class NoRerankerError(RuntimeError):
-    """A `+rerank` arm was asked for but no re-ranker is installed."""
+class NoStagesError(RuntimeError):
+    """A `+rerank` arm was asked for but no stage is installed."""
 
 
 def run_pipelines(work: Sequence[tuple[Pipeline, Group]], *,
@@ -461,6 +485,6 @@ def run_pipelines(work: Sequence[tuple[Pipeline, Group]], *,
         for i in members:
             pipeline, group = work[i]
             n = len(group[0])
-            outcomes[i] = pipeline._rank_group(group, vecs[offset: offset + n], encode_ms, t0)
+            outcomes[i] = pipeline.rank_group(group, vecs[offset: offset + n], encode_ms, t0)
             offset += n
     return outcomes

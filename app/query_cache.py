@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models.lru import LRU
+if TYPE_CHECKING:
+    from app.served_build import ServedBuild
 
 
 def cache_text(query: str) -> str:
@@ -15,46 +16,54 @@ def cache_text(query: str) -> str:
 
 
 class QueryCache:
-    """LRU of finished results (app/pipeline.py `MatchResult`), keyed by the normalised query text, its
-    options (arm, top_k, threshold) and the pipeline's scoring options. Chatbot traffic repeats ("opening
-    hours?"), and a hit skips the encoder, the search and the re-rankers.
+    """A pipeline's exact query cache: finished results (app/pipeline.py `MatchResult`), keyed by the
+    normalised query text, its options (arm, top_k, threshold) and the pipeline's scoring options. Chatbot
+    traffic repeats ("opening hours?"), and a hit skips the encoder, the search and the stages.
 
-    Invalidation: entries belong to one retriever object. The service replaces its retriever on every
-    index swap and every KB change (app/api/state.py), so the first call that sees another retriever
-    empties the cache: a result is never served from an older index or KB.
+    The entries are the served build's (app/served_build.py `ServedBuild.results`): every index swap and
+    every KB change serves another retriever, hence another `ServedBuild` with no entries, so a result is
+    never served from an older index or KB. This object holds the size and the counters across builds.
     """
 
     def __init__(self, size: int):
         self.size = max(0, int(size))
-        self._entries: LRU[tuple, Any] = LRU(self.size)
-        self._owner: Any = None
-        self._lock = threading.Lock()  # the owner check and the lookup are one step
+        self._last: ServedBuild | None = None  # the build the last lookup was for: `len` and the counters
+        self._lock = threading.Lock()
         self.hits = self.misses = self.invalidations = 0
 
-    def _own(self, retriever: Any) -> None:
-        if retriever is not self._owner:
-            if len(self._entries):
-                self.invalidations += 1
-            self._entries.clear()
-            self._owner = retriever
-
-    def get(self, retriever: Any, key: tuple) -> Any:
-        """The result stored under `key` for `retriever`, else None."""
+    def _seen(self, served: ServedBuild) -> None:
         with self._lock:
-            self._own(retriever)
-            found = self._entries.get(key)
+            last = self._last
+            if served is not last:
+                if last is not None and len(last.results):
+                    self.invalidations += 1
+                self._last = served
+
+    def get(self, served: ServedBuild, key: tuple) -> Any:
+        """The result stored under `key` for `served`, else None."""
+        self._seen(served)
+        found = served.results.get(key)
+        with self._lock:
             if found is None:
                 self.misses += 1
-                return None
-            self.hits += 1
-            return found
+            else:
+                self.hits += 1
+        return found
 
-    def put(self, retriever: Any, key: tuple, result: Any) -> None:
+    def put(self, served: ServedBuild, key: tuple, result: Any) -> None:
         if self.size == 0:
             return
+        self._seen(served)
+        served.results.put(key, result)
+
+    def clear(self) -> None:
+        """Empty the entries and the counters (a benchmark's clean start)."""
         with self._lock:
-            self._own(retriever)
-            self._entries.put(key, result)
+            last, self._last = self._last, None
+            self.hits = self.misses = self.invalidations = 0
+        if last is not None:
+            last.results.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        last = self._last
+        return len(last.results) if last is not None else 0

@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     keep_versions: int = 3
     # Serving.
     admin_token: str | None = None
-    # PyTorch's intra-op threads, set when the service starts (app/api/state.py); also the cross-encoder's
+    # PyTorch's intra-op threads, set when the service starts (app/api/resources.py); also the cross-encoder's
     # ONNX Runtime threads
     torch_threads: int = 2
     encode_workers: int = 1

@@ -86,13 +86,13 @@ def main() -> int:
         t = time.perf_counter()
         matrix = stored.sentence_vectors(texts).astype(np.float16)  # as the build stores them
         build_s = time.perf_counter() - t
-        stored.attach(StoredBuild("bench-build", stored.vector_key, texts, matrix))
+        stored = stored.on_build(StoredBuild("bench-build", stored.vector_key, texts, matrix))
         cold = SiameseStage(stored.scorer, weight=0.5)
         times: dict[str, list[float]] = {"stored": [], "cold": []}
         for n, (query, cands) in enumerate(calls):
             for state, stage in (("stored", stored), ("cold", cold)):
                 if state == "cold":
-                    stage.clear_extra()  # nothing kept between calls: every phrasing encoded in the call
+                    stage.encoded.clear()  # nothing kept between calls: every phrasing encoded in the call
                 t = time.perf_counter()
                 stage.rescore(query, cands)
                 if n >= 20:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from app.arms import ARMS, base_arm, uses_reranker
+from app.arms import ARMS, base_arm, uses_stages
 from evaluation.match import keep_first_variants, known_faq_check
 from evaluation.metrics import (
     NDCG_K,
@@ -172,7 +172,7 @@ def run_arm(matcher: Any, retriever: Any, arm: str, queries: Sequence[str], vecs
     results: list[Any] = []
     t = time.perf_counter()
     # the cross-encoder scores each query's candidates in its own pass: smaller batches show progress sooner
-    step = batch_size if not uses_reranker(arm) else max(1, min(batch_size, 32))
+    step = batch_size if not uses_stages(arm) else max(1, min(batch_size, 32))
     with tqdm(total=len(queries), unit="q", desc=arm, file=sys.stderr, disable=not progress or len(queries) < step) as bar:
         for start in range(0, len(queries), step):
             batch = [MatchQuery(q, top_k, 0.0, arm) for q in queries[start: start + step]]
@@ -280,12 +280,12 @@ def run_eval_ab(
 
     skipped: dict[str, str] = {}
     rerank_stages: list = []
-    if any(uses_reranker(a) for a in arms):
+    if any(uses_stages(a) for a in arms):
         if reranker_path:
             # the re-ranker's fusion with the first-stage score as served (FAQ_RERANK_WEIGHT, else its config's)
             rerank_stages = load_stages(base, reranker_path)
         else:
-            for arm in [a for a in arms if uses_reranker(a)]:
+            for arm in [a for a in arms if uses_stages(a)]:
                 skipped[arm] = "no re-ranker: pass --reranker DIR (or set FAQ_RERANKER)"
     run_arms = [a for a in arms if a not in skipped]
     if not run_arms:
@@ -320,7 +320,7 @@ def run_eval_ab(
         needed = list(dict.fromkeys([base_arm(a) for a in run_arms] + run_arms))  # base arms give stage recall
         outcomes: dict[str, dict[str, list[QueryOutcome]]] = {}
         for arm in needed:
-            top_k = NDCG_K if uses_reranker(arm) else first_stage_k
+            top_k = NDCG_K if uses_stages(arm) else first_stage_k
             arm_out: dict[str, list[QueryOutcome]] = {}
             if dev:
                 results, secs = run_arm(matcher, prep.retriever, arm, [q.query for q in dev], dev_vecs, top_k,
@@ -354,7 +354,7 @@ def run_eval_ab(
             first = base_arm(arm)
             depth = lexical_k if first == "lexical" else first_stage_k
             stages = {f"{'bm25' if first == 'lexical' else 'ann'}@{depth}": recall_at_k(base_out, depth)}
-            if uses_reranker(arm):
+            if uses_stages(arm):
                 stages[f"{base_arm(arm)}@{rerank_k} (re-ranker input)"] = recall_at_k(base_out, rerank_k)
             arm_reports[arm] = {
                 "threshold": {"value": threshold, "source": source, "dev_f1": dev_f1},

@@ -16,8 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from app.api.state import ServiceState
-from app.api.tenants import Tenants, UnknownKb
+from app.api.state import KbState
+from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
 
 # auto_error=False: we answer a missing token ourselves, with the same 401 as a wrong one
@@ -43,28 +43,28 @@ def _kb_of(request: Request) -> str:
     return kb
 
 
-async def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> KbState:
     # async although it rarely awaits: FastAPI runs a sync dependency in its thread pool, and that
     # round trip to a worker thread and back cost every request more than the rest of this dependency
-    tenants: Tenants = request.app.state.tenants
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
     if request.path_params.get("kb") is None:
-        return tenants.default
+        return resident_kbs.default
     kb = _kb_of(request)
-    state = tenants.peek(kb)
+    state = resident_kbs.peek(kb)
     if state is not None:
         return state
     try:
-        return await run_in_threadpool(tenants.get, kb)  # a KB's first request loads it
+        return await run_in_threadpool(resident_kbs.get, kb)  # a KB's first request loads it
     except UnknownKb as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{exc}: `faq kb list` shows the KBs") from exc
 
 
 def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
-    tenants: Tenants = request.app.state.tenants
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
     kb = _kb_of(request)
-    if tenants.allows(token, kb, kinds):
+    if resident_kbs.allows(token, kb, kinds):
         return
-    info = tenants.token_info(token) if token else None
+    info = resident_kbs.token_info(token) if token else None
     if info is not None and info.kb != kb:
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             detail=f"this token belongs to another KB: it cannot reach KB {kb!r}")
@@ -86,8 +86,8 @@ async def require_reader(request: Request,
                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
     """With FAQ_MATCH_REQUIRES_KEY: /match, /match/batch and /feedback need FAQ_ADMIN_TOKEN or a read or
     admin token of the KB. Without it, nothing is checked (and nothing is looked up)."""
-    tenants: Tenants = request.app.state.tenants
-    if not tenants.settings.match_requires_key:
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    if not resident_kbs.settings.match_requires_key:
         return
     token = credentials.credentials if credentials is not None else ""
     _kb_of(request)

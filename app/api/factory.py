@@ -23,8 +23,9 @@ from app.api.middleware.metrics import MetricsMiddleware
 from app.api.middleware.request_guard import MATCH_PATHS, RequestGuardMiddleware
 from app.api.routes import admin, health, match, review
 from app.api.schemas import ErrorBody
-from app.api.state import ServiceState
-from app.api.tenants import Tenants
+from app.api.resident_kbs import ResidentKbs
+from app.api.resources import ProcessResources
+from app.api.state import KbState
 from app.settings import DEFAULT_KB, Settings, get_settings
 
 if TYPE_CHECKING:
@@ -39,13 +40,15 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     settings = settings or get_settings()
     metrics = ServiceMetrics()
     # the routes without /kbs/{kb} serve the default KB whatever FAQ_KB says (that is the CLI's default)
-    state = ServiceState(settings.model_copy(update={"kb": DEFAULT_KB}), store=store, encoder=encoder, metrics=metrics)
-    tenants = Tenants(state)
-    housekeeping = Housekeeping(state, tenants)
+    resources = ProcessResources(settings.model_copy(update={"kb": DEFAULT_KB}), store=store, encoder=encoder,
+                                 metrics=metrics)
+    state = KbState(resources)
+    resident_kbs = ResidentKbs(state)
+    housekeeping = Housekeeping(state, resident_kbs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await state.start()
+        await resources.start(state)
         try:
             await housekeeping.start()
             yield
@@ -53,7 +56,7 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
             await housekeeping.stop()
             # the console's answer checks take seconds; one cut off inside the encoder would abort the process
             await run_in_threadpool(app.state.console_lints.wait, 30.0)
-            await state.close()
+            await resources.close(state)
 
     app = FastAPI(
         title="FAQ match",
@@ -62,7 +65,7 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
         lifespan=lifespan,
     )
     app.state.service = state
-    app.state.tenants = tenants
+    app.state.resident_kbs = resident_kbs
     app.state.housekeeping = housekeeping
 
     # every KB's routes under /kbs/{kb}; the bare ones are the default KB's

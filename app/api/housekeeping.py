@@ -2,8 +2,8 @@
 
 At start-up: the sweep of builds whose process died, and the decider's traffic table (a restart keeps
 the table its build's traffic had earned). Then, every FAQ_KB_POLL_SECONDS, the poller thread: a new
-`current` build is loaded (`ServiceState.load_current_build`), else KB revision changes made elsewhere
-(e.g. `faq kb import` in another process) are applied (`ServiceState.refresh_kb`); then the query log
+`current` build is loaded (`KbState.load_current_build`), else KB revision changes made elsewhere
+(e.g. `faq kb import` in another process) are applied (`KbState.refresh_kb`); then the query log
 is pruned when its hourly pass is due (FAQ_QUERY_LOG_RETENTION_DAYS) and the traffic table refreshed
 when due. Every job logs its failure and is tried again later: none stops the service.
 """
@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 
 from typing import TYPE_CHECKING
 
-from app.api.state import ServiceState
+from app.api.state import KbState
 
 if TYPE_CHECKING:
-    from app.api.tenants import Tenants
+    from app.api.resident_kbs import ResidentKbs
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,9 @@ class Housekeeping:
     #: the served build's traffic table is recomputed at most this often
     TRAFFIC_EVERY_S = 300.0
 
-    def __init__(self, state: ServiceState, tenants: Tenants | None = None):
+    def __init__(self, state: KbState, resident_kbs: ResidentKbs | None = None):
         self.state = state  # the default KB's: the deployment-wide jobs (sweep, retention) go through it
-        self.tenants = tenants
+        self.resident_kbs = resident_kbs
         self._prune_due = 0.0  # time.monotonic() of the next pass
         self._traffic_due: dict[str, float] = {}  # per KB
         self._poller: threading.Thread | None = None
@@ -44,7 +44,7 @@ class Housekeeping:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
-        """Blocking start-up jobs (run in a thread by the lifespan, after ServiceState.open), then the poller."""
+        """Blocking start-up jobs (run in a thread by the lifespan, after ProcessResources.open), then the poller."""
         self.sweep_builds()
         self.refresh_traffic(force=True)
         poll_seconds = self.state.settings.kb_poll_seconds
@@ -62,16 +62,16 @@ class Housekeeping:
             await asyncio.get_running_loop().run_in_executor(None, self._poller.join, 10.0)
 
     # -- the KB poller -----------------------------------------------------------------------
-    def states(self) -> list[ServiceState]:
+    def states(self) -> list[KbState]:
         """The KBs this process serves now (the default one first)."""
-        return self.tenants.resident() if self.tenants is not None else [self.state]
+        return self.resident_kbs.resident() if self.resident_kbs is not None else [self.state]
 
     def poll_all(self) -> None:
         """One poller pass over every resident KB, after following the catalogue (KBs deleted, settings
         changed by `faq kb settings`). One KB's failure does not keep the others from their poll."""
-        if self.tenants is not None:
+        if self.resident_kbs is not None:
             try:
-                self.tenants.follow_catalog()
+                self.resident_kbs.follow_catalog()
             except Exception:
                 log.exception("could not follow the KB catalogue (will retry)")
         for state in self.states():
@@ -80,7 +80,7 @@ class Housekeeping:
             except Exception:
                 log.exception("KB/index poll of KB %s failed (will retry)", state.kb)
 
-    def poll_once(self, state: ServiceState | None = None) -> None:
+    def poll_once(self, state: KbState | None = None) -> None:
         """One poller step for one KB (default: the default KB): a new `current` build wins; otherwise
         follow KB revision changes."""
         state = state or self.state
@@ -105,7 +105,7 @@ class Housekeeping:
 
     # -- the decider's traffic table ---------------------------------------------------------
     def refresh_traffic(self, now: float | None = None, force: bool = False,
-                        state: ServiceState | None = None) -> int | None:
+                        state: KbState | None = None) -> int | None:
         """Give the decider of one KB (default: the default KB) the latest logged top scores of its served
         build (app/decision.py `set_traffic`), when a refresh is due; returns how many were read, None when
         none ran. Never raises."""
@@ -113,8 +113,8 @@ class Housekeeping:
 
         state = state or self.state
         now = time.monotonic() if now is None else now
-        retriever, matcher = state.retriever, state.matcher
-        if (not force and now < self._traffic_due.get(state.kb, 0.0)) or retriever is None or matcher is None \
+        retriever, pipeline = state.retriever, state.pipeline
+        if (not force and now < self._traffic_due.get(state.kb, 0.0)) or retriever is None or pipeline is None \
                 or not state.settings.query_log or state.store is None:
             return None
         self._traffic_due[state.kb] = now + self.TRAFFIC_EVERY_S
@@ -123,7 +123,7 @@ class Housekeeping:
         except Exception:
             log.exception("could not read the query log's scores (next try in %.0f s)", self.TRAFFIC_EVERY_S)
             return None
-        matcher.decider.set_traffic(str(retriever.version), scores)
+        pipeline.decider.set_traffic(str(retriever.version), scores)
         return len(scores)
 
     # -- debris of killed builds, query-log retention ------------------------------------------

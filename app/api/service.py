@@ -18,8 +18,8 @@ from fastapi import HTTPException, status
 from starlette.concurrency import run_in_threadpool
 
 from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
-from app.api.state import ServiceState
-from app.arms import arm_split, resolve_arm, uses_reranker
+from app.api.state import KbState
+from app.arms import arm_split, resolve_arm, uses_stages
 from app.pipeline import MatchQuery, MatchResult
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `fa
 
 
 # -- match -----------------------------------------------------------------------------------------
-def arm_of(state: ServiceState, item: MatchRequest) -> str:
+def arm_of(state: KbState, item: MatchRequest) -> str:
     """The arm a request runs: its own `arm`, else the A/B split (sticky per session_id; without a
     session, random per request), else FAQ_DEFAULT_ARM; `rerank: true` adds the re-ranking stage."""
     arm = item.arm
@@ -51,14 +51,14 @@ class MatchTrace:
     results: list[MatchResult] = field(default_factory=list)
 
 
-async def match(state: ServiceState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
+async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
     """Answer `items` on the KB's served index through its batcher, count them in the metrics and queue their
     query-log rows. Raises HTTPException 409 when an arm needs a re-ranker that is not installed, and the
     batcher's and pipeline's own errors (NoIndexError, Overloaded, DeadlineExceeded, LexicalUnavailable...)."""
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
-        if uses_reranker(arm) and not state.stages:
-            problem = getattr(state, "reranker_problem", None)
+        if uses_stages(arm) and not state.stages:
+            problem = state.stage_problem
             raise HTTPException(status_code=status.HTTP_409_CONFLICT,
                                 detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
@@ -73,9 +73,9 @@ async def match(state: ServiceState, items: list[MatchRequest], trace: MatchTrac
         for item, arm in zip(items, arms)
     ]
     assert state.batcher is not None
-    state.in_flight += 1  # the KB is not unloaded under this request (app/api/tenants.py)
+    state.in_flight += 1  # the KB is not unloaded under this request (app/api/resident_kbs.py)
     try:
-        results = await state.batcher.submit(queries, retriever, state.matcher)
+        results = await state.batcher.submit(queries, retriever, state.pipeline)
     finally:
         state.in_flight -= 1
     if trace is not None:
@@ -132,7 +132,7 @@ def _log_row(item: MatchRequest, response: MatchResponse) -> dict:
 
 
 # -- feedback --------------------------------------------------------------------------------------
-async def record_feedback(state: ServiceState, request_id: str, correct: bool | None, faq_id: str | None,
+async def record_feedback(state: KbState, request_id: str, correct: bool | None, faq_id: str | None,
                           session_id: str | None) -> bool:
     """Record a verdict on a logged answer (off the event loop: it is a database write); False when no such
     request was logged. Raises QueryLogDisabled, FaqNotFound, FeedbackSessionMismatch and
@@ -141,7 +141,7 @@ async def record_feedback(state: ServiceState, request_id: str, correct: bool | 
 
 
 # -- KB writes -------------------------------------------------------------------------------------
-def refresh(state: ServiceState) -> None:
+def refresh(state: KbState) -> None:
     """Make a KB write visible to /match now. The write itself already succeeded, so a refresh failure
     is logged (the poller retries) rather than reported as a failed write."""
     try:

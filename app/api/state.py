@@ -1,39 +1,42 @@
-"""The running service's served state: store, encoder, the served Retriever and pipeline, and the swap.
+"""One KB's served state: its store, settings, encoders, the served Retriever and pipeline, and the swap.
 
-- `ServiceState.retriever` is THE served retriever. It is never mutated: a reload, a new build or a
-  KB change builds a new Retriever off the request path and then replaces this one attribute (an
-  atomic reference assignment). A request reads it once when it starts and keeps that object, so
-  in-flight requests finish on the index they started with.
+- `KbState.retriever` is THE served retriever. It is never mutated: a reload, a new build or a KB change
+  builds a new Retriever off the request path and then replaces this one attribute (an atomic reference
+  assignment). A request reads it once when it starts and keeps that object, so in-flight requests
+  finish on the index they started with. What the pipeline computes from it (cached results, the
+  decider's tables, the build's lexical index and stage vectors) lives on its `ServedBuild`
+  (app/served_build.py), so the swap is the one invalidation.
 - All replacements go through `_swap_lock`, so a slow KB refresh can never overwrite a newer build
   (each replacement reads "what is served now" and the store under the lock).
-- The micro-batching executor and the query-log writer are in workers.py; the jobs that run beside
-  the requests (the KB poller that calls `load_current_build` / `refresh_kb`, the traffic table, the
-  build sweep, query-log retention) in housekeeping.py. Refreshes encode new phrasings through the
-  encoder's background view (small chunks at low priority), off the request path.
+- What the KBs of a process share (encoders, stages, batcher, query-log writer, metrics) is the
+  `ProcessResources` (resources.py) each state is given. The jobs that run beside the requests (the KB
+  poller that calls `load_current_build` / `refresh_kb`, the traffic table, the build sweep, query-log
+  retention) are in housekeeping.py. Refreshes encode new phrasings through the encoder's background view
+  (`background_encoder`: small chunks at low priority), off the request path.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 import weakref
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from app.api.metrics import ServiceMetrics
-from app.api.workers import MatchBatcher, QueryLogWriter
 from app.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
 )
 from app.pipeline import NoIndexError, Pipeline
-from app.stages import load_stages
+from app.served_build import OpenBuilds
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder, check_query_encoder
-from models.encoders.base import Encoder, shared
+from models.encoders.base import Encoder
 
 if TYPE_CHECKING:
-    from app.stages import RerankStage
+    from app.api.metrics import ServiceMetrics
+    from app.api.resources import ProcessResources
+    from app.api.workers import MatchBatcher, QueryLogWriter
+    from app.stages import Stage
     from app.store import FaqStore
     from index.artifacts import BuildRegistry
     from index.lexical import LexicalIndex
@@ -48,53 +51,66 @@ class QueryLogDisabled(RuntimeError):
     """Feedback needs the query log, which `FAQ_QUERY_LOG=false` turned off."""
 
 
-# -- the service state ---------------------------------------------------------------------------
-class ServiceState:
-    """Everything a request to one KB needs. The default KB's state is created once per app by the
-    lifespan and owns what the process shares: the batcher, the query-log writer, the re-ranking stages
-    and the encoders. Another KB's state (app/api/tenants.py) is made with `parent=` that state and
-    borrows all of these; it owns only its KB's index, pipeline (its own settings) and lexical indexes."""
+# -- one KB's state ------------------------------------------------------------------------------
+class KbState:
+    """Everything a request to one KB needs: its store, settings (the KB's stored ones over the
+    deployment's), encoders, served retriever and pipeline. The process's shared parts come from
+    `resources`; the default KB's state is made by the app (app/api/main.py), the others by
+    app/api/resident_kbs.py when a request first names them."""
 
-    def __init__(self, settings: Settings, *, store: FaqStore | None = None, encoder: Encoder | None = None,
-                 metrics: ServiceMetrics | None = None, parent: ServiceState | None = None):
+    def __init__(self, resources: ProcessResources, settings: Settings | None = None, *,
+                 store: FaqStore | None = None):
+        settings = settings if settings is not None else resources.settings
+        self.resources = resources
         self.settings = settings
         self._deployment_settings = settings  # before the KB's own settings are applied over them
         self.applied_settings: dict = {}  # the KB's stored settings in force
         self.kb = settings.kb
-        self.parent = parent
         self.store = store
-        self._owns_store = store is None and parent is None  # created in open(): closed in close()
-        self.encoder = shared(encoder)
-        self._given_encoder = encoder is not None  # an app made with an encoder serves every KB with it
-        # encoders by what loads them, shared by every KB of the process (one model in memory, not one per KB)
-        self._encoders: dict[tuple, Encoder] = parent._encoders if parent is not None else {}
-        self._encoders_lock: threading.Lock = parent._encoders_lock if parent is not None else threading.Lock()
-        self.metrics = metrics or (parent.metrics if parent is not None else ServiceMetrics())
-        self.in_flight = 0  # requests using this state now (app/api/tenants.py never unloads it meanwhile)
+        self.encoder: Encoder | None = resources.given_encoder
+        self.in_flight = 0  # requests using this state now (app/api/resident_kbs.py never unloads it meanwhile)
         self.registry: BuildRegistry | None = None
         # the served retriever: replaced (one reference assignment), never mutated
         self.retriever: Retriever | None = None
         self.kb_revision: int | None = None  # KB revision the served retriever reflects
         self.loaded_at: datetime | None = None
         self.not_ready_reason: str | None = "starting up"
-        self.matcher: Pipeline | None = None
-        self.batcher: MatchBatcher | None = None
-        self.query_log: QueryLogWriter | None = None
+        self.pipeline: Pipeline | None = None
         self._swap_lock = threading.RLock()
         self._delta_cache: dict = {}  # encoded delta variants reused across KB refreshes (see Retriever.with_kb)
         # a build the KB poller could not load: not retried every poll; any successful load clears it
         self.failed_version: str | None = None
-        # lexical arms: the LexicalIndex of each served build version, opened on first use
-        self._lexical: dict[str, LexicalIndex] = {}
-        self._lexical_lock = threading.Lock()
+        # the build versions open for serving (lexical index, stage vectors), kept across new pipelines
+        self.builds = OpenBuilds()
         self._lexical_health: tuple[float, str | None] | None = None  # (checked_at, problem), cached briefly
-        # the `+rerank` arms run the pipeline's stages (FAQ_RERANKER: see `stages`); none -> those arms answer 409
-        self.reranker_problem: str | None = None  # why FAQ_RERANKER did not load
         self.query_encoder: Encoder | None = None  # balanced mode: queries through it (FAQ_QUERY_ENCODER)
         self.query_encoder_setting = "FAQ_QUERY_ENCODER"
         self.query_encoder_problem: str | None = None  # why the query encoder did not load
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- the process's parts -----------------------------------------------------------------
+    @property
+    def is_default(self) -> bool:
+        """The process's own KB (its store, the unlabelled index gauges)."""
+        return self.kb == self.resources.kb
+
+    @property
+    def metrics(self) -> ServiceMetrics:
+        return self.resources.metrics
+
+    @property
+    def batcher(self) -> MatchBatcher | None:
+        return self.resources.batcher
+
+    @property
+    def query_log(self) -> QueryLogWriter | None:
+        return self.resources.query_log
+
+    @property
+    def stage_problem(self) -> str | None:
+        """Why FAQ_RERANKER did not load (the `+rerank` arms then answer 409 saying so); None: it did."""
+        return self.resources.stage_problem
+
+    # -- lifecycle ------------------------------------------------------------------------
     def _current_manifest(self) -> dict | None:
         """The current build's manifest, or None when there is none or it cannot be read (then
         /readyz reports the broken build; the encoder falls back to the configured default)."""
@@ -106,19 +122,13 @@ class ServiceState:
             return None
 
     def open(self) -> None:
-        """Blocking start-up work (run in a thread by the lifespan): threads, store, encoder, index.
-        The housekeeping (housekeeping.py) starts after it: sweep, traffic table, KB poller."""
-        import torch
-
+        """Blocking work (run in a thread): the KB's store, settings, encoders, pipeline and current build.
+        The process's store is open first (`ProcessResources.open`)."""
         from index.elasticsearch.vectors import open_registry
 
-        parent = self.parent
-        if parent is None:
-            torch.set_num_threads(max(1, int(self.settings.torch_threads)))
+        resources = self.resources
         if self.store is None:
-            from app.store import FaqStore
-
-            self.store = parent.store.for_kb(self.kb) if parent is not None else FaqStore.from_settings(self.settings)
+            self.store = resources.store if self.is_default else resources.store.for_kb(self.kb)
         # the KB's own settings (`faq kb settings`) over the deployment's
         self.applied_settings = self.stored_settings()
         self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
@@ -126,37 +136,21 @@ class ServiceState:
         manifest = self._current_manifest()
         self.query_encoder = self._load_query_encoder(manifest)
         if self.encoder is None:
-            if parent is not None and parent._given_encoder:
-                self.encoder = parent.encoder
-            else:
-                # what loads: the spec and runtime as resolved (a KB without a build loads the configured
-                # default, which is what the KBs with builds usually have too)
-                key = ("faq side", encoder_spec(self.settings, manifest),
-                       self._resolved_runtime(encoder_runtime(self.settings, manifest)), self.query_encoder is not None)
-                self.encoder = self._shared_encoder(
-                    key, lambda: build_encoder_for(self.settings, manifest, self.query_encoder is not None))
-        stages = []
-        if parent is not None:
-            stages, self.reranker_problem = parent.stages, parent.reranker_problem
-        else:
-            try:
-                stages = load_stages(self.settings)
-            except Exception as exc:  # a bad FAQ_RERANKER must not stop /match: rerank requests get a 409 saying why
-                log.exception("could not load the re-ranker %s", self.settings.reranker)
-                self.reranker_problem = f"FAQ_RERANKER={self.settings.reranker} could not be loaded: {exc}"
+            # what loads: the spec and runtime as resolved (a KB without a build loads the configured
+            # default, which is what the KBs with builds usually have too)
+            key = ("faq side", encoder_spec(self.settings, manifest),
+                   self._resolved_runtime(encoder_runtime(self.settings, manifest)), self.query_encoder is not None)
+            self.encoder = resources.shared_encoder(
+                key, lambda: build_encoder_for(self.settings, manifest, self.query_encoder is not None))
+        stages = resources.stages(self.settings)
         # queries go through the query encoder when there is one (balanced mode); KB refreshes through the
         # encoder that built the index (its FAQ side)
-        self.matcher = self._pipeline(self.settings, stages)
+        self.pipeline = self._pipeline(self.settings, stages)
         try:
             self.load_current_build(reason="startup")
         except Exception as exc:  # a broken build must not stop the process: /readyz says why
             log.exception("could not load the current index build")
             self.not_ready_reason = f"could not load the current index build: {exc}"
-        if parent is not None:
-            self.query_log, self.batcher = parent.query_log, parent.batcher
-        elif self.settings.query_log:
-            self.query_log = QueryLogWriter(self.store, self.metrics)
-            self.query_log.start()
 
     def apply_settings(self, stored: dict) -> None:
         """Serve with the KB's new stored settings from the next request on: a new pipeline (threshold,
@@ -164,16 +158,16 @@ class ServiceState:
         encoder setting applies to the next build."""
         settings = self._deployment_settings.for_kb(self.kb, stored)
         with self._swap_lock:
-            matcher = self._pipeline(settings, self.stages)
-            self.settings, self.applied_settings, self.matcher = settings, dict(stored), matcher
-            if self.parent is None and self.batcher is not None:
-                self.batcher.matcher = matcher
+            pipeline = self._pipeline(settings, self.stages)
+            self.settings, self.applied_settings, self.pipeline = settings, dict(stored), pipeline
+            if self.is_default and self.batcher is not None:
+                self.batcher.pipeline = pipeline
         log.info("KB %s: serving with its new settings %s", self.kb, stored)
 
     def _pipeline(self, settings: Settings, stages: list) -> Pipeline:
-        """This KB's pipeline. It reaches back to the state through a weak reference: a state and its
-        pipeline must not form a cycle, or an unloaded KB (app/api/tenants.py) would hold its index in
-        memory until a full garbage collection instead of freeing it when its last request ends."""
+        """This KB's pipeline, with the KB's open builds. It reaches back to the state through a weak reference:
+        a state and its pipeline must not form a cycle, or an unloaded KB (app/api/resident_kbs.py) would hold
+        its index in memory until a full garbage collection instead of freeing it when its last request ends."""
         state = weakref.ref(self)
 
         def retriever() -> Retriever | None:
@@ -181,14 +175,19 @@ class ServiceState:
             return alive.retriever if alive is not None else None
 
         def lexical(retriever: Retriever) -> LexicalIndex:
-            alive = state()
-            if alive is None:
-                from index.lexical import LexicalUnavailable
+            from index.lexical import LexicalUnavailable, open_lexical
 
+            if state() is None:
                 raise LexicalUnavailable(f"KB {settings.kb} was unloaded; retry")
-            return alive.lexical_for(retriever)
+            try:
+                engine = lexical_engine(settings)
+            except ValueError as exc:
+                raise LexicalUnavailable(str(exc)) from exc
+            return open_lexical(retriever.build_dir, retriever.manifest, engine, es_url=settings.es_url,
+                                es_prefix=settings.es_index_prefix, es_timeout_s=settings.es_timeout_s)
 
-        return build_pipeline(settings, self.query_encoder or self.encoder, retriever, lexical=lexical, stages=stages)
+        return build_pipeline(settings, self.query_encoder or self.encoder, retriever, lexical=lexical, stages=stages,
+                              builds=self.builds)
 
     def stored_settings(self) -> dict:
         """The KB's stored settings ({} for a database without its row: nothing to apply)."""
@@ -209,50 +208,18 @@ class ServiceState:
         except RuntimeUnavailable:
             return runtime  # loading it says why
 
-    def _shared_encoder(self, key: tuple, load: Callable[[], Encoder]) -> Encoder:
-        with self._encoders_lock:
-            encoder = self._encoders.get(key)
-            if encoder is None:
-                encoder = self._encoders[key] = shared(load())
-            return encoder
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.open)
-        assert self.matcher is not None
-        self.batcher = MatchBatcher(self.matcher, self.settings.encode_workers, self.metrics,
-                                    max_queued=self.settings.max_queued_queries,
-                                    timeout_s=self.settings.request_timeout_ms / 1000.0)
-        await self.batcher.start()
-        batcher = self.batcher
-        self.metrics.queued.set_function(lambda: batcher.queued)
-
-    async def close(self) -> None:
-        if self.parent is None:
-            if self.batcher is not None:
-                await self.batcher.stop()
-            loop = asyncio.get_running_loop()
-            if self.query_log is not None:
-                await loop.run_in_executor(None, self.query_log.stop)
-        self.release()
-        if self._owns_store and self.store is not None:
-            self.store.close()
-
     def release(self) -> None:
-        """Close what this KB holds open (its lexical indexes). Requests still holding its retriever or
+        """Close what this KB holds open (its builds' lexical indexes). Requests still holding its retriever or
         pipeline finish on them: those are dropped with their last reference."""
-        with self._lexical_lock:
-            for index in list(self._lexical.values()):
-                index.close()
-            self._lexical.clear()
+        self.builds.close()
 
     # -- readiness ---------------------------------------------------------------------------
     @property
-    def stages(self) -> list[RerankStage]:
+    def stages(self) -> list[Stage]:
         """The re-ranking stages the `+rerank` arms run (FAQ_RERANKER: cross-encoder, MMAICM, analogy or
         Siamese folders, in order), as the pipeline holds them; [] = none installed (or none loaded yet)."""
-        matcher = self.matcher
-        return list(matcher.stages) if matcher is not None else []
+        pipeline = self.pipeline
+        return list(pipeline.stages) if pipeline is not None else []
 
     @property
     def ready(self) -> bool:
@@ -292,7 +259,7 @@ class ServiceState:
                     self.not_ready_reason = str(exc)
                 raise
             snapshot = self.store.snapshot()
-            served = fresh.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
+            served = fresh.with_kb(snapshot, self.background_encoder(), cache=self._delta_cache)
             self.failed_version = None
             self._install(served, snapshot.revision, reason)
             log.info("serving index %s (was %s, %s)", served.version, prev_version, reason)
@@ -307,7 +274,7 @@ class ServiceState:
             snapshot = self.store.snapshot()
             if snapshot.revision == self.kb_revision:
                 return False
-            served = current.with_kb(snapshot, self._background_encoder(), cache=self._delta_cache)
+            served = current.with_kb(snapshot, self.background_encoder(), cache=self._delta_cache)
             self._install(served, snapshot.revision, reason)
             return True
 
@@ -322,7 +289,7 @@ class ServiceState:
         if not spec:
             return None
         try:
-            return self._shared_encoder(("query side", spec, self.settings.encoder_runtime,
+            return self.resources.shared_encoder(("query side", spec, self.settings.encoder_runtime,
                                          (manifest or {}).get("encoder_runtime")),
                                         lambda: load_configured_encoder(self.settings, manifest, spec=spec))
         except Exception as exc:  # noqa: BLE001 - /readyz says why instead of a dead process
@@ -330,7 +297,7 @@ class ServiceState:
             self.query_encoder_problem = f"{self.query_encoder_setting}={spec} could not be loaded: {exc}"
             return None
 
-    def _background_encoder(self) -> Encoder:
+    def background_encoder(self) -> Encoder:
         """The encoder for KB refreshes: in small low-priority chunks, so encoding a bulk import
         never holds the encoder for long while /match requests wait for it."""
         background = getattr(self.encoder, "background", None)
@@ -344,7 +311,7 @@ class ServiceState:
 
         memo = getattr(self, "_review_embed", None)
         if memo is None and self.encoder is not None:
-            memo = self._review_embed = EmbedMemo(self._background_encoder().encode)
+            memo = self._review_embed = EmbedMemo(self.background_encoder().encode)
         return queues(self.store, since, embed=memo, cosine=CLUSTER_COSINE if memo is not None else None)
 
     def _install(self, retriever: Retriever, kb_revision: int, reason: str) -> None:
@@ -352,7 +319,7 @@ class ServiceState:
         self.kb_revision = kb_revision
         self.loaded_at = datetime.now(timezone.utc)
         self.not_ready_reason = None
-        if self.parent is None:  # the unlabelled index gauges are the default KB's
+        if self.is_default:  # the unlabelled index gauges are the default KB's
             self.metrics.observe_retriever(retriever, kb_revision)
         self.metrics.swaps.labels(reason=reason).inc()
 
@@ -360,28 +327,8 @@ class ServiceState:
     def lexical_for(self, retriever: Retriever) -> LexicalIndex:
         """The LexicalIndex of `retriever`'s build version on the configured engine (opened once per
         version; indexes of versions no longer served are closed). Raises LexicalUnavailable."""
-        from index.lexical import LexicalUnavailable, open_lexical
-
-        version = str(retriever.version)
-        index = self._lexical.get(version)
-        if index is not None:
-            return index
-        with self._lexical_lock:
-            index = self._lexical.get(version)
-            if index is None:
-                try:
-                    engine = lexical_engine(self.settings)
-                except ValueError as exc:
-                    raise LexicalUnavailable(str(exc)) from exc
-                index = open_lexical(retriever.build_dir, retriever.manifest, engine, es_url=self.settings.es_url,
-                                     es_prefix=self.settings.es_index_prefix, es_timeout_s=self.settings.es_timeout_s)
-                # keep the served version's and the one opened before it (requests pinned to the previous
-                # retriever may still be searching it); close older ones
-                served = {str(getattr(self.retriever, "version", "")), version, *list(self._lexical)[-1:]}
-                for old in [v for v in self._lexical if v not in served]:
-                    self._lexical.pop(old).close()
-                self._lexical[version] = index
-            return index
+        assert self.pipeline is not None
+        return self.pipeline.lexical_index(retriever)
 
     def lexical_problem(self, max_age_s: float = 5.0) -> str | None:
         """Why the lexical arms cannot answer now (None: they can). Checked at most every `max_age_s`
@@ -442,7 +389,7 @@ class ServiceState:
 
     def decision_summary(self) -> dict | None:
         """The served build's scoring, default threshold and expected-precision table (None: no build)."""
-        retriever = self.retriever
-        if retriever is None or self.matcher is None:
+        retriever, pipeline = self.retriever, self.pipeline
+        if retriever is None or pipeline is None:
             return None
-        return self.matcher.decision_summary(retriever)
+        return pipeline.decision_summary(retriever)

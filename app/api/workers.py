@@ -1,5 +1,5 @@
 """The service's background workers: the micro-batching executor that runs match jobs off the event
-loop, and the query-log writer. The served state that feeds them is in state.py.
+loop, and the query-log writer: one of each per process (resources.py), whatever KB a request is for.
 
 - `MatchBatcher` runs encode+search in a bounded ThreadPoolExecutor (`settings.encode_workers`
   threads), never on the event loop, and micro-batches concurrent requests into one encoder call.
@@ -135,7 +135,7 @@ class _Job:
     queries: list[MatchQuery]
     retriever: Any
     future: asyncio.Future
-    matcher: Pipeline
+    pipeline: Pipeline
     lane: int = INTERACTIVE
     submitted: float = field(default_factory=time.perf_counter)
     queued: bool = True  # still counted in the queue bound
@@ -157,9 +157,9 @@ class MatchBatcher:
     them) share the encoding but are searched on their own retriever.
     """
 
-    def __init__(self, matcher: Pipeline, workers: int, metrics: ServiceMetrics | None = None, *,
+    def __init__(self, pipeline: Pipeline, workers: int, metrics: ServiceMetrics | None = None, *,
                  max_queued: int = 1024, timeout_s: float = 10.0):
-        self.matcher = matcher
+        self.pipeline = pipeline  # the default KB's: `submit` without one
         self.workers = max(1, int(workers))
         self.metrics = metrics
         self.max_queued = int(max_queued)
@@ -221,18 +221,18 @@ class MatchBatcher:
             self.metrics.deadline_exceeded.inc()
 
     # -- requests ----------------------------------------------------------------------------
-    async def submit(self, queries: list[MatchQuery], retriever: Any, matcher: Pipeline | None = None) -> list[MatchResult]:
+    async def submit(self, queries: list[MatchQuery], retriever: Any, pipeline: Pipeline | None = None) -> list[MatchResult]:
         """Match `queries` (a batch request's queries are searched on one retriever) on `retriever`, with
-        `matcher` (a KB's own pipeline; default: the batcher's). One batcher serves every KB: the encoder
+        `pipeline` (a KB's own; default: the batcher's). One batcher serves every KB: the encoder
         threads and the admission bound are the process's, not a KB's.
 
         Raises Overloaded (the queue is full) or DeadlineExceeded; cancelling the awaiting task (the
         client went away) drops whatever of the request has not run yet."""
         if self._wakeup is None:
             raise RuntimeError("MatchBatcher not started")
-        matcher = matcher or self.matcher
+        pipeline = pipeline or self.pipeline
         # repeats are answered from the query cache here, without queueing behind encoder work
-        found = matcher.cached(queries, retriever)
+        found = pipeline.cached(queries, retriever)
         todo = [i for i, r in enumerate(found) if r is None]
         if not todo:
             return found  # type: ignore[return-value]
@@ -241,7 +241,7 @@ class MatchBatcher:
         loop = asyncio.get_running_loop()
         pending = [queries[i] for i in todo]
         step = MAX_ENCODE_BATCH if lane == INTERACTIVE else BATCH_SLICE
-        jobs = [_Job(pending[i: i + step], retriever, loop.create_future(), matcher, lane)
+        jobs = [_Job(pending[i: i + step], retriever, loop.create_future(), pipeline, lane)
                 for i in range(0, len(pending), step)]
         for job in jobs:
             self._lanes[lane].append(job)
@@ -328,5 +328,5 @@ class MatchBatcher:
         """KBs differ in pipeline (their own settings) but usually share the encoder: one encoder call for
         all the jobs whose pipelines share one (app/pipeline.py `run_pipelines`)."""
         on_encode = self.metrics.encode_batch.observe if self.metrics else None
-        return run_pipelines([(job.matcher, (job.queries, job.retriever, job.submitted)) for job in jobs],
+        return run_pipelines([(job.pipeline, (job.queries, job.retriever, job.submitted)) for job in jobs],
                              on_encode=on_encode)

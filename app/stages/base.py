@@ -1,4 +1,4 @@
-"""What every re-ranking stage is (`RerankStage`) and the pooling they share (`PooledStage`)."""
+"""What every re-ranking stage is (`Stage`) and the pooling they share (`PooledStage`)."""
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
@@ -8,9 +8,10 @@ import numpy as np
 from index.candidates import FaqMatch
 
 
-class RerankStage(Protocol):
+class Stage(Protocol):
     """Re-scores a query's candidate FAQs (first-stage order, each with its score so far). A stage may also
-    have `attach(retriever)`, called with the build a request is answered from before it re-scores, and
+    have `on_build(retriever) -> stage`, the stage as it scores that build (what it reads from the build is
+    kept with the build's other files, app/served_build.py), and
     `vector_key` + `sentence_vectors(texts)`: what an index build stores for it (app/stages `vector_stages`)."""
 
     id: str

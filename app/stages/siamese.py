@@ -2,9 +2,8 @@
 vectors from the serving build."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,33 +17,29 @@ from models.lru import LRU
 class SiameseStage(PooledStage):
     """The Siamese matcher on the query and each candidate's best phrasing. The phrasings' sentence
     vectors are computed at index build time (`faq index build` with this folder in FAQ_RERANKER stores
-    them in the build: index/build.py `write_stage_vectors`) and read from the serving build (`attach`);
-    phrasings the build lacks (KB edits since) are encoded once and kept. A request then encodes only its
-    query and runs the MLP head over the candidates. Calibrated by the folder's logistic fit and pooled
-    with the candidate's score so far (w = `weight`, None: the folder's `fusion_weight`; 1 = the Siamese
-    matcher alone)."""
+    them in the build: index/build.py `write_stage_vectors`) and read from the serving build: `on_build`
+    gives the stage reading one build's (the pipeline keeps it with that build's other files,
+    app/served_build.py); phrasings the build lacks (KB edits since) are encoded once and kept. A request
+    then encodes only its query and runs the MLP head over the candidates. Calibrated by the folder's
+    logistic fit and pooled with the candidate's score so far (w = `weight`, None: the folder's
+    `fusion_weight`; 1 = the Siamese matcher alone)."""
 
     #: phrasings outside the serving build whose vectors are kept (most recently used first out)
     CACHE_SIZE = 8192
-    #: builds whose stored vectors stay open: the serving one and the one it replaced (in-flight requests)
-    BUILDS_KEPT = 2
 
     label = "Siamese"
 
     def __init__(self, scorer: Any, weight: float | None = None):
         super().__init__(scorer, weight)
-        # build folder -> (phrasing text -> row, the build's memory-mapped vectors), or None: none stored
-        self._builds: LRU[str, tuple[dict[str, int], np.ndarray] | None] = LRU(self.BUILDS_KEPT)
-        self._extra: LRU[str, np.ndarray] = LRU(self.CACHE_SIZE)
-        self._lock = threading.Lock()  # a build is looked up and opened as one step
+        # the build's phrasing text -> row, and its memory-mapped vectors (None: not reading a build)
+        self.stored: tuple[dict[str, int], np.ndarray] | None = None
+        # phrasings outside the build encoded so far, shared by the stage and its copies reading builds: a
+        # phrasing is encoded once per process
+        self.encoded: LRU[str, np.ndarray] = LRU(self.CACHE_SIZE)
 
     @property
     def id(self) -> str:
         return self.scorer.id
-
-    def clear_extra(self) -> None:
-        """Forget the phrasing vectors encoded during calls (those no stored build holds)."""
-        self._extra.clear()
 
     # what an index build stores for this stage (index/build.py `write_stage_vectors`)
     @property
@@ -54,49 +49,33 @@ class SiameseStage(PooledStage):
     def sentence_vectors(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
         return self.scorer.sentence_vectors(texts, batch_size=batch_size)
 
-    def attach(self, retriever: Any) -> None:
-        """Open `retriever`'s stored vectors for this model (once per build)."""
-        build = str(getattr(retriever, "build_dir", ""))
-        with self._lock:
-            if build in self._builds:
-                self._builds.get(build)  # the serving build is the most recently used
-                return
+    def on_build(self, retriever: Any) -> SiameseStage:
+        """This stage reading `retriever`'s stored vectors for this model (a copy: the model, the weight and
+        the phrasings encoded so far are shared)."""
         reader = getattr(retriever, "stage_vectors", None)
         found = reader(self.vector_key) if reader is not None else None
-        entry = None
+        bound = copy.copy(self)
+        bound.stored = None
         if found is not None:
             texts, matrix = found
             rows: dict[str, int] = {}
             for i, text in enumerate(texts):
                 rows.setdefault(text, i)
-            entry = (rows, matrix)
-        with self._lock:
-            self._builds.put(build, entry)
-
-    def _stored(self) -> list[tuple[dict[str, int], np.ndarray]]:
-        """The open builds' vectors, the most recently attached first (call with the lock held)."""
-        # reading every build oldest first moves each to the end in turn: their order is unchanged
-        entries = [self._builds.get(build) for build in self._builds]
-        return [entry for entry in reversed(entries) if entry is not None]
+            bound.stored = (rows, matrix)
+        return bound
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        """(n, D) sentence vectors of `texts`: from an attached build, else from the cache, else encoded."""
+        """(n, D) sentence vectors of `texts`: from the build read, else from the cache, else encoded."""
         out: list[np.ndarray | None] = [None] * len(texts)
-        with self._lock:
-            builds = self._stored()
-            for i, text in enumerate(texts):
-                for rows, matrix in builds:
-                    row = rows.get(text)
-                    if row is not None:
-                        out[i] = matrix[row]
-                        break
-                else:
-                    out[i] = self._extra.get(text)
+        stored = self.stored
+        for i, text in enumerate(texts):
+            row = stored[0].get(text) if stored is not None else None
+            out[i] = stored[1][row] if row is not None else self.encoded.get(text)
         missing = list(dict.fromkeys(t for t, v in zip(texts, out) if v is None))
         if missing:
             fresh = dict(zip(missing, self.scorer.sentence_vectors(missing)))
             for text, vec in fresh.items():
-                self._extra.put(text, vec)
+                self.encoded.put(text, vec)
             out = [fresh[t] if v is None else v for t, v in zip(texts, out)]
         return np.asarray(np.stack(out), dtype=np.float32)
 

@@ -140,7 +140,7 @@ def test_single_queries_run_before_the_remaining_batch_slices(built, encoder):  
 
     async def scenario():
         ctx = await started(app)
-        matcher = app.state.service.matcher
+        matcher = app.state.service.pipeline
         encode = matcher.encode
         matcher.encode = lambda texts: (calls.append(list(texts)), encode(texts))[1]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
@@ -168,7 +168,7 @@ def test_deadline_answers_503_and_drops_the_queued_work(built, encoder):  # noqa
 
     async def scenario():
         ctx = await started(app)
-        matcher = app.state.service.matcher
+        matcher = app.state.service.pipeline
         encode = matcher.encode
         matcher.encode = lambda texts: (calls.append(len(texts)), encode(texts))[1]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
@@ -235,7 +235,7 @@ def test_a_client_that_disconnects_while_queued_costs_nothing(built, encoder):  
 
     async def scenario():
         ctx = await started(app)
-        matcher = app.state.service.matcher
+        matcher = app.state.service.pipeline
         encode = matcher.encode
         matcher.encode = lambda texts: (calls.append(len(texts)), encode(texts))[1]
         body = json.dumps(batch(64)).encode()

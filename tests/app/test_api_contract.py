@@ -191,7 +191,7 @@ def test_the_built_pipeline_is_what_the_api_serves(service, encoder):
     client, _, manifest, settings = service
     retriever = client.app.state.service.retriever
     matcher = build_pipeline(settings, encoder, lambda: retriever)
-    assert matcher.pool_variants == settings.pool_variants == client.app.state.service.matcher.pool_variants
+    assert matcher.pool_variants == settings.pool_variants == client.app.state.service.pipeline.pool_variants
     assert matcher.served_pool(retriever) == 1 and matcher.served_answer_weight(retriever) == 0.6
     result = matcher.match(["how long is delivery"], top_k=3, threshold=0.5)[0]
     api = client.post("/match", json={"query": "how long is delivery", "top_k": 3}).json()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import tenants as tenants_module
+from app.api import resident_kbs as resident_kbs_module
 from app.api.main import create_app
 from kb.records import KbRecord
 from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
@@ -183,7 +183,7 @@ def test_kb_admin_writes_stay_in_their_kb(kbs, encoder):  # noqa: F811
 
 def test_revoked_token_stops_working(kbs, encoder, monkeypatch):  # noqa: F811
     settings, store, tokens = kbs
-    monkeypatch.setattr(tenants_module, "TOKEN_CACHE_S", 0.0)
+    monkeypatch.setattr(resident_kbs_module, "TOKEN_CACHE_S", 0.0)
     with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
         h = bearer(tokens["shop", "admin"])
         assert client.get("/kbs/shop/admin/faqs", headers=h).status_code == 200
@@ -238,25 +238,25 @@ def test_resident_kbs_stay_within_budget(tmp_path, encoder):  # noqa: F811
         build(store.for_kb(name), encoder, settings.for_kb(name))
     app = create_app(settings, store=store, encoder=encoder)
     with TestClient(app) as client:
-        tenants = app.state.tenants
+        resident_kbs = app.state.resident_kbs
         for name in ("a", "b", "c", "a"):
             assert top_faq(client.post(f"/kbs/{name}/match", json={"query": "can my dog come"})) == "pets"
-            assert len(tenants.resident()) <= 2, [s.kb for s in tenants.resident()]
-        assert [s.kb for s in tenants.resident()] == ["default", "a"]
-        assert tenants.loads == 4 and tenants.unloads == 3
+            assert len(resident_kbs.resident()) <= 2, [s.kb for s in resident_kbs.resident()]
+        assert [s.kb for s in resident_kbs.resident()] == ["default", "a"]
+        assert resident_kbs.loads == 4 and resident_kbs.unloads == 3
         # a KB in use is never unloaded: the budget gives way for that moment instead
-        busy = tenants.peek("a")
+        busy = resident_kbs.peek("a")
         busy.in_flight += 1
         try:
             client.post("/kbs/b/match", json={"query": "parking"})
-            assert {s.kb for s in tenants.resident()} == {"default", "a", "b"}
+            assert {s.kb for s in resident_kbs.resident()} == {"default", "a", "b"}
         finally:
             busy.in_flight -= 1
         client.post("/kbs/c/match", json={"query": "parking"})
-        assert len(tenants.resident()) == 2
+        assert len(resident_kbs.resident()) == 2
         assert "faq_kbs_resident 2.0" in client.get("/metrics").text
         # the shared encoder: every KB built with it holds the same object
-        assert tenants.peek("c").encoder is app.state.service.encoder
+        assert resident_kbs.peek("c").encoder is app.state.service.encoder
 
 
 def test_an_unloaded_kb_is_freed_at_once(tmp_path, encoder):  # noqa: F811
@@ -274,8 +274,8 @@ def test_an_unloaded_kb_is_freed_at_once(tmp_path, encoder):  # noqa: F811
     app = create_app(settings, store=store, encoder=encoder)
     with TestClient(app) as client:
         client.post("/kbs/a/match", json={"query": "dog"})
-        state = app.state.tenants.peek("a")
-        gone = [weakref.ref(state), weakref.ref(state.retriever), weakref.ref(state.matcher)]
+        state = app.state.resident_kbs.peek("a")
+        gone = [weakref.ref(state), weakref.ref(state.retriever), weakref.ref(state.pipeline)]
         del state
         gc.collect()
         gc.disable()
@@ -297,8 +297,8 @@ def test_kbs_share_one_encoder_even_with_an_empty_default_kb(tmp_path, encoder):
     with TestClient(app) as client:
         for name in ("a", "b"):
             assert top_faq(client.post(f"/kbs/{name}/match", json={"query": "can my dog come"})) == "pets"
-        tenants = app.state.tenants
-        assert tenants.peek("a").encoder is tenants.peek("b").encoder is app.state.service.encoder
+        resident_kbs = app.state.resident_kbs
+        assert resident_kbs.peek("a").encoder is resident_kbs.peek("b").encoder is app.state.service.encoder
 
 
 def test_kb_settings_are_followed_live(kbs, encoder):  # noqa: F811
@@ -392,7 +392,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
                 answers[store_kind] = [
                     [(m["faq_id"], round(m["score"], 5)) for m in client.post(path, json={"query": q}).json()["matches"]]
                     for path, qs in queries.items() for q in qs]
-                served = [app.state.service.retriever, app.state.tenants.peek("shop").retriever]
+                served = [app.state.service.retriever, app.state.resident_kbs.peek("shop").retriever]
                 # kNN in the store, or Annoy/exact search in process
                 assert all((r._backend is not None) == (store_kind == "elasticsearch") for r in served)
     finally:
@@ -417,11 +417,11 @@ def test_queries_to_different_kbs_share_one_encoder_call(kbs, encoder):  # noqa:
     app = create_app(settings, store=store, encoder=encoder)
     with TestClient(app) as client:
         client.post("/kbs/shop/match", json={"query": "load it"})
-        default, shop = app.state.service, app.state.tenants.peek("shop")
+        default, shop = app.state.service, app.state.resident_kbs.peek("shop")
         counting = Counting(encoder)
-        default.matcher.encoder = shop.matcher.encoder = counting
-        work = [(default.matcher, ([MatchQuery("I forgot my password")], default.retriever, None)),
-                (shop.matcher, ([MatchQuery("can my dog come in"), MatchQuery("parking?")], shop.retriever, None))]
+        default.pipeline.encoder = shop.pipeline.encoder = counting
+        work = [(default.pipeline, ([MatchQuery("I forgot my password")], default.retriever, None)),
+                (shop.pipeline, ([MatchQuery("can my dog come in"), MatchQuery("parking?")], shop.retriever, None))]
         outcomes = run_pipelines(work)
     assert counting.calls == [3], "one encoder call for both KBs"
     assert [r.matches[0].faq_id for r in outcomes[0]] == ["reset_password"]

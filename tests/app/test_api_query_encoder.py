@@ -50,7 +50,7 @@ def test_build_records_it_and_the_service_queries_through_it(faq_env, monkeypatc
         assert ready["ready"] and ready["query_encoder_id"].startswith("query:msem-student:")
         assert ready["encoder_id"].startswith("msem:")
         service = client.app.state.service
-        assert service.matcher.encoder.id == ready["query_encoder_id"]  # queries: the query encoder
+        assert service.pipeline.encoder.id == ready["query_encoder_id"]  # queries: the query encoder
         r = client.post("/match", json={"query": "I forgot my password, how do I get back in?"})
         assert r.status_code == 200 and r.json()["matches"][0]["faq_id"] == "login-forgot-password"
         # the FAQ side's encoder is only loaded once a KB edit has a text for it

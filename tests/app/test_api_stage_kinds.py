@@ -1,6 +1,6 @@
 """`faq serve` with FAQ_RERANKER naming each kind of re-ranking folder: a `faq train reranker` cross-encoder,
 a `faq train mmaicm` matcher, a `faq train analogy` model and a `faq train siamese` matcher. The service
-must start (ServiceState asks the pipeline for its stages),
+must start (KbState asks the pipeline for its stages),
 serve `rerank: true` with the folder's stage, and answer 409 when the folder does not load; all four
 comma-separated in one FAQ_RERANKER chain in that order.
 
@@ -93,7 +93,7 @@ def _client(served, encoder, reranker: str) -> TestClient:  # noqa: F811
 def test_rerank_true_runs_the_configured_stage(kind, served, encoder, folders):  # noqa: F811
     with _client(served, encoder, str(folders[kind])) as client:
         service = client.app.state.service
-        assert service.reranker_problem is None
+        assert service.stage_problem is None
         assert [type(s) for s in service.stages] == [KINDS[kind][1]]
         changed = False
         for query in QUERIES:
@@ -140,7 +140,7 @@ def test_comma_separated_folders_chain_every_kind_in_order(served, encoder, fold
         alone = [client.post("/match", json={"query": q, "top_k": 5, "rerank": True}).json() for q in QUERIES]
     with _client(served, encoder, chain) as client:
         service = client.app.state.service
-        assert service.reranker_problem is None
+        assert service.stage_problem is None
         assert [type(s) for s in service.stages] == [KINDS[kind][1] for kind in CHAIN]
         moved, bodies = False, []
         for query, last in zip(QUERIES, alone):

@@ -135,7 +135,7 @@ def test_kb_token_reaches_only_its_kb_and_ends_when_revoked(served):
         assert r.status_code == 403 and "another KB" in r.text, kb
     assert client.get("/console/kbs/shop/faqs").status_code == 200
     store.kbs.revoke_token("shop", token_id)
-    app.state.tenants._tokens.clear()  # skip the token cache's few seconds
+    app.state.resident_kbs._tokens.clear()  # skip the token cache's few seconds
     r = client.get("/console/kbs/shop/faqs", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/login"
 

@@ -63,7 +63,7 @@ def test_counts_real_requests_per_arm_with_their_feedback(served):
         assert r.status_code == 200, r.text
     assert client.post("/kbs/shop/match", json={"query": "may I bring my dog", "arm": "lexical"}).status_code == 200
     assert app.state.service.query_log.flush()
-    app.state.tenants.get("shop").query_log.flush()
+    app.state.resident_kbs.get("shop").query_log.flush()
 
     r = page.get(PAGE + "?window=24h")
     assert r.status_code == 200, r.text

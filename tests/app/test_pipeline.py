@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.assembly import build_pipeline
-from app.pipeline import MatchQuery, NoRerankerError
+from app.pipeline import MatchQuery, NoStagesError
 from app.stages import CrossEncoderStage, load_stages
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
@@ -40,7 +40,7 @@ def test_settings_give_every_option_the_caller_does_not_override(built, encoder)
 def test_rerank_arms_need_a_stage_and_stages_chain(built, encoder):  # noqa: F811
     settings, retriever, reranker_dir = built
     plain = build_pipeline(settings, encoder, retriever)
-    with pytest.raises(NoRerankerError, match="FAQ_RERANKER"):
+    with pytest.raises(NoStagesError, match="FAQ_RERANKER"):
         plain.match_many([MatchQuery("how long is delivery", 3, 0.5, "ann+rerank")])
     assert load_stages(settings) == []  # no FAQ_RERANKER: no stage
     [first] = load_stages(settings, str(reranker_dir), weight=0.5)

@@ -71,10 +71,12 @@ def test_prune_takes_aware_cutoffs_in_any_zone(store):
 
 def test_service_prunes_at_most_once_an_hour(store):
     from app.api.housekeeping import Housekeeping
-    from app.api.state import ServiceState
+    from app.api.resources import ProcessResources
+    from app.api.state import KbState
 
     def housekeeping(days: int, store=store) -> Housekeeping:
-        return Housekeeping(ServiceState(SimpleNamespace(query_log_retention_days=days, kb="default"), store=store))
+        settings = SimpleNamespace(query_log_retention_days=days, kb="default")
+        return Housekeeping(KbState(ProcessResources(settings, store=store), store=store))
 
     log_rows(store, [100, 10, 1])
     hourly = housekeeping(30)

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
-from app.api.state import ServiceState
+from app.api.state import KbState
 from app.build_gate import feedback_labels_of
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
 from index.artifacts import VERSION_RE, IndexVerificationError, UnknownVersion
@@ -66,7 +66,7 @@ class BuildJobs:
     def get(self, kb: str) -> BuildJob | None:
         return self._latest.get(kb)
 
-    def start(self, kb: str, state: ServiceState) -> BuildJob | None:
+    def start(self, kb: str, state: KbState) -> BuildJob | None:
         """The started job, or None when one of this KB is still running."""
         with self._lock:
             running = self._latest.get(kb)
@@ -77,7 +77,7 @@ class BuildJobs:
         return job
 
 
-def run_build(job: BuildJob, state: ServiceState) -> None:
+def run_build(job: BuildJob, state: KbState) -> None:
     from app.assembly import encoder_spec
     from app.release import release_build
 
@@ -135,7 +135,7 @@ def _version_field(request: Request, value: str, session: Any) -> str:
     return value
 
 
-def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | None, float | None]:
+def _table(state: KbState, manifest: dict | None) -> tuple[list[dict] | None, float | None]:
     """A build's table as it is (or would be) served, and the threshold it serves (the row the page marks)."""
     if manifest is None:
         return None, None
@@ -150,14 +150,14 @@ def _table(state: ServiceState, manifest: dict | None) -> tuple[list[dict] | Non
     return table, chosen
 
 
-def _building_elsewhere(state: ServiceState, job: BuildJob | None) -> list[dict]:
+def _building_elsewhere(state: KbState, job: BuildJob | None) -> list[dict]:
     """Builds of the KB running outside this page's job: `faq index build`, or Build now on another replica
     (the index_builds rows still "building")."""
     mine = job.version if job is not None and job.state == "running" else None
     return [b for b in state.store.list_builds("building") if b["version"] != mine]
 
 
-def _listing(state: ServiceState) -> tuple[list[dict], dict | None]:
+def _listing(state: KbState) -> tuple[list[dict], dict | None]:
     manifests = state.registry.list()
     return list(reversed(manifests)), next((m for m in manifests if m["current"]), None)
 
@@ -169,7 +169,7 @@ async def builds_page(request: Request, kb: str) -> Response:
     return await _page(request, session, kb, state)
 
 
-async def _page(request: Request, session: Any, kb: str, state: ServiceState, status: int = 200,
+async def _page(request: Request, session: Any, kb: str, state: KbState, status: int = 200,
                 error: str | None = None) -> Response:
     manifests, current_manifest = await run_in_threadpool(_listing, state)
     # the build whose expected precision is shown: ?version=, else the current one

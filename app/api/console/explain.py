@@ -84,7 +84,7 @@ def _unit(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.where(norms > 0, norms, 1.0)
 
 
-def word_weights(matcher: Any, retriever: Any, query: str, top: FaqMatch | None) -> WordWeights:
+def word_weights(pipeline: Any, retriever: Any, query: str, top: FaqMatch | None) -> WordWeights:
     """Occlusion weights of the query's words against `top`'s matched phrasing (blocking: run it in a thread)."""
     words = query.split()
     if top is None:
@@ -99,7 +99,7 @@ def word_weights(matcher: Any, retriever: Any, query: str, top: FaqMatch | None)
     texts = [query] + [" ".join(words[:i] + words[i + 1:]) for i in range(len(words))]
     if phrasing is None:  # a phrasing this retriever does not hold as built: encode its text in the same call
         texts.append(top.question)
-    vecs = _unit(np.asarray(matcher.encode(texts), dtype=np.float32))
+    vecs = _unit(np.asarray(pipeline.encode(texts), dtype=np.float32))
     target = _unit(np.asarray(phrasing, dtype=np.float32)) if phrasing is not None else vecs[-1]
     cosines = vecs[: len(words) + 1] @ target
     full = float(cosines[0])
@@ -119,6 +119,6 @@ class Explanation:
     weights: WordWeights
 
 
-def explain(matcher: Any, retriever: Any, query: str, result: MatchResult) -> Explanation:
+def explain(pipeline: Any, retriever: Any, query: str, result: MatchResult) -> Explanation:
     top = result.matches[0] if result.matches else None
-    return Explanation(signals_of(query, result.matches), word_weights(matcher, retriever, query, top))
+    return Explanation(signals_of(query, result.matches), word_weights(pipeline, retriever, query, top))

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api.console.sessions import ConsoleSession, Sessions
-from app.api.state import ServiceState
-from app.api.tenants import Tenants, UnknownKb
+from app.api.state import KbState
+from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.settings import KB_NAME_PATTERN
 
 PREFIX = "/console"
@@ -157,24 +157,24 @@ async def checked_post(request: Request) -> tuple[ConsoleSession, dict[str, str]
     return session, fields
 
 
-async def kb_state(request: Request, session: ConsoleSession, kb: str) -> ServiceState:
+async def kb_state(request: Request, session: ConsoleSession, kb: str) -> KbState:
     """The KB's served state, after the API's checks in the API's order: a malformed name is 422, a KB
     the session's token may not reach is 403 whether or not it exists, an unknown KB is 404."""
     if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
         raise EarlyResponse(problem_page(request, 422, "kb: must be 1-64 characters of a-z, 0-9, '-' and '_', "
                                                        "starting with a letter or digit", session=session))
-    tenants: Tenants = request.app.state.tenants
-    if not await run_in_threadpool(sessions_of(request).allowed, session, tenants):
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    if not await run_in_threadpool(sessions_of(request).allowed, session, resident_kbs):
         await run_in_threadpool(sessions_of(request).close, session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
         raise EarlyResponse(redirect("/console/login"))
     if session.kb is not None and session.kb != kb:
         raise EarlyResponse(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
                                          session=session))
-    state = tenants.peek(kb)
+    state = resident_kbs.peek(kb)
     if state is not None:
         return state
     try:
-        return await run_in_threadpool(tenants.get, kb)
+        return await run_in_threadpool(resident_kbs.get, kb)
     except UnknownKb as exc:
         raise EarlyResponse(problem_page(request, 404, f"{exc}: `faq kb list` shows the KBs",
                                          session=session)) from exc

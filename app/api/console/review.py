@@ -23,7 +23,7 @@ from app import review
 from app.api import service
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, form_values, kb_state, kb_url,
                                    page_router, problem_page, redirect, render)
-from app.api.state import ServiceState
+from app.api.state import KbState
 from app.store import FaqNotFound, KbValidationError, QUEUES
 from app.store.reviews import lint_key
 
@@ -56,7 +56,7 @@ class LintJobs:
         self._latest: dict[str, LintJob] = {}
         self._lock = threading.Lock()
 
-    def for_revision(self, kb: str, state: ServiceState, revision: int) -> LintJob:
+    def for_revision(self, kb: str, state: KbState, revision: int) -> LintJob:
         """The KB's lint of `revision`, started now when there is none (nor one running)."""
         with self._lock:
             job = self._latest.get(kb)
@@ -75,7 +75,7 @@ class LintJobs:
                 job.thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def run_lint(job: LintJob, state: ServiceState) -> None:
+def run_lint(job: LintJob, state: KbState) -> None:
     from index.build import encode_in_batches
     from kb.lint import lint_kb
 
@@ -126,7 +126,7 @@ async def review_page(request: Request, kb: str) -> Response:
     return await _page(request, session, kb, state)
 
 
-async def _page(request: Request, session: Any, kb: str, state: ServiceState, status: int = 200,
+async def _page(request: Request, session: Any, kb: str, state: KbState, status: int = 200,
                 error: str | None = None, errors: dict[str, str] | None = None) -> Response:
     window, since = _window(request, session)
     store = state.store

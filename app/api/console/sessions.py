@@ -4,7 +4,7 @@ a restart and every replica behind a load balancer knows it.
 The browser holds only a random session id (an HttpOnly cookie); the table holds its SHA-256 and no
 token: a KB token's session names the token's row, FAQ_ADMIN_TOKEN's the digest of the admin token it
 was opened with. Every request asks again whether that still reaches the KB (`Sessions.allowed`): a
-revoked KB token ends its sessions within the tenants' token cache time, a changed FAQ_ADMIN_TOKEN at once.
+revoked KB token ends its sessions within the resident KBs' token cache time, a changed FAQ_ADMIN_TOKEN at once.
 """
 from __future__ import annotations
 
@@ -107,13 +107,13 @@ class Sessions:
         return ConsoleSession(id=session_id, kb=row.kb, token_id=row.token_id, admin_sha256=row.admin_sha256,
                               csrf=row.csrf, created=row.created_at, store=self.store)
 
-    def allowed(self, session: ConsoleSession, tenants: Any) -> bool:
-        """Does what the session was opened with still reach its KBs? (Tenants: app/api/tenants.py)"""
+    def allowed(self, session: ConsoleSession, resident_kbs: Any) -> bool:
+        """Does what the session was opened with still reach its KBs? (ResidentKbs: app/api/resident_kbs.py)"""
         if session.token_id is None:
-            admin = tenants.settings.admin_token
+            admin = resident_kbs.settings.admin_token
             return bool(admin) and session.admin_sha256 is not None and secrets.compare_digest(
                 session.admin_sha256.encode(), admin_digest(admin).encode())
-        info = tenants.token_live(session.token_id)
+        info = resident_kbs.token_live(session.token_id)
         return info is not None and info.kb == session.kb and info.kind == "admin"
 
     def close(self, session_id: str | None) -> None:

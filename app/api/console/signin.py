@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.console.pages import (COOKIE, LOGIN_COOKIE, checked_post, current, form, kb_state, kb_url, page_router,
                                    problem_page, redirect, render, sessions_of, set_cookie)
-from app.api.tenants import Tenants
+from app.api.resident_kbs import ResidentKbs
 from kb.records import field_problem
 
 MAX_TOKEN_CHARS = 512
@@ -46,13 +46,13 @@ async def login(request: Request) -> Response:
     problem = field_problem(token, MAX_TOKEN_CHARS) if token else "must not be empty"
     if problem is not None:
         return _login_form(request, 422, f"token: {problem}")
-    tenants: Tenants = request.app.state.tenants
-    admin = tenants.settings.admin_token
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    admin = resident_kbs.settings.admin_token
     if admin and secrets.compare_digest(token.encode("utf-8"), admin.encode("utf-8")):
         session = await run_in_threadpool(sessions_of(request).open, None, None, token)
         target = "/console/kbs"
     else:
-        info = await run_in_threadpool(tenants.token_info, token)
+        info = await run_in_threadpool(resident_kbs.token_info, token)
         if info is None or info.kind != "admin":
             return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a KB admin token (`faq kb token`)")
         session = await run_in_threadpool(sessions_of(request).open, info.kb, info.id)

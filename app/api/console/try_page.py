@@ -64,11 +64,11 @@ async def try_question(request: Request, kb: str) -> Response:
         return render(request, "try.html", exc.status_code, errors={"form": str(exc.detail)}, **page)
     page["result"] = result
     why, why_problem = None, None
-    if trace.results and state.matcher is not None:
+    if trace.results and state.pipeline is not None:
         try:
             # the word weights' encoder call runs here, off the batcher: the console is low traffic, and
             # the answer above is already logged and counted as /match would have it
-            why = await run_in_threadpool(explain, state.matcher, trace.retriever, result.query, trace.results[0])
+            why = await run_in_threadpool(explain, state.pipeline, trace.retriever, result.query, trace.results[0])
         except Exception as exc:  # noqa: BLE001 - the answer is shown whatever befalls its explanation
             log.exception("could not explain the console question")
             why_problem = f"the explanation could not be worked out: {type(exc).__name__}"

@@ -2,7 +2,7 @@
 FAQ_ADMIN_TOKEN reaches every KB, a KB's admin token (`faq kb token`) only that KB (app/api/deps.py).
 
 FAQ CRUD writes go to the store and then refresh the served retriever's delta at once (`service.refresh`
--> `ServiceState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or gone)
+-> `KbState.refresh_kb` -> `Retriever.with_kb`), so an added/edited/deleted FAQ is matchable (or gone)
 in the very next /match without an index rebuild. Handlers are plain `def`s: FastAPI runs them
 in its thread pool, so database work and delta encoding never block the event loop.
 """
@@ -29,7 +29,7 @@ from app.api.schemas import (
     IndexInfo,
     ReloadResult,
 )
-from app.api.state import ServiceState
+from app.api.state import KbState
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def list_faqs(
     limit: int = Query(50, ge=1, le=500),
     q: Annotated[str | None, Query(min_length=1, max_length=200, description="substring of id, answer or question"),
                  STORABLE] = None,
-    state: ServiceState = Depends(get_state),
+    state: KbState = Depends(get_state),
 ) -> FaqPage:
     items = state.store.list_faqs(offset=offset, limit=limit, q=q)
     return FaqPage(total=state.store.count_faqs(q=q), offset=offset, limit=limit,
@@ -78,7 +78,7 @@ def list_faqs(
     "/faqs", response_model=FaqOutModel, status_code=status.HTTP_201_CREATED,
     responses={409: {"model": ErrorBody, "description": "an FAQ with that id exists"}, **BAD_INPUT_RESPONSES},
 )
-def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def create_faq(body: FaqCreate, state: KbState = Depends(get_state)) -> FaqOutModel:
     from app.store import FaqExists, KbValidationError
 
     try:
@@ -92,14 +92,14 @@ def create_faq(body: FaqCreate, state: ServiceState = Depends(get_state)) -> Faq
 
 
 @router.get("/faqs/{faq_id}", response_model=FaqOutModel, responses=_NOT_FOUND)
-def get_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def get_faq(faq_id: FaqIdPath, state: KbState = Depends(get_state)) -> FaqOutModel:
     faq = state.store.get_faq(faq_id)
     if faq is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
     return service.faq_out(faq)
 
 
-def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
+def _update(state: KbState, faq_id: str, **fields: Any) -> FaqOutModel:
     from app.store import FaqNotFound, KbValidationError
 
     try:
@@ -113,17 +113,17 @@ def _update(state: ServiceState, faq_id: str, **fields: Any) -> FaqOutModel:
 
 
 @router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
-def replace_faq(faq_id: FaqIdPath, body: FaqReplace, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def replace_faq(faq_id: FaqIdPath, body: FaqReplace, state: KbState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 
 
 @router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Change some fields of an FAQ")
-def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: ServiceState = Depends(get_state)) -> FaqOutModel:
+def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: KbState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
 
 
 @router.delete("/faqs/{faq_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
-def delete_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> Response:
+def delete_faq(faq_id: FaqIdPath, state: KbState = Depends(get_state)) -> Response:
     if not state.store.delete_faq(faq_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no FAQ {faq_id!r}")
     service.refresh(state)
@@ -131,7 +131,7 @@ def delete_faq(faq_id: FaqIdPath, state: ServiceState = Depends(get_state)) -> R
 
 
 @router.get("/index", response_model=IndexInfo, summary="The served index: version, manifest, delta, tombstones")
-def index_info(state: ServiceState = Depends(get_state)) -> IndexInfo:
+def index_info(state: KbState = Depends(get_state)) -> IndexInfo:
     return IndexInfo.model_validate(state.index_info())
 
 
@@ -140,7 +140,7 @@ def index_info(state: ServiceState = Depends(get_state)) -> IndexInfo:
     responses={503: {"model": ErrorBody, "description": "no build to load, or it could not be loaded"}},
     summary="Hot-swap to the current (newest verified) build",
 )
-def reload_index(state: ServiceState = Depends(get_state)) -> ReloadResult:
+def reload_index(state: KbState = Depends(get_state)) -> ReloadResult:
     # Runs in a worker thread: loading + applying the KB delta happens off the event loop, and the
     # swap itself is one reference assignment; in-flight requests keep the retriever they pinned.
     try:

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import get_state
 from app.api.schemas import Health, Readiness
-from app.api.state import NO_INDEX_REASON, ServiceState
+from app.api.state import NO_INDEX_REASON, KbState
 
 router = APIRouter(tags=["health"])
 #: mounted bare (the default KB) and under /kbs/{kb}: a KB is ready when its index is loaded
@@ -26,7 +26,7 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "no index loaded (the reason says why)"}},
     summary="Readiness: an index is loaded and /match can answer",
 )
-async def readyz(state: ServiceState = Depends(get_state)) -> Response:
+async def readyz(state: KbState = Depends(get_state)) -> Response:
     retriever = state.retriever
     if retriever is None:
         reason = state.not_ready_reason or NO_INDEX_REASON
@@ -43,6 +43,6 @@ async def readyz(state: ServiceState = Depends(get_state)) -> Response:
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response)
-async def metrics(state: ServiceState = Depends(get_state)) -> Response:
+async def metrics(state: KbState = Depends(get_state)) -> Response:
     body, content_type = state.metrics.exposition()
     return Response(content=body, media_type=content_type)

@@ -22,7 +22,7 @@ from app.api.schemas import (
     MatchRequest,
     MatchResponse,
 )
-from app.api.state import QueryLogDisabled, ServiceState
+from app.api.state import QueryLogDisabled, KbState
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 
 router = APIRouter(tags=["match"], dependencies=[Depends(require_reader)], responses={
@@ -37,7 +37,7 @@ _ERRORS = {
 
 
 @router.post("/match", response_model=MatchResponse, responses=_ERRORS, summary="Match one query to the FAQ")
-async def match(body: MatchRequest, state: ServiceState = Depends(get_state)) -> MatchResponse:
+async def match(body: MatchRequest, state: KbState = Depends(get_state)) -> MatchResponse:
     return (await service.match(state, [body]))[0]
 
 
@@ -45,7 +45,7 @@ async def match(body: MatchRequest, state: ServiceState = Depends(get_state)) ->
     "/match/batch", response_model=BatchMatchResponse, responses=_ERRORS,
     summary="Match up to 64 queries (encoded in one encoder call)",
 )
-async def match_batch(body: BatchMatchRequest, state: ServiceState = Depends(get_state)) -> BatchMatchResponse:
+async def match_batch(body: BatchMatchRequest, state: KbState = Depends(get_state)) -> BatchMatchResponse:
     return BatchMatchResponse(results=await service.match(state, body.queries))
 
 
@@ -65,7 +65,7 @@ _FEEDBACK_ERRORS = {
     "/feedback", response_model=FeedbackResponse, responses=_FEEDBACK_ERRORS,
     summary="Record whether a /match answer was right (and which FAQ was); once per request",
 )
-async def feedback(body: FeedbackRequest, state: ServiceState = Depends(get_state)) -> FeedbackResponse | JSONResponse:
+async def feedback(body: FeedbackRequest, state: KbState = Depends(get_state)) -> FeedbackResponse | JSONResponse:
     def refused(status_code: int, field: str, message: str) -> JSONResponse:
         return JSONResponse(status_code=status_code,
                             content={"error": message, "detail": [{"field": field, "message": message}]})

@@ -13,7 +13,7 @@ from app.api import service
 from app.api.deps import get_state, require_admin
 from app.api.schemas import (BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody,
                              ReviewKey, ReviewQueues)
-from app.api.state import ServiceState
+from app.api.state import KbState
 from app.store.reviews import lint_key
 
 router = APIRouter(
@@ -29,7 +29,7 @@ _GONE = {409: {"model": ErrorBody, "description": "the item is not (or no longer
 @router.get("", response_model=ReviewQueues, responses=BAD_INPUT_RESPONSES,
             summary="Mined phrasings and unanswered clusters waiting for review (dismissed ones left out)")
 def queues(since: Annotated[datetime | None, Query(description="only queries logged from then on (ISO 8601)")] = None,
-           state: ServiceState = Depends(get_state)) -> ReviewQueues:
+           state: KbState = Depends(get_state)) -> ReviewQueues:
     report = state.review_queues(since)
     return ReviewQueues(phrasings=report["phrasings"], clusters=report["clusters"],
                         dismissed_phrasings=report["stats"]["dismissed_phrasings"],
@@ -40,7 +40,7 @@ def queues(since: Annotated[datetime | None, Query(description="only queries log
              responses={**_GONE, 404: {"model": ErrorBody, "description": "the FAQ was deleted"}, **BAD_INPUT_RESPONSES},
              summary="Add a mined phrasing to its FAQ")
 def accept(key: Annotated[ReviewKey, Path()], since: datetime | None = None,
-           state: ServiceState = Depends(get_state)) -> AcceptResult:
+           state: KbState = Depends(get_state)) -> AcceptResult:
     from app.store import FaqNotFound, KbValidationError
 
     try:
@@ -59,7 +59,7 @@ def accept(key: Annotated[ReviewKey, Path()], since: datetime | None = None,
              responses={**_GONE, 404: {"model": ErrorBody, "description": "no such FAQ (lint)"}, **BAD_INPUT_RESPONSES},
              summary="Dismiss a proposed phrasing, an unanswered cluster or a lint finding")
 def dismiss(body: DismissRequest, response: Response, since: datetime | None = None,
-            state: ServiceState = Depends(get_state)) -> DismissalOut:
+            state: KbState = Depends(get_state)) -> DismissalOut:
     store = state.store
     if body.queue == "lint":
         faq = store.get_faq(body.faq_id)
@@ -83,7 +83,7 @@ def dismiss(body: DismissRequest, response: Response, since: datetime | None = N
 
 
 @router.get("/dismissals", response_model=list[DismissalOut], summary="What was dismissed, newest first")
-def dismissals(state: ServiceState = Depends(get_state)) -> list[DismissalOut]:
+def dismissals(state: KbState = Depends(get_state)) -> list[DismissalOut]:
     return [DismissalOut(**vars(d)) for d in state.store.reviews.dismissed()]
 
 
@@ -91,7 +91,7 @@ def dismissals(state: ServiceState = Depends(get_state)) -> list[DismissalOut]:
                responses={404: {"model": ErrorBody, "description": "nothing dismissed under that key"}},
                summary="Take a dismissal back: the item is proposed again where it still applies")
 def restore(queue: Annotated[str, Path(pattern="^(phrasing|cluster|lint)$")], key: Annotated[ReviewKey, Path()],
-            state: ServiceState = Depends(get_state)) -> Response:
+            state: KbState = Depends(get_state)) -> Response:
     if not state.store.reviews.restore(queue, key):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="nothing dismissed under that key")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

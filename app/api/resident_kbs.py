@@ -1,7 +1,7 @@
 """The KBs one process serves, and who may reach which.
 
-- The default KB's state (`Tenants.default`, the lifespan's) is always resident: the routes without
-  /kbs/{kb} serve it, and it owns what the process shares (app/api/state.py).
+- The default KB's state (`ResidentKbs.default`, the app's) is always resident: the routes without
+  /kbs/{kb} serve it. What the KBs share is the process's (app/api/resources.py), given to each KB's state.
 - Any other KB is loaded on its first request (its index, its pipeline with its own settings) and kept
   while used; beyond FAQ_MAX_RESIDENT_KBS the least recently used one is unloaded. A KB that requests
   are using (`in_flight`) is never unloaded: the budget is exceeded for that moment instead. Requests
@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
-from app.api.state import ServiceState
+from app.api.state import KbState
 
 if TYPE_CHECKING:
     from app.store import TokenInfo
@@ -38,10 +38,10 @@ class UnknownKb(LookupError):
         self.kb = kb
 
 
-class Tenants:
-    def __init__(self, default: ServiceState):
+class ResidentKbs:
+    def __init__(self, default: KbState):
         self.default = default
-        self._resident: OrderedDict[str, ServiceState] = OrderedDict()
+        self._resident: OrderedDict[str, KbState] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
         self._tokens: dict[str, tuple[float, TokenInfo | None]] = {}
@@ -53,12 +53,12 @@ class Tenants:
         return self.default.settings
 
     # -- resident KBs ---------------------------------------------------------------------------
-    def resident(self) -> list[ServiceState]:
+    def resident(self) -> list[KbState]:
         """The default KB's state, then the others from least to most recently used."""
         with self._lock:
             return [self.default, *self._resident.values()]
 
-    def peek(self, kb: str) -> ServiceState | None:
+    def peek(self, kb: str) -> KbState | None:
         """`kb`'s state if it is resident (marked used now), else None; never loads."""
         if kb == self.default.kb:
             return self.default
@@ -68,7 +68,7 @@ class Tenants:
                 self._resident.move_to_end(kb)
             return state
 
-    def get(self, kb: str) -> ServiceState:
+    def get(self, kb: str) -> KbState:
         """`kb`'s state, loaded now if it is not resident (blocking: run it off the event loop).
         Raises UnknownKb."""
         state = self.peek(kb)
@@ -82,7 +82,7 @@ class Tenants:
                 return state
             if not self.default.store.kbs.exists(kb):
                 raise UnknownKb(kb)
-            state = ServiceState(self.default.settings.model_copy(update={"kb": kb}), parent=self.default)
+            state = KbState(self.default.resources, self.default.settings.model_copy(update={"kb": kb}))
             started = time.perf_counter()
             state.open()
             self._sweep(state)
@@ -98,11 +98,11 @@ class Tenants:
             old.release()
         return state
 
-    def _evict(self, keep: str) -> list[ServiceState]:
+    def _evict(self, keep: str) -> list[KbState]:
         """Unload least recently used KBs beyond the budget (under self._lock); those in use stay, and so
         does `keep`, the KB just loaded for a request."""
         budget = max(0, int(self.default.settings.max_resident_kbs) - 1)  # the default KB takes one place
-        evicted: list[ServiceState] = []
+        evicted: list[KbState] = []
         for name in list(self._resident):
             if len(self._resident) <= budget:
                 break
@@ -126,7 +126,7 @@ class Tenants:
         return state is not None
 
     @staticmethod
-    def _sweep(state: ServiceState) -> None:
+    def _sweep(state: KbState) -> None:
         """The debris of this KB's killed builds, as the default KB's is swept at start-up."""
         from index.build import sweep_builds
 
