@@ -29,3 +29,20 @@ def make_tiny_reranker(path: Path, onnx: bool = True, calibration: dict | None =
     if onnx:
         export_onnx(path, quantize=True)
     return path
+
+
+def tiny_training_data(tmp_path):
+    pairs = tmp_path / "qqp" / "pairs_dev.tsv"
+    pairs.parent.mkdir()
+    lines = []
+    for i in range(12):
+        lines.append(f"1\tHow do I reset my password {i}?\tI forgot my password {i}")
+        lines.append(f"0\tHow do I reset my password {i}?\tWhere is my parcel number {i}?")
+    pairs.write_text("\n".join(lines) + "\n")
+    stsb = tmp_path / "stsb"
+    stsb.mkdir()
+    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i % 6}.000\tA man plays a guitar {i}.\tA man plays music {i}."
+            for i in range(12)]
+    (stsb / "sts-train.csv").write_text("\n".join(rows) + "\n")
+    (stsb / "sts-dev.csv").write_text("\n".join(rows[:6]) + "\n")
+    return pairs, stsb

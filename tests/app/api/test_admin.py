@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.api.main import create_app
 from app.api.schemas import MAX_PAGE_OFFSET
-from test_api_contract import KB, build, encoder, make_settings, make_store  # noqa: F401
+from tests.helpers.api import KB, build, make_settings, make_store
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,7 +17,7 @@ import pytest
 
 from app.api.main import create_app
 from app.api.workers import BATCH_SLICE
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
+from tests.helpers.api import build, make_settings, make_store
 
 QUERIES = ["how do I reset my password", "cancel my order", "when will my parcel arrive", "refund please",
            "change my email", "are you open on sunday", "can I pay by card", "delete my account"]

@@ -14,7 +14,7 @@ from app.api.main import create_app
 from app.api.schemas import MAX_BATCH, MAX_QUERY_CHARS, MAX_TOP_K
 from app.db.models import QueryLog
 # shared helpers and the session-wide MiniLM fixture live in the contract tests' module
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
+from tests.helpers.api import build, make_settings, make_store
 
 MAX_BODY = 4096
 

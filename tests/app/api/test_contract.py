@@ -7,7 +7,6 @@ feedback, health/readiness, OpenAPI docs and the Prometheus exposition.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,76 +17,16 @@ from app.api.main import create_app
 from app.assembly import build_pipeline
 from app.pipeline import Pipeline
 from index.candidates import group_hits, retrieve_depth
-from app.settings import Settings
-from app.store import FaqStore, KbRecord
+from app.store import KbRecord
 from index.artifacts import BuildRegistry
-from index.build import build_index
 from index.retriever import Retriever
-
-# A small KB: 8 FAQs x 3 paraphrases (variants of one FAQ crowd the top, which grouping must handle).
-KB = {
-    "reset_password": ("Use the 'Forgot password' link on the sign-in page.",
-                       ["How do I reset my password?", "I forgot my password", "I can't log in, I need a new password"]),
-    "cancel_order": ("Open Orders and press Cancel before the order ships.",
-                     ["How can I cancel my order?", "I want to cancel a purchase", "Stop my order from being shipped"]),
-    "shipping_time": ("Standard shipping takes 3 to 5 business days.",
-                      ["How long does shipping take?", "When will my package arrive?", "What is the delivery time?"]),
-    "refund": ("Refunds are paid to the original payment method within 10 days.",
-               ["How do I get a refund?", "I want my money back", "What is your refund policy?"]),
-    "change_email": ("Go to Settings > Account and edit the email field.",
-                     ["How do I change my email address?", "Update the email on my account", "I have a new email address"]),
-    "opening_hours": ("We are open 9:00-18:00, Monday to Saturday.",
-                      ["What are your opening hours?", "When is the store open?", "Are you open on Sunday?"]),
-    "payment_methods": ("We accept cards, PayPal and bank transfer.",
-                        ["Which payment methods do you accept?", "Can I pay with PayPal?", "Do you take credit cards?"]),
-    "delete_account": ("Settings > Privacy > Delete account removes all your data.",
-                       ["How do I delete my account?", "Close my account permanently", "Remove all my personal data"]),
-}
-
-
-def kb_records(kb: dict = KB) -> list[KbRecord]:
-    return [KbRecord(faq_id, q, answer if i == 0 else None, [] if i == 0 else None)
-            for faq_id, (answer, questions) in kb.items() for i, q in enumerate(questions)]
-
-
-@pytest.fixture(scope="session")
-def encoder(request: pytest.FixtureRequest):
-    """MiniLM, loaded once per test session (shared through the pytest config across test modules)."""
-    enc = getattr(request.config, "_faq_minilm_encoder", None)
-    if enc is None:
-        import torch
-
-        from models.encoders.pretrained import MiniLMEncoder
-
-        torch.set_num_threads(1)
-        enc = MiniLMEncoder(device="cpu")
-        request.config._faq_minilm_encoder = enc
-    return enc
-
-
-def make_settings(data_dir: Path, **overrides) -> Settings:
-    values = dict(data_dir=data_dir, encoder="minilm", torch_threads=1, encode_workers=1, kb_poll_seconds=0,
-                  admin_token=None, query_log=True)
-    values.update(overrides)
-    return Settings(**values)
-
-
-def make_store(settings: Settings, records: list[KbRecord] | None = None) -> FaqStore:
-    from migrations.runner import migrated_store
-
-    store = migrated_store(settings)
-    store.import_records(records if records is not None else kb_records())
-    return store
-
-
-def build(store: FaqStore, encoder, settings: Settings) -> dict:
-    return build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
+from tests.helpers.api import KB, build, kb_records, make_settings, make_store
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, encoder):
     """One served app over the built KB, shared by the read-only tests of this module. It scores by the
-    build's cosine curve, which these tests recompute; the decision model is tested in test_api_decision.py."""
+    build's cosine curve, which these tests recompute; the decision model is tested in test_decision.py."""
     settings = make_settings(tmp_path_factory.mktemp("contract"), scoring="calibration")
     store = make_store(settings)
     manifest = build(store, encoder, settings)

@@ -11,7 +11,7 @@ from app.decision import Decider
 from app.settings import Settings
 from index.candidates import FaqMatch
 from index.decision import load_model
-from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.helpers.api import build, make_settings, make_store
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_the_builds_own_traffic_replaces_the_replayed_table(tmp_path, encoder): 
 def test_an_ambiguous_question_gets_clarify_with_both_faqs_and_the_pick_is_feedback(tmp_path, encoder):  # noqa: F811
     """Two FAQs that differ only in how a refund is paid, and a user who just types "refund"."""
     from app.store import KbRecord
-    from tests.app.test_api_contract import KB
+    from tests.helpers.api import KB
 
     kb = {k: v for k, v in KB.items() if k != "refund"}
     kb["refund_card"] = ("Card refunds reach your card within 5 days.",

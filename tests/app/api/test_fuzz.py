@@ -20,7 +20,7 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import response_schema_conformance  # noqa: E402
 
 from app.api.main import create_app  # noqa: E402
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: E402, F401
+from tests.helpers.api import build, make_settings, make_store  # noqa: E402
 
 TOKEN = "fuzz-token"
 EXAMPLES = 40  # per operation and mode: about a minute for the 14 operations on 2 cores

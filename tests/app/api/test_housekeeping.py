@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app.api.housekeeping import Housekeeping
 from app.api.main import create_app
-from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.helpers.api import build, make_settings, make_store
 
 
 def _request_ids(store) -> set[str]:

@@ -11,36 +11,10 @@ from fastapi.testclient import TestClient
 
 from app.api import tenants as tenants_module
 from app.api.main import create_app
-from kb.records import KbRecord
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_swap import LiveServer
+from tests.helpers.api import bearer, build, make_settings, make_store, shop_records, two_built_kbs
+from tests.helpers.server import LiveServer
 
 ROOT = "root-token"
-SHOP = {
-    "pets": ("Dogs on a leash are welcome in every store.", ["Can I bring my dog?", "Are pets allowed inside?"]),
-    "parking": ("Free parking is behind the store.", ["Where can I park?", "Is there a car park?"]),
-    "wifi": ("The guest wifi is called Shop-Guest, no password.", ["Is there free wifi?", "wifi password"]),
-}
-
-
-def shop_records(faqs: dict = SHOP) -> list[KbRecord]:
-    return [KbRecord(faq_id, q, answer) for faq_id, (answer, questions) in faqs.items() for q in questions]
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def two_built_kbs(data_dir, encoder, admin_token: str):  # noqa: F811
-    """(settings, store): the default KB (test_api_contract's) and KB `shop`, both built."""
-    settings = make_settings(data_dir, admin_token=admin_token)
-    store = make_store(settings)
-    build(store, encoder, settings)
-    store.kbs.create("shop")
-    shop = store.for_kb("shop")
-    shop.import_records(shop_records())
-    build(shop, encoder, settings.for_kb("shop"))
-    return settings, store
 
 
 @pytest.fixture

@@ -21,11 +21,11 @@ import pytest
 
 from index.artifacts import BuildRegistry
 from index.build import build_index
-from test_api_contract import encoder, kb_records, make_settings, make_store  # noqa: F401
+from tests.helpers.api import kb_records, make_settings, make_store
 
 pytestmark = pytest.mark.postgres
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "replica-token"
 POLL_S = 0.5
 PROBE = {"faq_id": "replica-probe", "answer": "Written on one replica, matched on the other.",

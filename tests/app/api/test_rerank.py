@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from app.api.main import create_app
 from models.matchers.cross_encoder import load_reranker
-from tests.reranker_helpers import make_tiny_reranker
-from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.helpers.reranker import make_tiny_reranker
+from tests.helpers.api import build, make_settings, make_store
 
 
 @pytest.fixture(scope="module")

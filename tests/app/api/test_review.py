@@ -6,8 +6,7 @@ from fastapi.testclient import TestClient
 
 from app.mining import mine_report
 from app.store.reviews import lint_key, phrasing_key
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import bearer, two_built_kbs
+from tests.helpers.api import bearer, two_built_kbs
 
 ROOT = "review-api-root"
 

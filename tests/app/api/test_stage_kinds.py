@@ -13,58 +13,16 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
 from app.api.main import create_app
-from app.stages import AnalogyStage, CrossEncoderStage, MmaicmStage, SiameseStage, vector_stages
+from app.stages import vector_stages
 from index.artifacts import BuildRegistry
 from index.build import build_index
-from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
-from tests.reranker_helpers import make_tiny_reranker
+from tests.helpers.api import make_settings, make_store
+from tests.helpers.stages import KINDS
 
 QUERIES = ["I can't remember my password", "when will my parcel arrive"]
-
-
-def _mmaicm(path):
-    from models.calibration import Calibration
-    from models.encoders.words import GloveWords
-    from models.matchers.mmaicm import MMAICM, MmaicmConfig, MmaicmScorer
-
-    torch.manual_seed(0)
-    config = MmaicmConfig(max_q_len=10, max_a_len=14, filters=4, fc_hidden=8, dropout=0.0)
-    return MmaicmScorer(MMAICM(config), GloveWords(), Calibration(a=2.0, b=0.5, fusion_weight=0.5)).save(path)
-
-
-def _analogy(path):
-    from models.matchers.analogy import AnalogyConfig, AnalogyScorer, BiGruEncoder, Prototype
-    from models.calibration import Calibration
-    from models.encoders.words import GloveWords
-
-    torch.manual_seed(0)
-    protos = [Prototype("who", "who built the lamp ?", "erin built the lamp long ago"),
-              Prototype("when", "when was the bridge built ?", "the bridge was built in 1901")]
-    scorer = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8, dropout=0.0)), GloveWords(), protos, device="cpu")
-    scorer.calibration = Calibration(a=3.0, b=-0.5, fusion_weight=0.5)
-    return scorer.save(path)
-
-
-def _siamese(path):
-    from models.calibration import Calibration
-    from models.encoders.words import GloveWords
-    from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer
-
-    torch.manual_seed(0)
-    config = SiameseConfig(encoder="conv", filters=8, mlp_hidden=16, mean_pool=True)
-    return SiameseScorer(SiameseMatcher(config), GloveWords(), Calibration(a=1.5, b=-0.2, fusion_weight=0.5)).save(path)
-
-
-KINDS = {  # kind -> (how its folder is made, the stage FAQ_RERANKER must load it as)
-    "cross-encoder": (lambda path: make_tiny_reranker(path, onnx=False), CrossEncoderStage),
-    "mmaicm": (_mmaicm, MmaicmStage),
-    "analogy": (_analogy, AnalogyStage),
-    "siamese": (_siamese, SiameseStage),
-}
 
 
 @pytest.fixture(scope="module")

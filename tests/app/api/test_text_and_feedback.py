@@ -23,7 +23,7 @@ from app.api.main import create_app
 from app.api.schemas import STORABLE
 from app.db.models import QueryLog
 from kb.records import write_kb
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
+from tests.helpers.api import build, make_settings, make_store
 
 TOKEN = "text-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -13,9 +13,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from test_api_contract import KB, build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import two_built_kbs
-from test_api_swap import LiveServer
+from tests.helpers.api import KB, two_built_kbs
+from tests.helpers.server import LiveServer
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

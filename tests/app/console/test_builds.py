@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.console import builds as builds_module
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_console_http import csrf_of, sign_in
+from tests.helpers.api import build, make_settings, make_store
+from tests.helpers.console import csrf_of, sign_in
 
 ROOT = "console-builds-token"
 PAGE = "/console/kbs/default/builds"

@@ -1,6 +1,6 @@
 """The console (/console) over plain HTTP: sessions, CSRF, the security headers and bad input.
 
-What a browser shows is tested in test_console_browser.py; these run without one.
+What a browser shows is tested in test_browser.py; these run without one.
 """
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.console import SECURITY_HEADERS
 from app.api.console.routes import COOKIE
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import two_built_kbs
+from tests.helpers.api import make_settings, two_built_kbs
+from tests.helpers.console import assert_headers, csrf_of, sign_in
 
 ROOT = "console-root-token"
 
@@ -27,30 +26,6 @@ def served(tmp_path_factory, encoder):  # noqa: F811
     app = create_app(settings, store=store, encoder=encoder)
     with TestClient(app) as client:
         yield app, store, tokens, client
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
-
-
-def sign_in(served, token: str) -> tuple[TestClient, str]:
-    """The module's client (the one running the app's lifespan, which /match needs), signed in afresh,
-    and its session's CSRF token."""
-    client = served[3]
-    client.cookies.clear()
-    page = client.get("/console/login")
-    r = client.post("/console/login", data={"csrf": csrf_of(page.text), "token": token}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    landing = client.get(r.headers["location"])
-    assert landing.status_code == 200, landing.text
-    return client, csrf_of(landing.text)
-
-
-def assert_headers(response) -> None:
-    for name, value in SECURITY_HEADERS.items():
-        assert response.headers.get(name) == value, (response.url, name)
 
 
 def test_every_console_answer_has_the_security_headers(served):

@@ -10,8 +10,8 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_console_http import sign_in
+from tests.helpers.api import build, make_settings, make_store
+from tests.helpers.console import sign_in
 
 ROOT = "console-imports-token"
 PAGE = "/console/kbs/default/import"

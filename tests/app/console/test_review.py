@@ -1,6 +1,6 @@
 """The console's review page over HTTP: mined phrasings (accept, dismiss), unanswered clusters (draft a
 new FAQ, dismiss), lint findings (dismiss with a reason, restore), and the CLI leaving out what was
-dismissed. The browser walks the same page in test_console_browser.py."""
+dismissed. The browser walks the same page in test_browser.py."""
 from __future__ import annotations
 
 import time
@@ -10,9 +10,8 @@ from fastapi.testclient import TestClient
 
 from app.mining import mine_report
 from app.store.reviews import cluster_key, lint_key, phrasing_key
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import two_built_kbs
-from test_console_http import sign_in
+from tests.helpers.api import two_built_kbs
+from tests.helpers.console import sign_in
 
 ROOT = "review-root-token"
 #: an FAQ whose answer stops mid-sentence: lint flags it

@@ -10,9 +10,8 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from test_api_contract import build, encoder, make_settings, make_store  # noqa: F401
-from test_api_kbs import two_built_kbs
-from test_console_http import assert_headers, sign_in
+from tests.helpers.api import two_built_kbs
+from tests.helpers.console import assert_headers, sign_in
 
 ROOT = "console-traffic-token"
 PAGE = "/console/kbs/default/traffic"

@@ -1,7 +1,7 @@
 """app/stages: the registry that turns FAQ_RERANKER's folders into re-ranking stages. Each architecture a
 model folder's config names maps to its kind's loader; a folder of no registered kind is read as a
 cross-encoder, whose loader refuses it with today's message. Real tiny folders written by each model's
-own save code (tests/app/test_api_stage_kinds.py), no encoder or index needed."""
+own save code (tests/helpers/stages.py), no encoder or index needed."""
 from __future__ import annotations
 
 import json
@@ -15,10 +15,10 @@ from app.stages import (
     vector_stages,
 )
 from models.matchers.cross_encoder import RerankerError
-from tests.app.test_api_stage_kinds import KINDS
+from tests.helpers.stages import KINDS
 
 #: the shipped MSEM encoder folder: a model, but of no re-ranking kind
-ROOT_MSEM = str(Path(__file__).resolve().parents[2] / "models" / "default")
+ROOT_MSEM = str(Path(__file__).resolve().parents[3] / "models" / "default")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from models.calibration import Calibration
 from models.encoders.words import GloveWords
 from models.scoring import pool
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese
-from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
+from tests.helpers.api import make_settings, make_store
 
 
 class CountingScorer:

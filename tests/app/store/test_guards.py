@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.store import FeedbackAlreadyRecorded, FeedbackSessionMismatch
 from kb.records import KbFormatError, KbRecord, KbValidationError, check_record, read_kb, text_problem, write_kb
-from test_store import KB, any_store  # noqa: F401
+from tests.helpers.store import KB
 
 NUL, SURROGATE = "\x00", "\ud800"
 NUL_MSG = "must not contain NUL characters"

@@ -9,26 +9,7 @@ from sqlalchemy import text
 from kb.records import KbRecord, KbValidationError
 from app.store import FaqExists, FaqNotFound, FaqStore
 from migrations import runner
-
-KB = [
-    KbRecord("reset", "How do I reset my password?", "Use the reset link.", ["account"]),
-    KbRecord("reset", "I forgot my password"),
-    KbRecord("refund", "Can I get a refund?", "Within 30 days.", ["billing", "orders"]),
-    KbRecord("refund", "How do I get my money back?"),
-    KbRecord("hours", "When are you open?", "9 to 5, Monday to Friday.", None),
-]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_store(request):
-    """The store on each backend (PostgreSQL skipped when unreachable)."""
-    if request.param == "sqlite":
-        yield request.getfixturevalue("store")
-        return
-    url = request.getfixturevalue("pg_url")
-    runner.upgrade(url)
-    with FaqStore(url) as pg_store:
-        yield pg_store
+from tests.helpers.store import KB
 
 
 def questions_by_faq(store: FaqStore) -> dict[str, list[str]]:

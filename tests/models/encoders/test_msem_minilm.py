@@ -15,11 +15,10 @@ from models.encoders.msem.model import MINILM_DIM, MSEM, MsemConfig, MiniLMToken
 from models.encoders.msem.encoder import MsemEncoder
 from models.encoders.words import MiniLMText, load_text
 from models.text import TextEncoder
+from tests.helpers.msem_minilm import TINY
 
 torch.set_num_threads(1)
 
-TINY = {"word_repr": "minilm", "hidden": 8, "heads": 2, "ffn_dim": 16, "pool_da": 8, "pool_heads_r": 2,
-        "max_len": 16, "out_dim": 12, "dropout": 0.0}
 
 SENTENCES = [
     "How do I reset my password?",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import zlib
 
 import numpy as np
 import pytest
@@ -25,39 +24,9 @@ from models.matchers.analogy import (
 )
 from training.analogy import AnalogyData, AnalogyTrainer, TrainConfig
 from training.mmaicm import QaList
+from tests.helpers.analogy import ToyWords, qa_lists
 
 torch.set_num_threads(1)
-
-
-class ToyWords:
-    """A word representation without downloads: each word a fixed random vector seeded by its spelling."""
-
-    kind = "glove"
-    dim = 50
-
-    def states(self, texts, max_len):
-        out = []
-        for text in texts:
-            rows = [np.random.default_rng(zlib.crc32(w.encode())).standard_normal(self.dim).astype(np.float32)
-                    for w in text.lower().split()[:max_len]]
-            out.append(torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim))
-        return out
-
-    def meta(self):
-        return {"kind": self.kind, "model": "toy"}
-
-
-def _lists():
-    """Who questions answered by a person sentence, when questions by a year sentence; wrong candidates
-    of the other kind."""
-    people = ["alice", "bob", "carol", "dave", "erin", "frank"]
-    things = ["the bridge", "the radio", "the engine", "the vaccine", "the telescope", "the lamp"]
-    years = ["1901", "1922", "1950", "1969", "1984", "2001"]
-    lists = []
-    for p, t, y in zip(people, things, years):
-        lists.append(QaList(f"who built {t} ?", [f"{p} built {t} long ago", f"{t} was built in {y}"], [1, 0]))
-        lists.append(QaList(f"when was {t} built ?", [f"{t} was built in {y}", f"{p} built {t} long ago"], [1, 0]))
-    return lists
 
 
 # ---------------------------------------------------------------- pieces by hand
@@ -98,7 +67,7 @@ def test_best_of_k_prototypes():
 
 
 def test_quadruples_stay_within_a_type_with_correct_labels():
-    lists = _lists() + [QaList("what is a lamp ?", ["a light"], [1])]  # untyped: never used
+    lists = qa_lists() + [QaList("what is a lamp ?", ["a light"], [1])]  # untyped: never used
     protos = select_prototypes(lists, 3, seed=1)
     assert {p.type for p in protos} == {"who", "when"} and len(protos) == 6
     quads = QuadrupleSampler(lists, protos, per_answer=2).sample(random.Random(0))
@@ -128,7 +97,7 @@ def test_encoder_ignores_padding():
 def test_save_load_round_trip(tmp_path):
     torch.manual_seed(0)
     words = ToyWords()
-    protos = select_prototypes(_lists(), 2, seed=0)
+    protos = select_prototypes(qa_lists(), 2, seed=0)
     scorer = AnalogyScorer(BiGruEncoder(AnalogyConfig(hidden=8, margin=0.3)), words, protos, device="cpu")
     before = scorer.score("who built the lamp ?", ["erin built the lamp long ago", "the lamp was built in 1984"])
     scorer.save(tmp_path / "m")
@@ -169,7 +138,7 @@ def test_a_trained_folder_is_a_re_ranking_stage(tmp_path):
     from app.settings import Settings
     from index.candidates import FaqMatch
 
-    lists = _lists()
+    lists = qa_lists()
     AnalogyTrainer(AnalogyData(lists, lists[:4]), tmp_path / "m", TrainConfig(prototypes=3, epochs=1, per_answer=2),
             AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()
     settings = Settings(data_dir=tmp_path, reranker=str(tmp_path / "m"))

@@ -1,6 +1,6 @@
 """The cross-encoder re-ranker (models/matchers/cross_encoder.py): pair formatting, batching that does not change a
 pair's score, calibration, save/load/export round trips (its training: tests/training/test_train_reranker.py).
-Uses a tiny real model (tests/reranker_helpers.py)."""
+Uses a tiny real model (tests/helpers/reranker.py)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from models.matchers.cross_encoder import (
     RerankerError, encode_pairs, format_pair, load_reranker, load_tokenizer, read_config,
 )
-from tests.reranker_helpers import make_tiny_reranker
+from tests.helpers.reranker import make_tiny_reranker
 
 CANDIDATES = [
     "I forgot my password",

@@ -21,10 +21,9 @@ from models.matchers.mmaicm import (
     hinge_loss,
     load_mmaicm,
 )
+from tests.helpers.mmaicm import SMALL
 
 torch.set_num_threads(1)
-
-SMALL = {"max_q_len": 10, "max_a_len": 14, "filters": 4, "fc_hidden": 8, "dropout": 0.0}
 
 
 def _batch(B=3, Tq=5, Ta=9, d=50, seed=0):

@@ -3,7 +3,6 @@ padding, the head's symmetry, the model folder round trip (its training: tests/t
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
@@ -21,30 +20,9 @@ from models.matchers.siamese import (
     pair_features,
     repair_oov,
 )
+from tests.helpers.siamese import VOCAB, ToyWords
 
 torch.set_num_threads(1)
-
-VOCAB = {w: i for i, w in enumerate(["the", "how", "do", "i", "receive", "recipe", "money", "e", "mail", "what",
-                                     "is", "cafe", "price", "10000", "reset", "password", "email"])}
-
-
-class ToyWords:
-    """A word representation without downloads: each word a fixed random vector seeded by its spelling."""
-
-    kind = "glove"
-    dim = 50
-    vocab = VOCAB
-
-    def states(self, texts, max_len):
-        out = []
-        for text in texts:
-            rows = [np.random.default_rng(zlib.crc32(w.encode())).standard_normal(self.dim).astype(np.float32)
-                    for w in text.split()[:max_len]]
-            out.append(torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim))
-        return out
-
-    def meta(self):
-        return {"kind": self.kind, "model": "toy"}
 
 
 def test_normalise_case_accents_punctuation_numbers_and_length():
