@@ -25,8 +25,8 @@ from index.build import build_index
 from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name
 from index.lexical import TANTIVY_DIR, TantivyLexicalIndex
 from index.retriever import Retriever
-from test_api_contract import KB, encoder, make_settings, make_store  # noqa: F401
-from conftest import start_es_emulator, stop_es_emulator
+from tests.helpers.api import KB, make_settings, make_store
+from tests.helpers.es import start_es_emulator, stop_es_emulator
 
 
 def build_with(store, encoder, settings, es_url=None) -> dict:  # noqa: F811
@@ -197,7 +197,7 @@ def test_matcher_offline_uses_the_same_arms(tantivy_service, encoder):  # noqa: 
 def tiny_reranker_dir(tmp_path_factory):
     """A tiny real cross-encoder folder (random weights: scores are meaningless, the code path is real)."""
     pytest.importorskip("models.matchers.cross_encoder")
-    helpers = pytest.importorskip("reranker_helpers")
+    helpers = pytest.importorskip("tests.helpers.reranker")
     return helpers.make_tiny_reranker(tmp_path_factory.mktemp("reranker") / "tiny", onnx=False)
 
 

@@ -9,7 +9,7 @@ from app.settings import Settings
 from index.artifacts import BuildRegistry
 from index.build import build_index
 from models.encoders.load import default_msem_dir, load_encoder
-from tests.app.test_api_contract import encoder, make_settings, make_store  # noqa: F401  (fixture)
+from tests.helpers.api import make_settings, make_store
 
 
 def test_encoder_spec_precedence(tmp_path, monkeypatch):

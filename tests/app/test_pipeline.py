@@ -14,8 +14,8 @@ from app.stages import CrossEncoderStage, load_stages
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
 from models.matchers.cross_encoder import pool
-from tests.app.test_api_contract import build, encoder, make_settings, make_store  # noqa: F401  (encoder: fixture)
-from tests.reranker_helpers import make_tiny_reranker
+from tests.helpers.api import build, make_settings, make_store
+from tests.helpers.reranker import make_tiny_reranker
 
 
 @pytest.fixture(scope="module")

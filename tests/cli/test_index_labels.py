@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.decision import feedback_labels
-from tests.conftest import INDEX_TEST_FAQS
+from tests.helpers.kb import INDEX_TEST_FAQS
 
 
 def _write_kb(path, faqs, swap: tuple[str, str] | None = None):
@@ -169,10 +169,10 @@ def test_calibrate_stacks_the_configured_stage_and_the_rerank_arm_serves_the_sta
     from models.scoring import stacked
     from app.settings import get_settings
     from cli.main import main
-    from tests.app.test_api_stage_kinds import _siamese
+    from tests.helpers.stages import siamese_folder
 
     settings, tmp = built
-    folder = _siamese(tmp / "siamese")
+    folder = siamese_folder(tmp / "siamese")
     monkeypatch.setenv("FAQ_RERANKER", str(folder))
     get_settings.cache_clear()
     settings = get_settings()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from cli.main import main
-from tests.conftest import INDEX_TEST_FAQS
+from tests.helpers.kb import INDEX_TEST_FAQS
 
 
 def _write_kb(path, swap=("refund", "dark-mode")):

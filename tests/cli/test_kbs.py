@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cli.main import main
-from tests.conftest import INDEX_TEST_FAQS, write_kb_jsonl
+from tests.helpers.kb import INDEX_TEST_FAQS, write_kb_jsonl
 
 SUPPORT = {"reset": ["How do I reset my password?", "I forgot my password"], "hours": ["When are you open?"]}
 SALES = {"pricing": ["How much does it cost?", "What are your prices?"], "trial": ["Is there a free trial?"],

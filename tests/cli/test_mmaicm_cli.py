@@ -6,7 +6,7 @@ import json
 import torch
 
 from cli.main import main
-from tests.evaluation.test_answer_selection import TREC_ROWS, WIKIQA_ROWS, write_trecqa, write_wikiqa
+from tests.helpers.answer_selection import TREC_ROWS, WIKIQA_ROWS, write_trecqa, write_wikiqa
 
 torch.set_num_threads(1)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import write_kb_jsonl
-from tests.training.test_train_msem import FAQS, WIDE, WIDE_USER_QUERIES, write_queries
+from tests.helpers.kb import write_kb_jsonl
+from tests.helpers.msem import FAQS, WIDE, WIDE_USER_QUERIES, write_queries
 
 
 def _quickstart(monkeypatch, faq_env, kb, *extra):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import write_kb_jsonl
+from tests.helpers.kb import write_kb_jsonl
 
 
 @pytest.fixture
@@ -28,9 +28,9 @@ def test_siamese_hard_negatives_run_from_the_model_cache(tmp_path, monkeypatch, 
     """A real run: the hard-negative encoder (MiniLM, int8 ONNX on the CPU) is exported to, or found in,
     FAQ_MODEL_CACHE; nothing is written to var/models under the working directory (the default cache)."""
     from cli.main import main
-    from tests.training.test_train_siamese import _toy_kb
+    from tests.helpers.siamese import toy_kb
 
-    _, kb, queries = _toy_kb(tmp_path)
+    _, kb, queries = toy_kb(tmp_path)
     settings_env("FAQ_DEVICE", "cpu")  # ONNX on a machine with CUDA too
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -70,7 +70,7 @@ def test_quickstart_dev_trains_the_mpnet_msem_with_mpnet_from_the_model_cache(tm
     where the parts' packages are gone), not from var/models."""
     import models.encoders.load
     from cli.main import main
-    from tests.training.test_train_msem import WIDE, WIDE_USER_QUERIES, write_queries
+    from tests.helpers.msem import WIDE, WIDE_USER_QUERIES, write_queries
 
     monkeypatch.setattr(models.encoders.load, "default_encoder_spec", lambda cache_dir=None: "mpnet")
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
@@ -82,9 +82,9 @@ def test_quickstart_dev_trains_the_mpnet_msem_with_mpnet_from_the_model_cache(tm
 
 def test_reranker_on_mpnet_finds_mpnet_in_the_model_cache(tmp_path, settings_env, shared_model_cache, mpnet_calls):
     from cli.main import main
-    from tests.training.test_train_reranker import _tiny_training_data
+    from tests.helpers.reranker import tiny_training_data
 
-    pairs, stsb = _tiny_training_data(tmp_path)
+    pairs, stsb = tiny_training_data(tmp_path)
     settings_env("FAQ_DEVICE", "cpu")
     with pytest.raises(_Reached):
         main(["train", "reranker", "--base", "mpnet", "--layers", "1", "--pairs", str(pairs), "--stsb", str(stsb),
@@ -138,7 +138,7 @@ def test_unset_variables_keep_the_default_cache(tmp_path, monkeypatch):
 def test_msem_trainer_gives_the_cache_to_the_states_of_its_base(tmp_path, mpnet_calls):
     """The library entry point too: `train_msem(cache_dir=...)` loads the mpnet variant's base from there."""
     from training.msem import train_msem
-    from tests.training.test_train_msem import WIDE
+    from tests.helpers.msem import WIDE
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     with pytest.raises(_Reached):

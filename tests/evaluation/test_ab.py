@@ -14,7 +14,7 @@ from app.arms import arm_split
 from evaluation.ab import paired_f1_difference
 from evaluation.metrics import QueryOutcome, ndcg_at_k, recall_at_k
 from evaluation.online import median_interval, needed_per_arm, online_report, two_proportion_test, wilson_interval
-from conftest import INDEX_TEST_FAQS
+from tests.helpers.kb import INDEX_TEST_FAQS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -108,7 +108,7 @@ def test_eval_ab_writes_report_md_json_and_pngs(tmp_path, tiny_ab_files, faq_env
 
 def test_eval_ab_runs_all_four_arms_with_a_reranker(tmp_path, tiny_ab_files, faq_env, monkeypatch, capsys):
     pytest.importorskip("models.matchers.cross_encoder")
-    helpers = pytest.importorskip("reranker_helpers")
+    helpers = pytest.importorskip("tests.helpers.reranker")
     from cli.main import main
 
     monkeypatch.setenv("FAQ_TORCH_THREADS", "1")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from evaluation.rerank_tuning import WEIGHT_GRID
-from tests.reranker_helpers import make_tiny_reranker
-from tests.evaluation.test_evaluate import tiny_msem_dir, write_tiny_kb_and_queries  # noqa: F401  (tiny_msem_dir: fixture)
+from tests.helpers.reranker import make_tiny_reranker
+from tests.helpers.evaluation import write_tiny_kb_and_queries
 
 
 def test_eval_match_with_a_reranker_tunes_the_weight_on_dev(tmp_path, tiny_msem_dir):  # noqa: F811

@@ -14,6 +14,7 @@ from evaluation.metrics import (
     top1_accuracy,
     tune_threshold,
 )
+from tests.helpers.evaluation import write_tiny_kb_and_queries
 
 
 def Q(gold, ranked, score, answer="top"):
@@ -106,41 +107,6 @@ def test_tune_threshold_ties_and_nothing_to_gain():
 import json  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-
-@pytest.fixture
-def tiny_msem_dir(tmp_path):
-    import torch
-
-    from models.glove import GloVe
-    from models.encoders.msem.encoder import MsemEncoder
-
-    torch.set_num_threads(1)
-    words = ["password", "reset", "open", "hours", "refund", "money"]
-    glove = GloVe(words, np.random.default_rng(0).normal(0, 0.5, (len(words), 8)).astype(np.float32))
-    cfg = {"hidden": 8, "heads": 2, "ffn_dim": 16, "pool_da": 8, "pool_heads_r": 2, "char_dim": 8,
-           "char_filters": 8, "max_len": 12, "word_dim": 8}
-    encoder = MsemEncoder.create(cfg, ["how do i reset my password", "refund money"], device="cpu", glove=glove, seed=0)
-    return encoder.save(tmp_path / "tiny-msem")
-
-
-def write_tiny_kb_and_queries(tmp_path):
-    """(kb.jsonl, q.jsonl): 3 FAQs / 4 phrasings and 4 queries, one out of scope (also the dev split)."""
-    kb = tmp_path / "kb.jsonl"
-    kb.write_text("\n".join(json.dumps(r) for r in [
-        {"faq_id": "password", "question": "how do i reset my password", "answer": "Use the link."},
-        {"faq_id": "password", "question": "i forgot my password"},
-        {"faq_id": "hours", "question": "when are you open", "answer": "9 to 5."},
-        {"faq_id": "refund", "question": "i want a refund", "answer": "5 days."},
-    ]) + "\n")
-    queries = tmp_path / "q.jsonl"
-    queries.write_text("\n".join(json.dumps(r) for r in [
-        {"query": "password reset", "faq_id": "password"},
-        {"query": "opening hours", "faq_id": "hours"},
-        {"query": "money back", "faq_id": "refund"},
-        {"query": "capital of peru", "faq_id": None},
-    ]) + "\n")
-    return kb, queries
 
 
 def test_run_eval_match_goes_through_store_index_and_matcher(tmp_path, tiny_msem_dir, capsys):

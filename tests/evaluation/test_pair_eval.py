@@ -48,7 +48,7 @@ def test_eval_pairs_command(tmp_path, capsys):
     assert "matching_layer" not in report["accuracy"]  # MiniLM has no matching layer
     assert "ROC AUC 1.0000" in capsys.readouterr().out
     # every scorer in one Table-2: another encoder's cosine, a (tiny, real) cross-encoder, the char n-grams
-    from tests.reranker_helpers import make_tiny_reranker
+    from tests.helpers.reranker import make_tiny_reranker
 
     import shutil
 

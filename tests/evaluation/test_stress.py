@@ -41,7 +41,7 @@ def test_bad_suite_lines_name_the_line(tmp_path):
 
 def test_eval_stress_command(tmp_path, monkeypatch):
     from cli.main import main
-    from tests.reranker_helpers import make_tiny_reranker
+    from tests.helpers.reranker import make_tiny_reranker
 
     monkeypatch.setenv("FAQ_DATA_DIR", str(tmp_path / "var"))
     rr = make_tiny_reranker(tmp_path / "rr", onnx=False)

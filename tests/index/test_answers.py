@@ -78,7 +78,7 @@ def test_build_encodes_answers_and_calibrates_the_mixed_score(built, minilm_enco
 
 
 def test_a_kb_of_placeholder_answers_builds_and_matches_as_before(store, minilm_encoder, tmp_path):
-    from tests.conftest import INDEX_TEST_FAQS
+    from tests.helpers.kb import INDEX_TEST_FAQS
 
     store.import_records([KbRecord(f, q, f"[intent: {f}]", []) for f, _, qs in INDEX_TEST_FAQS for q in qs])
     registry = BuildRegistry(tmp_path / "indexes")

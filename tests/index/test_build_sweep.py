@@ -27,6 +27,20 @@ def kb_store(store, index_kb_records):
     return store
 
 
+@pytest.fixture
+def python_signal_handlers():
+    """SIGINT and SIGTERM as a Python process starts with them (KeyboardInterrupt, default), whatever this run
+    inherited: a run started in the background or under `nohup` has SIGINT ignored, and a build leaves an
+    ignored signal alone. The inherited handlers are put back afterwards."""
+    inherited = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in inherited.items():
+        if handler is not None:  # None: not set from Python, nothing to put back
+            signal.signal(signum, handler)
+
+
 class SignallingEncoder:
     """The real encoder; its first call sends `signum` to this very process, as `kill` would."""
 
@@ -46,7 +60,8 @@ def debris(index_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_mid_build_marks_it_failed_and_removes_its_staging(kb_store, minilm_encoder, tmp_path, signum, code):
+def test_a_signal_mid_build_marks_it_failed_and_removes_its_staging(kb_store, minilm_encoder, tmp_path, signum, code,
+                                                                   python_signal_handlers):
     registry = BuildRegistry(tmp_path / "idx")
     previous = signal.getsignal(signum)
     seen = {}
@@ -196,8 +211,12 @@ def test_cli_sweep(faq_env, capsys):
 # --- real `faq index build` processes ------------------------------------------------------------
 
 BUILD_SCRIPT = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     import app.assembly
+
+    # the handlers a Python process starts with, whatever the test run passed down (SIG_IGN under nohup or &)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     class BlockingEncoder:
         # stands in for a long encode: says it started, then blocks until a signal ends the process

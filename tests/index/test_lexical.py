@@ -114,7 +114,7 @@ AGREEMENT_QUERIES = [
 def test_engines_agree_on_bm25_scores(tmp_path, es_emulator_url):
     """The same documents and queries give the same ranking and BM25 scores on tantivy and the emulator
     (stemming, stop words, apostrophes, numbers and punctuation included)."""
-    from conftest import INDEX_TEST_FAQS
+    from tests.helpers.kb import INDEX_TEST_FAQS
 
     docs = DOCS + [LexicalDoc(100 + i, f, q) for i, (f, q) in enumerate((f, q) for f, _, qs in INDEX_TEST_FAQS for q in qs)]
     docs.append(LexicalDoc(999, "fees", "Why is there a 3.5% fee on orders over 1,000 euros? (e-mail_address in the FAQ's text)"))

@@ -7,7 +7,7 @@ import pytest
 
 from kb.lint import format_report, lint_kb
 from kb.records import KbRecord
-from tests.conftest import INDEX_TEST_FAQS
+from tests.helpers.kb import INDEX_TEST_FAQS
 
 
 def _records(answers: dict[str, str] | None = None, extra: list[tuple[str, str]] | None = None) -> list[KbRecord]:

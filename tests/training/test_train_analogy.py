@@ -11,7 +11,7 @@ import torch
 from models.matchers.analogy import AnalogyConfig
 from training.analogy import AnalogyData, AnalogyTrainer, TrainConfig, parse_qa
 from training.loop import CHECKPOINT_FILE, TrainError
-from tests.models.test_analogy import ToyWords, _lists
+from tests.helpers.analogy import ToyWords, qa_lists
 
 torch.set_num_threads(1)
 
@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 @pytest.mark.parametrize("objective", ["analogy", "cosine"])
 def test_a_few_steps_lower_the_loss(tmp_path, objective):
     torch.manual_seed(0)
-    lists = _lists()
+    lists = qa_lists()
     data = AnalogyData(lists, lists[:4])
     trainer = AnalogyTrainer(data, tmp_path / objective, TrainConfig(prototypes=3, batch_size=32, per_answer=2),
                       AnalogyConfig(hidden=16, dropout=0.0, objective=objective), words=ToyWords(), device="cpu")
@@ -32,7 +32,7 @@ def test_a_few_steps_lower_the_loss(tmp_path, objective):
 
 
 def test_training_run_saves_and_resumes(tmp_path):
-    lists = _lists()
+    lists = qa_lists()
     data = AnalogyData(lists, lists[:4])
     cfg = TrainConfig(prototypes=3, epochs=2, per_answer=2)
     summary = AnalogyTrainer(data, tmp_path, cfg, AnalogyConfig(hidden=8), words=ToyWords(), device="cpu").run()

@@ -12,7 +12,7 @@ import torch
 from models.matchers.mmaicm import load_mmaicm
 from training.loop import CHECKPOINT_FILE, TrainError
 from training.mmaicm import MmaicmTrainer, QaList, TrainConfig, TrainData, TripleSampler, kb_lists, train_mmaicm
-from tests.models.test_mmaicm import SMALL
+from tests.helpers.mmaicm import SMALL
 
 torch.set_num_threads(1)
 

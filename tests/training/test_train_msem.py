@@ -12,21 +12,13 @@ from models.glove import GloVe
 from models.encoders.msem.encoder import MsemEncoder
 from training.loop import CHECKPOINT_FILE, TrainError
 from training.msem import MsemTrainer, TrainConfig, extend_vocabulary, parse_config_overrides, train_msem
-from tests.conftest import write_kb_jsonl
+from tests.helpers.kb import write_kb_jsonl
+from tests.helpers.msem import FAQS, WIDE, write_queries
 
 torch.set_num_threads(1)
 
 TINY = {"hidden": 16, "heads": 2, "ffn_dim": 32, "pool_da": 16, "pool_heads_r": 2, "char_dim": 8,
         "char_filters": 8, "max_len": 12, "dropout": 0.0}
-
-FAQS = {
-    "password": ["how do i reset my password", "i forgot my password", "password reset please", "change my password"],
-    "hours": ["when are you open", "what are your opening hours", "opening times today", "are you open on sunday"],
-    "shipping": ["how much is shipping", "shipping cost to france", "what does delivery cost", "is shipping free"],
-    "refund": ["i want a refund", "how do i get my money back", "refund my order", "can i return this for a refund"],
-    "delete": ["delete my account", "how can i close my account", "remove my account forever", "account deletion"],
-    "address": ["change my address", "i moved to a new address", "update delivery address", "new home address"],
-}
 
 
 @pytest.fixture
@@ -234,26 +226,6 @@ def test_cli_fine_tunes_the_shipped_model_by_default(tmp_path, monkeypatch, caps
 
 # ---- selection: a fine-tuned model is kept only when it beats the zero-shot base on --dev queries -------
 
-# 12 FAQs x 4 phrasings: enough multi-phrasing FAQs to train on, and one held out of each (measured for
-# information: only --dev queries decide)
-WIDE = {**FAQS,
-        "invoice": ["where is my invoice", "download an invoice", "i need a receipt for my order", "send me the bill"],
-        "track": ["where is my parcel", "track my order", "my package has not arrived", "delivery status"],
-        "language": ["change the language", "switch the app to spanish", "set the language to german", "wrong language"],
-        "coupon": ["my discount code does not work", "apply a coupon", "promo code rejected", "use a voucher"],
-        "email": ["change my email address", "update the email on my account", "new email for login", "switch email"],
-        "cancel": ["cancel my order", "i ordered by mistake", "stop my order before it ships", "undo my purchase"]}
-
-#: labelled user queries for WIDE, worded as users write rather than as the KB does (a --dev file)
-WIDE_USER_QUERIES = [
-    ("cant log in, need a new password", "password"), ("is the shop open tomorrow morning", "hours"),
-    ("do you charge for delivery", "shipping"), ("money back for a broken kettle", "refund"),
-    ("get rid of my account", "delete"), ("i relocated, where do you send stuff now", "address"),
-    ("can i get a receipt", "invoice"), ("wheres my package right now", "track"),
-    ("the app shows french", "language"), ("voucher code not accepted", "coupon"),
-    ("use another email to log in", "email"), ("please cancel what i just bought", "cancel"),
-]
-
 
 class ConstantEncoder:
     """Every text -> the same vector: a base that can only guess (top-1 = the first KB row's FAQ)."""
@@ -273,12 +245,6 @@ def test_a_thin_kb_is_not_trained_on_and_selects_the_base(tmp_path, kb_file, fak
     assert sel["kept"] == "base" and sel["encoder"] == "minilm" and "too thin" in sel["reason"]
     assert "only 6 of 6 FAQs" in sel["reason"]
     assert json.loads((tmp_path / "m" / "selection.json").read_text()) == sel
-
-
-def write_queries(path, rows):
-    """A query file: (query, faq_id) rows as JSONL {query, faq_id}."""
-    path.write_text("".join(json.dumps({"query": q, "faq_id": f}) + "\n" for q, f in rows))
-    return path
 
 
 def test_without_dev_queries_the_base_is_kept_and_held_out_numbers_are_recorded(tmp_path, fake_glove, monkeypatch):

@@ -14,8 +14,8 @@ from models.encoders.msem.model import MINILM_DIM, MsemConfig
 from models.encoders.words import MiniLMText
 from training.loop import CHECKPOINT_FILE
 from training.msem import TrainConfig, train_msem
-from tests.conftest import write_kb_jsonl
-from tests.models.test_msem_minilm import TINY
+from tests.helpers.kb import write_kb_jsonl
+from tests.helpers.msem_minilm import TINY
 
 torch.set_num_threads(1)
 
@@ -100,7 +100,7 @@ def test_fusion_weight_is_chosen_on_dev_queries_only(tmp_path):
     measured for information and the trained w stays (they are written like the KB, not like users)."""
     from kb.records import read_kb, read_queries
     from training.msem import FUSION_GRID, prepare_data, tune_fusion
-    from tests.training.test_train_msem import WIDE, WIDE_USER_QUERIES, write_queries
+    from tests.helpers.msem import WIDE, WIDE_USER_QUERIES, write_queries
 
     kb = write_kb_jsonl(tmp_path / "kb.jsonl", WIDE)
     cfg = TrainConfig(epochs=1, batch_size=16, seed=0, holdout=0.1)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from models.matchers.cross_encoder import load_reranker
+from tests.helpers.reranker import tiny_training_data
 
 
 def test_minimal_edits_change_one_thing_and_rewordings_keep_it():
@@ -62,7 +63,7 @@ def test_training_end_to_end_saves_a_loadable_reranker(tmp_path):
     """Two phases, a few steps of a 1-layer MiniLM cross-encoder, calibration, save, ONNX export, resume."""
     from training.cross_encoder import RerankTrainConfig, train_reranker
 
-    pairs, stsb = _tiny_training_data(tmp_path)
+    pairs, stsb = tiny_training_data(tmp_path)
     cfg = RerankTrainConfig(n_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8, augment=True,
                             augment_max=6, holdout_fraction=0.25, checkpoint_every=2)
     out = tmp_path / "rr"
@@ -91,23 +92,6 @@ def test_train_reranker_command_checks_its_arguments(tmp_path, capsys):
     assert "sts-train.csv" in capsys.readouterr().err
 
 
-def _tiny_training_data(tmp_path):
-    pairs = tmp_path / "qqp" / "pairs_dev.tsv"
-    pairs.parent.mkdir()
-    lines = []
-    for i in range(12):
-        lines.append(f"1\tHow do I reset my password {i}?\tI forgot my password {i}")
-        lines.append(f"0\tHow do I reset my password {i}?\tWhere is my parcel number {i}?")
-    pairs.write_text("\n".join(lines) + "\n")
-    stsb = tmp_path / "stsb"
-    stsb.mkdir()
-    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i % 6}.000\tA man plays a guitar {i}.\tA man plays music {i}."
-            for i in range(12)]
-    (stsb / "sts-train.csv").write_text("\n".join(rows) + "\n")
-    (stsb / "sts-dev.csv").write_text("\n".join(rows[:6]) + "\n")
-    return pairs, stsb
-
-
 def test_training_in_chunks_with_frozen_layers(tmp_path):
     """stop_after_minutes pauses with a checkpoint (the plan is not shortened) and --resume finishes the
     same run; frozen layers come out exactly as pretrained while the layers above them learn."""
@@ -117,7 +101,7 @@ def test_training_in_chunks_with_frozen_layers(tmp_path):
     from training.cross_encoder import RerankTrainConfig, train_reranker
     from training.loop import TrainingPaused
 
-    pairs, stsb = _tiny_training_data(tmp_path)
+    pairs, stsb = tiny_training_data(tmp_path)
     out = tmp_path / "rr"
     cfg = RerankTrainConfig(n_layers=2, frozen_layers=1, max_len=32, epochs_a=1, epochs_b=1, batch_a=8, batch_b=8,
                             rehearse_batch=4, augment=False, holdout_fraction=0.25, stop_after_minutes=1e-6)

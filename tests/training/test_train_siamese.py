@@ -3,7 +3,6 @@ with a KB's phrasings as a re-ranking stage sees them, a KB's phrasings as train
 training several encoders on one word cache."""
 from __future__ import annotations
 
-import json
 import zlib
 
 import numpy as np
@@ -14,7 +13,7 @@ from kb.records import kb_groups, read_kb
 from models.matchers.siamese import SiameseConfig, load_siamese
 from training.loop import CHECKPOINT_FILE, TrainError
 from training.siamese import TrainConfig, query_pairs, train_siamese
-from tests.models.test_siamese import ToyWords
+from tests.helpers.siamese import ToyWords, toy_kb
 
 torch.set_num_threads(1)
 
@@ -64,23 +63,8 @@ class ToyEncoder:
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
-def _toy_kb(tmp_path):
-    kb = {"reset": ["how do i reset the password", "reset password", "i forgot the password"],
-          "email": ["what is the email", "how do i email", "e mail address"],
-          "price": ["what is the price", "the price of the recipe", "how much money"]}
-    path = tmp_path / "kb.jsonl"
-    path.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": f"about {f}"}) + "\n"
-                            for f, qs in kb.items() for q in qs), encoding="utf-8")
-    queries = tmp_path / "dev.jsonl"
-    queries.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"query": "reset the password", "faq_id": "reset"}, {"query": "the email", "faq_id": "email"},
-        {"query": "what is the price of money", "faq_id": "price"}, {"query": "the weather", "faq_id": None}]),
-        encoding="utf-8")
-    return kb, path, queries
-
-
 def test_query_pairs_pair_each_query_with_its_faqs_and_the_nearest_others_best_phrasing(tmp_path):
-    kb, path, _ = _toy_kb(tmp_path)
+    kb, path, _ = toy_kb(tmp_path)
     groups = kb_groups(read_kb(path))
     assert groups == kb
     pairs, labels = query_pairs([("reset the password", "reset"), ("the weather", None)], groups, ToyEncoder().encode,
@@ -96,7 +80,7 @@ def test_query_pairs_pair_each_query_with_its_faqs_and_the_nearest_others_best_p
 
 
 def test_training_on_a_kb_with_dev_queries(tmp_path):
-    _, path, queries = _toy_kb(tmp_path)
+    _, path, queries = toy_kb(tmp_path)
     config = SiameseConfig(encoder="conv", filters=8, mlp_hidden=16, dropout=0.0)
     summary = train_siamese(tmp_path / "m", dev_queries=queries, config=config,
                             cfg=TrainConfig(epochs=3, batch_size=8, lr=3e-3), words=ToyWords(), kb=path,

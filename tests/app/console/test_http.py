@@ -1,0 +1,411 @@
+"""The console (/console) over plain HTTP: sessions, CSRF, the security headers and bad input.
+
+What a browser shows is tested in test_browser.py; these run without one.
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api.console import SECURITY_HEADERS
+from app.api.console.pages import COOKIE
+from tests.helpers.api import make_settings, two_built_kbs
+from tests.helpers.console import assert_headers, csrf_of, sign_in
+
+ROOT = "console-root-token"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, encoder):  # noqa: F811
+    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_http"), encoder, ROOT)
+    tokens = {kind: store.kbs.issue_token("shop", kind)[1] for kind in ("admin", "read")}
+    from app.api.main import create_app
+
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        yield app, store, tokens, client
+
+
+def test_every_console_answer_has_the_security_headers(served):
+    app = served[0]
+    anonymous = TestClient(app)
+    client, _ = sign_in(served, ROOT)
+    answers = [anonymous.get("/console/login"), anonymous.get("/console/kbs", follow_redirects=False),
+               anonymous.get("/console/static/console.js"), anonymous.get("/console/static/nope.js"),
+               client.get("/console/kbs"), client.get("/console/kbs/nope/faqs"), client.get("/console/kbs/Bad!/faqs"),
+               client.post("/console/kbs/default/try", data={"query": "x"})]
+    assert [r.status_code for r in answers] == [200, 303, 200, 404, 200, 404, 422, 403]
+    for response in answers:
+        assert_headers(response)
+    assert answers[0].headers["cache-control"] == "no-store"
+    assert "/match" not in [r.url.path for r in answers]
+    assert "x-content-type-options" not in anonymous.post("/match", json={"query": "x"}).headers
+
+
+def test_the_cookie_holds_a_random_id_never_the_token(served):
+    app = served[0]
+    client = TestClient(app, base_url="https://testserver")
+    page = client.get("/console/login")
+    r = client.post("/console/login", data={"csrf": csrf_of(page.text), "token": ROOT}, follow_redirects=False)
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith(COOKIE + "="))
+    value = cookie.split(";")[0].split("=", 1)[1]
+    assert ROOT not in cookie and len(value) >= 40
+    attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+    assert {"httponly", "secure", "samesite=strict", "path=/console"} <= attributes
+    plain, _ = sign_in(served, ROOT)  # over http the cookie cannot be Secure, or the browser would drop it
+    assert plain.cookies.get(COOKIE)
+
+
+def test_pages_need_a_session(served):
+    app = served[0]
+    client = TestClient(app)
+    for path in ("/console", "/console/kbs", "/console/kbs/default/faqs", "/console/kbs/default/try",
+                 "/console/kbs/default/faqs/edit?id=refund"):
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/login", path
+    client.cookies.set(COOKIE, "made-up", path="/console")
+    assert client.get("/console/kbs", follow_redirects=False).headers["location"] == "/console/login"
+
+
+@pytest.mark.parametrize("path", ["/console/logout", "/console/kbs/default/try", "/console/kbs/default/feedback",
+                                  "/console/kbs/default/faqs/new", "/console/kbs/default/faqs/edit",
+                                  "/console/kbs/default/faqs/delete", "/console/kbs/default/builds/new",
+                                  "/console/kbs/default/builds/activate", "/console/kbs/default/import/apply"])
+def test_every_post_needs_the_csrf_token(served, path):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    before = store.revision()
+    fields = {"id": "refund", "faq_id": "planted", "answer": "x", "questions": "planted", "query": "refund",
+              "request_id": "r", "correct": "true"}
+    for sent in ({}, {"csrf": ""}, {"csrf": csrf[:-1] + ("A" if csrf[-1] != "A" else "B")}):
+        r = client.post(path, data={**fields, **sent}, follow_redirects=False)
+        assert r.status_code == 403 and "CSRF" in r.text, (path, sent, r.text)
+    assert store.revision() == before
+    assert app.state.console_builds.get("default") is None, "no build was started"
+    assert client.get("/console/kbs").status_code == 200, "the refused posts did not sign out"
+
+
+def test_sign_in_is_csrf_checked_and_refuses_read_and_wrong_tokens(served):
+    app, tokens = served[0], served[2]
+    client = TestClient(app)
+    assert client.post("/console/login", data={"token": ROOT}).status_code == 403
+    csrf = csrf_of(client.get("/console/login").text)
+    for token, status in [("wrong", 401), (tokens["read"], 401), ("", 422), ("a\x00b", 422), ("x" * 600, 422)]:
+        r = client.post("/console/login", data={"csrf": csrf, "token": token}, follow_redirects=False)
+        assert r.status_code == status and "token" in r.text, (token, r.text)
+        csrf = csrf_of(r.text)
+    assert COOKIE not in client.cookies
+
+
+def test_kb_token_reaches_only_its_kb_and_ends_when_revoked(served):
+    app, store = served[:2]
+    token_id, token = store.kbs.issue_token("shop", "admin")
+    client, _ = sign_in(served, token)
+    assert client.get("/console", follow_redirects=False).headers["location"] == "/console/kbs/shop/faqs"
+    assert client.get("/console/kbs", follow_redirects=False).headers["location"] == "/console/kbs/shop/faqs"
+    for kb in ("default", "nope"):  # 403 whether or not the KB exists, as in the API
+        r = client.get(f"/console/kbs/{kb}/faqs")
+        assert r.status_code == 403 and "another KB" in r.text, kb
+    assert client.get("/console/kbs/shop/faqs").status_code == 200
+    store.kbs.revoke_token("shop", token_id)
+    app.state.resident_kbs._tokens.clear()  # skip the token cache's few seconds
+    r = client.get("/console/kbs/shop/faqs", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/console/login"
+
+
+@pytest.mark.parametrize("path, field", [
+    ("/console/kbs/default/faqs?q=%00", "q"), ("/console/kbs/default/faqs?q=" + "x" * 201, "q"),
+    ("/console/kbs/default/faqs?page=abc", "page"), ("/console/kbs/default/faqs?page=0", "page"),
+    ("/console/kbs/default/faqs?page=00000000001", "page"), ("/console/kbs/default/faqs?page=%C2%B2", "page"),
+    ("/console/kbs/default/faqs/edit", "id"), ("/console/kbs/default/faqs/edit?id=%00", "id"),
+    ("/console/kbs/default/faqs/edit?id=" + "x" * 201, "id"), ("/console/kbs/Shop/faqs", "kb"),
+])
+def test_bad_query_input_is_a_4xx_naming_the_field(served, path, field):
+    client, _ = sign_in(served, ROOT)
+    r = client.get(path)
+    assert r.status_code == 422 and f"{field}:" in r.text, (path, r.text)
+
+
+@pytest.mark.parametrize("fields, status, field", [
+    ({"query": ""}, 422, "query"), ({"query": "   "}, 422, "query"), ({"query": "a\x00"}, 422, "query"),
+    ({"query": "x" * 1001}, 422, "query"), ({"query": "refund", "top_k": "abc"}, 422, "top_k"),
+    ({"query": "refund", "top_k": "99"}, 422, "top_k"), ({"query": "refund", "top_k": "0"}, 422, "top_k"),
+    ({"query": "refund", "top_k": "9" * 40}, 422, "top_k"), ({"query": "refund", "top_k": "-1"}, 422, "top_k"),
+])
+def test_bad_question_input_is_shown_next_to_the_field(served, fields, status, field):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, **fields})
+    assert r.status_code == status and f'id="{field}-error"' in r.text, r.text
+
+
+def test_bad_faq_input_is_shown_next_to_the_field_and_keeps_the_text(served):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    cases = [({"faq_id": "", "answer": "a", "questions": "q"}, "faq_id"),
+             ({"faq_id": "n1", "answer": "  ", "questions": "my kept phrasing"}, "answer"),
+             ({"faq_id": "n1", "answer": "a", "questions": "\n \n"}, "questions"),
+             ({"faq_id": "n1", "answer": "a", "questions": "ok\nbad\x00"}, "questions"),
+             ({"faq_id": "n1", "answer": "a", "questions": "q", "tags": "a;b"}, "tags"),
+             ({"faq_id": "refund", "answer": "a", "questions": "q"}, "faq_id")]
+    for fields, field in cases:
+        r = client.post("/console/kbs/default/faqs/new", data={"csrf": csrf, **fields})
+        assert r.status_code in (409, 422) and f'id="{field}-error"' in r.text, (fields, r.text)
+        assert "my kept phrasing" in r.text or "my kept phrasing" not in fields["questions"]
+    assert store.get_faq("n1") is None
+
+
+def test_malformed_bodies_are_4xx(served):
+    client, csrf = sign_in(served, ROOT)
+    path = "/console/kbs/default/try"
+    r = client.post(path, content=b"csrf=" + csrf.encode() + b"&query=%FF%FE",
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400, r.text
+    r = client.post(path, json={"csrf": csrf, "query": "x"})
+    assert r.status_code == 415, r.text
+    r = client.post(path, content=b"x" * 2_000_000, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413, r.text
+    r = client.post(path, content=b"a=b", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415, "only /console takes form bodies, and only urlencoded ones"
+    assert client.post("/match", content=b"query=x",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 415
+
+
+def test_feedback_input_and_once_per_request(served):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "How do I get my money back?"})
+    assert r.status_code == 200 and 'data-faq-id="refund"' in r.text
+    request_id = re.search(r'name="request_id" value="([^"]+)"', r.text).group(1)
+    for fields, status in [({"request_id": request_id, "correct": "maybe"}, 422), ({"correct": "true"}, 422),
+                           ({"request_id": "nope", "correct": "true"}, 404),
+                           ({"request_id": "\x00", "correct": "true"}, 422)]:
+        r = client.post("/console/kbs/default/feedback", data={"csrf": csrf, **fields})
+        assert r.status_code == status, (fields, r.text)
+    ok = client.post("/console/kbs/default/feedback", data={"csrf": csrf, "request_id": request_id, "correct": "true"})
+    assert ok.status_code == 200 and "Feedback recorded" in ok.text
+    again = client.post("/console/kbs/default/feedback", data={"csrf": csrf, "request_id": request_id,
+                                                               "correct": "false"})
+    assert again.status_code == 409
+
+
+def test_sign_out_ends_the_session_on_the_server(served):
+    app = served[0]
+    client, csrf = sign_in(served, ROOT)
+    stolen = client.cookies.get(COOKIE)
+    r = client.post("/console/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/console/login"
+    replay = TestClient(app)
+    replay.cookies.set(COOKIE, stolen, path="/console")
+    assert replay.get("/console/kbs", follow_redirects=False).status_code == 303
+
+
+def test_saves_and_deletes_check_the_version_they_were_shown(served):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    store.create_faq("versioned", "first answer", ["a versioned question"])
+    page = client.get("/console/kbs/default/faqs/edit?id=versioned")
+    version = re.search(r'name="version" value="([^"]+)"', page.text).group(1)
+    edit = {"csrf": csrf, "id": "versioned", "answer": "mine", "questions": "a versioned question"}
+    r = client.post("/console/kbs/default/faqs/edit", data=edit)  # no version: never a blind overwrite
+    assert r.status_code == 409 and "nothing was saved" in r.text
+    store.update_faq("versioned", answer="theirs")
+    for path, fields in [("/console/kbs/default/faqs/edit", edit), ("/console/kbs/default/faqs/delete", {"csrf": csrf})]:
+        r = client.post(path, data={**fields, "id": "versioned", "version": version})
+        assert r.status_code == 409, (path, r.text)
+    assert store.get_faq("versioned").answer == "theirs"
+    fresh = re.search(r'name="version" value="([^"]+)"',
+                      client.get("/console/kbs/default/faqs/edit?id=versioned").text).group(1)
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "versioned", "version": fresh},
+                    follow_redirects=False)
+    assert r.status_code == 303 and store.get_faq("versioned") is None
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "versioned", "version": fresh})
+    assert r.status_code == 404
+
+
+def test_faq_list_searches_and_pages(served):
+    store = served[1]
+    client, _ = sign_in(served, ROOT)
+    added = [f"paged_{i:02d}" for i in range(25)]
+    for faq_id in added:
+        store.create_faq(faq_id, f"answer {faq_id}", [f"pageable question {faq_id}"])
+    try:
+        first = client.get("/console/kbs/default/faqs?q=pageable")
+        assert "(25)" in first.text and "page 1 of 2" in first.text
+        assert re.findall(r'<tr data-faq-id="([^"]+)"', first.text) == added[:20]
+        assert 'href="/console/kbs/default/faqs?q=pageable&amp;page=2"' in first.text
+        second = client.get("/console/kbs/default/faqs?q=pageable&page=2")
+        assert re.findall(r'<tr data-faq-id="([^"]+)"', second.text) == added[20:]
+        beyond = client.get("/console/kbs/default/faqs?q=pageable&page=3")
+        assert beyond.status_code == 200 and "No FAQs match that search" in beyond.text
+    finally:
+        for faq_id in added:
+            store.delete_faq(faq_id)
+
+
+@pytest.mark.parametrize("value", ["\x00", "\ud800", "%", "'\"<>", "\u202e", "x" * 5000, "..", "/", "a\nb"])
+def test_no_client_string_reaches_a_500(served, value):
+    client, csrf = sign_in(served, ROOT)
+    quoted = quote(value.encode("utf-8", "surrogatepass"), safe="")  # a lone surrogate: bytes that are not UTF-8
+    for path in (f"/console/kbs/default/faqs?q={quoted}", f"/console/kbs/default/faqs?page={quoted}",
+                 f"/console/kbs/default/faqs/edit?id={quoted}"):
+        assert client.get(path).status_code < 500, path
+    for path in (f"/console/kbs/default/builds/curve?version={quoted}",):
+        assert client.get(path).status_code < 500, path
+    for path in ("/console/kbs/default/try", "/console/kbs/default/feedback", "/console/kbs/default/faqs/new",
+                 "/console/kbs/default/faqs/edit", "/console/kbs/default/faqs/delete", "/console/login",
+                 "/console/kbs/default/builds/activate", "/console/kbs/default/import/apply"):
+        for name in ("query", "top_k", "request_id", "correct", "faq_id", "answer", "questions", "tags", "id",
+                     "version", "token", "import_id"):
+            body = f"csrf={csrf}&{name}={quoted}".encode()
+            r = client.post(path, content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert r.status_code < 500, (path, name, r.text)
+    # multipart: httpx cannot send a lone surrogate in a name or field, so those go percent-encoded
+    for fields, upload in (({}, (quoted, value.encode("utf-8", "surrogatepass"))),
+                           ({}, ("x.jsonl", value.encode("utf-8", "surrogatepass"))),
+                           ({"sync": quoted}, ("x.jsonl", b"")), ({"csrf": quoted}, ("x.jsonl", b""))):
+        r = client.post("/console/kbs/default/import", data={"csrf": csrf, **fields},
+                        files={"file": (*upload, "text/plain")})
+        assert r.status_code < 500, (fields, upload, r.text)
+    assert store_unchanged(served)
+
+
+def store_unchanged(served) -> bool:
+    return served[1].get_faq("refund") is not None
+
+
+def test_sessions_end_when_idle_or_old(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from app.api.console import sessions as sessions_module
+    from migrations.runner import migrated_store
+
+    settings = make_settings(tmp_path)
+    store = migrated_store(settings)
+    token_id = store.kbs.issue_token("default", "admin")[0]
+    now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    sessions = sessions_module.Sessions(store.console_sessions, clock=lambda: now[0])
+    idle, busy = sessions.open(None, admin_token="t"), sessions.open("default", token_id)
+    now[0] += timedelta(seconds=sessions_module.IDLE_S - 1)
+    assert sessions.get(busy.id).csrf == busy.csrf
+    now[0] += timedelta(seconds=2)
+    assert sessions.get(idle.id) is None and sessions.get(busy.id) is not None
+    while now[0] - busy.created <= timedelta(seconds=sessions_module.MAX_AGE_S):
+        now[0] += timedelta(seconds=sessions_module.IDLE_S / 2)
+        sessions.get(busy.id)
+    assert sessions.get(busy.id) is None, "used all along, still ended after MAX_AGE_S"
+    assert len(sessions) == 0
+    # the table holds neither the cookie nor a token
+    kept = sessions.open(None, admin_token="the-admin-token")
+    with store.engine.connect() as conn:
+        rows = [tuple(map(str, r)) for r in conn.exec_driver_sql("SELECT * FROM console_sessions")]
+    assert not any(kept.id in cell or "the-admin-token" in cell for row in rows for cell in row)
+    store.close()
+
+
+def test_a_sign_in_holds_across_a_restart_and_on_every_replica(served, encoder):  # noqa: F811
+    """Two apps on one database (two replicas, or one before and after a restart): a session opened on
+    one works on the other, with its flash message and its pending import; signing out ends it on both."""
+    from app.api.main import create_app
+
+    app, store = served[0], served[1]
+    first, csrf = sign_in(served, ROOT)
+    data = b'{"faq_id": "replica_faq", "question": "Replica?", "answer": "Yes."}\n'
+    r = first.post("/console/kbs/default/import", data={"csrf": csrf}, files={"file": ("r.jsonl", data, "text/plain")})
+    assert r.status_code == 200, r.text
+    import_id = re.search(r'name="import_id" value="([^"]+)"', r.text).group(1)
+    cookie = first.cookies.get(COOKIE)
+    other = create_app(app.state.service.settings, store=store, encoder=encoder)
+    with TestClient(other) as second:
+        second.cookies.set(COOKIE, cookie, path="/console")
+        page = second.get("/console/kbs/default/faqs")
+        assert page.status_code == 200 and "Sign out" in page.text
+        r = second.post("/console/kbs/default/import/apply", data={"csrf": csrf, "import_id": import_id},
+                        follow_redirects=False)
+        assert r.status_code == 303, r.text
+        assert "Imported r.jsonl" in second.get("/console/kbs/default/faqs").text
+        assert store.get_faq("replica_faq") is not None
+        assert second.post("/console/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    first.cookies.set(COOKIE, cookie, path="/console")
+    assert first.get("/console/kbs/default/faqs", follow_redirects=False).status_code == 303
+    store.delete_faq("replica_faq")
+
+
+def test_a_changed_admin_token_ends_its_sessions(served, encoder):  # noqa: F811
+    from app.api.main import create_app
+
+    app, store = served[0], served[1]
+    client, _ = sign_in(served, ROOT)
+    cookie = client.cookies.get(COOKIE)
+    rotated = app.state.service.settings.model_copy(update={"admin_token": "a-new-root-token"})
+    with TestClient(create_app(rotated, store=store, encoder=encoder)) as restarted:
+        restarted.cookies.set(COOKIE, cookie, path="/console")
+        r = restarted.get("/console/kbs/default/faqs", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/login"
+
+
+def test_two_sign_in_pages_open_at_once_both_work(served):
+    client = TestClient(served[0])
+    first, second = (csrf_of(client.get("/console/login").text) for _ in range(2))
+    assert first == second
+    forged = client.post("/console/login", data={"csrf": "A" * 43, "token": ROOT}, follow_redirects=False)
+    assert forged.status_code == 403
+    r = client.post("/console/login", data={"csrf": first, "token": ROOT}, follow_redirects=False)
+    assert r.status_code == 303
+
+
+def weights_of(html: str) -> dict[str, float]:
+    return {word: float(weight) for weight, word in
+            re.findall(r'<span class="word w\d" data-weight="(-?[0-9.]+)" title="[^"]*">([^<]+)</span>', html)}
+
+
+def test_try_shows_why_it_matched(served):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "how do I get a refund please"})
+    assert r.status_code == 200, r.text
+    assert 'data-faq-id="refund"' in r.text
+    first_row = r.text.split('<tr data-faq-id="refund">', 1)[1].split("</tr>", 1)[0]
+    for cls in ("phrasing-cosine", "first-cosine"):
+        assert re.search(rf'<td class="signal {cls}">-?\d\.\d{{3}}</td>', first_row), (cls, first_row)
+    assert re.search(r'<td class="signal answer-cosine">(-?\d\.\d{3}|–)</td>', first_row), first_row
+    assert '<td class="signal first-score">–</td>' in first_row, "the ann arm re-ranks nothing"
+    assert re.search(r'<td class="signal shared-words">\d+: [^<]*refund', first_row), first_row
+    weights = weights_of(r.text)
+    assert list(weights) == ["how", "do", "I", "get", "a", "refund", "please"], r.text
+    assert weights["refund"] > weights["please"]
+    assert "<strong>refund</strong>" in r.text.split('id="top-words"', 1)[1].split("</p>", 1)[0]
+    assert re.search(r'id="weights-time" class="note">Worked out in \d+ ms \(8 texts', r.text)
+
+
+def test_the_word_weights_of_a_long_question_are_skipped(served):
+    client, csrf = sign_in(served, ROOT)
+    query = " ".join(["refund"] + ["please"] * 39)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code == 200, r.text
+    assert 'id="weights-skipped"' in r.text and "40 words" in r.text and "skipped" in r.text
+    assert weights_of(r.text) == {}
+    assert 'class="signal phrasing-cosine"' in r.text, "the signals are still shown"
+
+
+def test_the_explanation_matches_once_and_leaves_match_as_it_was(served):
+    app, store = served[:2]
+    client, csrf = sign_in(served, ROOT)
+    query = "refund explained once"
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code == 200 and 'id="weights"' in r.text, r.text
+    app.state.service.query_log.flush()
+    assert [row["query"] for row in store.read_query_log()].count(query) == 1
+    body = client.post("/match", json={"query": query}).json()
+    assert set(body["matches"][0]) == {"faq_id", "question", "answer", "score"}
+
+
+@pytest.mark.parametrize("query", ["<script>alert(1)</script> refund", "refund \u202e please", "\u00a0refund\u2003now\u00a0",
+                                   "'\"<> & %", "😀 refund 😀", "x", "- - -", "refund " * 32, "a\tb\nc"])
+def test_hostile_questions_are_explained_not_a_500(served, query):
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": query})
+    assert r.status_code < 500, r.text
+    if r.status_code == 200:
+        assert "<script>alert" not in r.text
+        assert 'id="weights"' in r.text or 'id="weights-skipped"' in r.text, r.text
