@@ -56,7 +56,7 @@ def delete_kb(settings: Any, store: Any, name: str) -> KbDeletion:
 
     registry = BuildRegistry(settings.index_dir)
     es_names = lexical_index_names(registry) if settings.es_url and registry.index_dir.is_dir() else []
-    counts = store.kbs.delete(name)
+    counts = store.catalog.delete(name)
     folder = settings.kb_dir
     done = KbDeletion(counts, folder, folder.is_dir())
     shutil.rmtree(folder, ignore_errors=True)

@@ -52,7 +52,7 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     min_score = DEFAULT_MIN_SCORE if min_score is None else min_score
     min_agree = DEFAULT_MIN_AGREE if min_agree is None else min_agree
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
-    for r in store.kb.export_records():
+    for r in store.faqs.export_records():
         faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
     log = [LoggedQuery(r["query"], r["faq_id"], r["score"], r["feedback_correct"], r["feedback_faq_id"])
            for r in store.query_log.read_query_log(since)]

@@ -232,8 +232,8 @@ def build_all(args: argparse.Namespace, plan: list[dict]) -> dict:
         store = stores.get(settings.data_dir)
         if store is None:
             store = stores[settings.data_dir] = migrated_store(settings)
-        if not store.kbs.exists(name):
-            store.kbs.create(name)
+        if not store.catalog.exists(name):
+            store.catalog.create(name)
         registry = BuildRegistry(settings.for_kb(name).index_dir)
         kb_store = store.for_kb(name)
         # sync: puts back what an earlier run's swap scenario added; a no-op import keeps the revision

@@ -493,7 +493,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     with migrated_store(settings) as store:
-        kbs = store.kbs.list()
+        kbs = store.catalog.list()
     rows = []
     for info in kbs:
         # the folder alone: a stored setting this version refuses must not hide the KB from the list
@@ -531,7 +531,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         return _bad(stored)
     with migrated_store(get_settings()) as store:
         try:
-            store.kbs.create(args.name, stored)
+            store.catalog.create(args.name, stored)
         except KbExists as exc:
             return _bad(f"{exc} (`faq kb list`; `faq kb settings --kb {args.name}` changes its settings)")
     print(f"Created KB {args.name!r} (settings: {_shown(stored)}); fill it with "
@@ -570,7 +570,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if problem:
         return _bad(f"KB {name!r}: {problem}; not deleted")
     with migrated_store(settings) as store:
-        info = next((k for k in store.kbs.list() if k.name == name), None)
+        info = next((k for k in store.catalog.list() if k.name == name), None)
         if info is None:
             raise KbNotFound(name)
         if not args.yes:
@@ -607,14 +607,14 @@ def cmd_settings(args: argparse.Namespace) -> int:
         return _bad(parsed)
     values, unset = parsed
     with open_kb(args) as scope:
-        stored = scope.store.kbs.settings(scope.name)
+        stored = scope.store.catalog.settings(scope.name)
         if values or unset:
             wanted = {k: v for k, v in stored.items() if k not in unset}
             wanted.update(values)
             new = _validated(wanted)
             if isinstance(new, str):
                 return _bad(new)
-            scope.store.kbs.set_settings(scope.name, new)
+            scope.store.catalog.set_settings(scope.name, new)
             changes = [f"{k} {stored.get(k, 'unset')} -> {new.get(k, 'unset')}"
                        for k in KbSettings.model_fields if stored.get(k) != new.get(k)]
             stored = new
@@ -646,7 +646,7 @@ def cmd_token(args: argparse.Namespace) -> int:
         if problem:
             return _bad(f"--label: {problem}")
     with open_kb(args) as scope:
-        kbs, name = scope.store.kbs, scope.name
+        kbs, name = scope.store.catalog, scope.name
         if args.list:
             return _print_tokens(kbs.tokens(name), name, args.json)
         if args.revoke is not None:

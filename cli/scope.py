@@ -111,8 +111,8 @@ def open_kb(args: argparse.Namespace, *, create: bool = False, migrate: bool = T
         if not store.kb_exists():
             if not create:
                 raise KbNotFound(name)
-            created = store.kbs.ensure(name)
-        settings = settings_for(name, store.kbs.settings(name))
+            created = store.catalog.ensure(name)
+        settings = settings_for(name, store.catalog.settings(name))
     except BaseException:
         store.close()
         raise

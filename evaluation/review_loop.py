@@ -77,7 +77,7 @@ def run_set(name: str, encoder: Any, work: Path, policy: str = "all") -> dict[st
     for p in report["phrasings"]:
         if policy == "misses" and (phrasing_form(p["question"]), p["faq_id"]) not in missed_forms:
             continue
-        added += first.store.kb.add_questions(p["faq_id"], [p["question"]])[1]
+        added += first.store.faqs.add_questions(p["faq_id"], [p["question"]])[1]
     records = list(first.store.export_records())
     first.close()
     second = scratch_pipeline(records, workdir=work / "after", encoder=encoder, spec="minilm", cache_size=0)

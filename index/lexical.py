@@ -18,7 +18,7 @@ Same semantics on both:
   Elasticsearch's built-in `english` analyzer with Porter2 in place of Porter (tantivy has only
   Porter2), and with the rewrites both tokenizers cut the same words;
 - BM25 (k1 1.2, b 0.75, one shard so the statistics are the whole KB's): scores agree to float
-  precision on the same documents (tests/test_lexical.py checks it);
+  precision on the same documents (tests/index/test_lexical.py checks it);
 - the query is an OR over its analysed terms (`multi_match` on `question`), ties broken by variant_id;
 - `search(queries, k)` answers at the FAQ level like the ANN path: variants are grouped by `faq_id` and
   the `k` FAQs with the best variant are kept (K = 30 by default, the paper's ES recall depth); the

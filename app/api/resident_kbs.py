@@ -80,7 +80,7 @@ class ResidentKbs:
             state = self.peek(kb)
             if state is not None:
                 return state
-            if not self.default.store.kbs.exists(kb):
+            if not self.default.store.catalog.exists(kb):
                 raise UnknownKb(kb)
             state = KbState(self.default.resources, self.default.settings.model_copy(update={"kb": kb}))
             started = time.perf_counter()
@@ -139,7 +139,7 @@ class ResidentKbs:
     def follow_catalog(self) -> None:
         """Unload resident KBs that were deleted or whose stored settings changed; apply the default
         KB's changed settings to its pipeline. Called by the KB poller."""
-        stored = self.default.store.kbs.all_settings()
+        stored = self.default.store.catalog.all_settings()
         for state in self.resident():
             own = stored.get(state.kb)
             if state is self.default:
@@ -153,12 +153,12 @@ class ResidentKbs:
     # -- tokens ----------------------------------------------------------------------------------
     def token_info(self, token: str) -> TokenInfo | None:
         """The live KB token `token` is, or None (remembered for TOKEN_CACHE_S)."""
-        return self._remembered(token, lambda: self.default.store.kbs.verify_token(token))
+        return self._remembered(token, lambda: self.default.store.catalog.verify_token(token))
 
     def token_live(self, token_id: int) -> TokenInfo | None:
         """Token `token_id` while it is live (remembered for TOKEN_CACHE_S, like `token_info`)."""
         # no token has this form: it cannot collide with token_info's entries
-        return self._remembered(f"#id:{int(token_id)}", lambda: self.default.store.kbs.live_token(token_id))
+        return self._remembered(f"#id:{int(token_id)}", lambda: self.default.store.catalog.live_token(token_id))
 
     def _remembered(self, key: str, look_up: Callable[[], TokenInfo | None]) -> TokenInfo | None:
         now = time.monotonic()

@@ -194,7 +194,7 @@ class KbState:
         from app.store import KbNotFound
 
         try:
-            return self.store.kbs.settings(self.kb)
+            return self.store.catalog.settings(self.kb)
         except KbNotFound:
             return {}
 

@@ -2,7 +2,7 @@
 query log. Every row belongs to one KB (`kb`, a name from `kbs`); a deployment's first KB is `default`.
 
 The schema itself is created by the Alembic migrations in `migrations/versions/`; these models must stay
-identical to it (tests/test_migrations.py checks that autogenerate finds no difference). Types are
+identical to it (tests/app/store/test_migrations.py checks that autogenerate finds no difference). Types are
 portable: JSON and timezone-aware DateTime work on both SQLite and PostgreSQL.
 """
 from __future__ import annotations
@@ -135,7 +135,7 @@ class QueryLog(Base):
     __table_args__ = (Index("ix_query_log_kb_created_at", "kb", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    # no foreign key (like faq_id): deleting a KB deletes its rows explicitly (app/store/kbs.py)
+    # no foreign key (like faq_id): deleting a KB deletes its rows explicitly (app/store/catalog.py)
     kb: Mapped[str] = kb_column()
     request_id: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
     created_at: Mapped[datetime] = mapped_column(

@@ -3,8 +3,8 @@ and one module per concern it is made of (`kb`, `builds`, `query_log`, `reviews`
 Contract: docs/architecture.md ("Store")."""
 from app.store.base import KbNotFound, SchemaNotReady
 from app.store.facade import FaqStore
-from app.store.kb import FaqExists, FaqNotFound, FaqOut, ImportReport, KbRecord, KbSnapshot, KbValidationError, VariantRow
-from app.store.kbs import TOKEN_KINDS, KbCatalog, KbExists, KbInfo, TokenInfo
+from app.store.faqs import FaqExists, FaqNotFound, FaqOut, ImportReport, KbRecord, KbSnapshot, KbValidationError, VariantRow
+from app.store.catalog import TOKEN_KINDS, KbCatalog, KbExists, KbInfo, TokenInfo
 from app.store.query_log import PRUNE_CHUNK, FeedbackAlreadyRecorded, FeedbackSessionMismatch, PruneResult
 from app.store.reviews import MAX_REASON_CHARS, QUEUES, Dismissal
 

@@ -3,7 +3,7 @@
 Every part is scoped to one KB (`kb`, a row of `kbs`): it reads and writes only that KB's rows.
 
 Concurrency: every KB mutation runs in one transaction that starts by touching its KB's row in `kbs`
-(`StorePart._write`), which takes SQLite's write lock (waiting up to busy_timeout) / PostgreSQL's
+(`StorePart.locked_write`), which takes SQLite's write lock (waiting up to busy_timeout) / PostgreSQL's
 row lock. Writers of one KB are therefore serialised (on PostgreSQL, writers of different KBs are
 not), and the KB's revision is bumped in the same transaction as the change it marks. Readers that need a consistent view (snapshot, export, stats) run in one snapshot
 transaction (`StorePart._read`).
@@ -88,7 +88,7 @@ class StorePart:
                 yield conn
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def locked_write(self) -> Iterator[Connection]:
         """A KB write transaction, serialised against other KB writers (see module docstring).
 
         Commits on normal exit unless the body already rolled back; rolls back on an exception.

@@ -1,15 +1,15 @@
 """`FaqStore`: the one gateway to the database, composed of one part per concern, scoped to one KB.
 
 A store reads and writes the KB it was opened for (`store.kb_name`, settings `kb`); `store.for_kb(name)`
-is the same database scoped to another KB, sharing the engine. `store.kbs` (app/store/kbs.py) is the
+is the same database scoped to another KB, sharing the engine. `store.catalog` (app/store/catalog.py) is the
 catalogue of KBs and their tokens, the same for every scope, as is `store.console_sessions`
 (app/store/console_sessions.py: who is signed in to the console).
 
-`store.kb` (app/store/kb.py: FAQs, phrasings, revision, import/export), `store.builds`
+`store.faqs` (app/store/faqs.py: FAQs, phrasings, revision, import/export), `store.builds`
 (app/store/builds.py: index build records), `store.query_log` (app/store/query_log.py: the log,
 feedback, retention) and `store.reviews` (app/store/reviews.py: what was dismissed from the review
 queues) share one engine. The store's own methods are those parts' methods under the
-names callers have always used, so `store.snapshot()` is `store.kb.snapshot()`.
+names callers have always used, so `store.snapshot()` is `store.faqs.snapshot()`.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from app.db.models import SCHEMA_REVISION
 from app.db.session import make_engine
 from app.store.base import SchemaNotReady
 from app.store.builds import BuildStore
-from app.store.kb import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
+from app.store.faqs import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
 from app.store.console_sessions import ConsoleSessionStore
-from app.store.kbs import KbCatalog
+from app.store.catalog import KbCatalog
 from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
 from app.store.reviews import ReviewStore
@@ -50,11 +50,11 @@ class FaqStore:
             self.engine = make_engine(str(url_or_engine))
             self._owns_engine = True
         self.kb_name = kb
-        self.kb = KbStore(self.engine, kb)
+        self.faqs = KbStore(self.engine, kb)
         self.builds = BuildStore(self.engine, kb)
         self.query_log = QueryLogStore(self.engine, kb)
         self.reviews = ReviewStore(self.engine, kb)
-        self.kbs = KbCatalog(self.engine)
+        self.catalog = KbCatalog(self.engine)
         self.console_sessions = ConsoleSessionStore(self.engine)
 
     def for_kb(self, kb: str) -> FaqStore:
@@ -64,7 +64,7 @@ class FaqStore:
         return FaqStore(self.engine, kb)
 
     def kb_exists(self) -> bool:
-        return self.kbs.exists(self.kb_name)
+        return self.catalog.exists(self.kb_name)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> FaqStore:
@@ -107,48 +107,48 @@ class FaqStore:
     def __repr__(self) -> str:
         return f"FaqStore({self.engine.url.render_as_string(hide_password=True)!r}, kb={self.kb_name!r})"
 
-    def _write(self) -> AbstractContextManager[Connection]:
+    def locked_write(self) -> AbstractContextManager[Connection]:
         """The serialised KB write transaction (app/store/base.py), for callers that must hold the KB lock."""
-        return self.kb._write()
+        return self.faqs.locked_write()
 
-    # ------------------------------------------------------------ KB (app/store/kb.py)
+    # ------------------------------------------------------------ KB (app/store/faqs.py)
 
     def import_records(self, records: Iterable[KbRecord], sync: bool = False, dry_run: bool = False) -> ImportReport:
-        return self.kb.import_records(records, sync=sync, dry_run=dry_run)
+        return self.faqs.import_records(records, sync=sync, dry_run=dry_run)
 
     def export_records(self) -> Iterator[KbRecord]:
-        return self.kb.export_records()
+        return self.faqs.export_records()
 
     def snapshot(self) -> KbSnapshot:
-        return self.kb.snapshot()
+        return self.faqs.snapshot()
 
     def revision(self) -> int:
-        return self.kb.revision()
+        return self.faqs.revision()
 
     def stats(self) -> dict[str, Any]:
-        return self.kb.stats()
+        return self.faqs.stats()
 
     def list_faqs(self, offset: int = 0, limit: int = 50, q: str | None = None) -> list[FaqOut]:
-        return self.kb.list_faqs(offset=offset, limit=limit, q=q)
+        return self.faqs.list_faqs(offset=offset, limit=limit, q=q)
 
     def count_faqs(self, q: str | None = None) -> int:
-        return self.kb.count_faqs(q)
+        return self.faqs.count_faqs(q)
 
     def get_faq(self, faq_id: str) -> FaqOut | None:
-        return self.kb.get_faq(faq_id)
+        return self.faqs.get_faq(faq_id)
 
     def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = ()) -> FaqOut:
-        return self.kb.create_faq(faq_id, answer, questions, tags)
+        return self.faqs.create_faq(faq_id, answer, questions, tags)
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
                    tags: Iterable[str] | None = None) -> FaqOut:
-        return self.kb.update_faq(faq_id, answer=answer, questions=questions, tags=tags)
+        return self.faqs.update_faq(faq_id, answer=answer, questions=questions, tags=tags)
 
     def faq_exists(self, faq_id: str) -> bool:
-        return self.kb.faq_exists(faq_id)
+        return self.faqs.faq_exists(faq_id)
 
     def delete_faq(self, faq_id: str) -> bool:
-        return self.kb.delete_faq(faq_id)
+        return self.faqs.delete_faq(faq_id)
 
     # ------------------------------------------------------------ index builds (app/store/builds.py)
 

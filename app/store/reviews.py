@@ -63,7 +63,7 @@ class ReviewStore(StorePart):
         if reason is not None and len(reason) > MAX_REASON_CHARS:
             raise ValueError(f"reason must be at most {MAX_REASON_CHARS} characters")
         try:
-            with self._write() as conn:
+            with self.locked_write() as conn:
                 conn.execute(dismissals_t.insert().values(
                     kb=self.kb, queue=queue, key=key, subject=subject, reason=reason or None,
                     dismissed_by=by[:200] if by else None, created_at=utcnow()))
@@ -73,7 +73,7 @@ class ReviewStore(StorePart):
 
     def restore(self, queue: str, key: str) -> bool:
         """Take a dismissal back (the item is proposed again); False when there was none."""
-        with self._write() as conn:
+        with self.locked_write() as conn:
             return conn.execute(delete(dismissals_t).where(
                 dismissals_t.c.kb == self.kb, dismissals_t.c.queue == queue, dismissals_t.c.key == key)).rowcount > 0
 

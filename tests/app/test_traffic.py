@@ -108,7 +108,7 @@ def test_latency_chart_axis_is_rounded_up():
 
 
 def test_store_reads_this_kbs_window_newest_first_capped(store):
-    store.kbs.create("other")
+    store.catalog.create("other")
     base = datetime(2026, 11, 20, tzinfo=timezone.utc)
     store.log_queries([{"request_id": f"r{i}", "query": "q", "created_at": base + timedelta(hours=i), "arm": "ann",
                         "faq_id": "refund", "decision": "answer", "latency_ms": 5.0} for i in range(10)])

@@ -83,13 +83,13 @@ def test_a_dry_run_import_into_a_new_kb_creates_nothing(faq_env, tmp_path, capsy
     assert code == 0 and out.splitlines()[0] == "KB 'new' does not exist: the import would create it."
     assert "  FAQs:      3 created, 0 updated, 0 unchanged" in out and "Variants:  4 added" in out
     with _store(faq_env) as store:
-        assert store.kbs.names() == ["default"]
+        assert store.catalog.names() == ["default"]
     # a file that does not read leaves no empty KB behind
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert run(capsys, "kb", "import", str(bad), "--kb", "new")[0] == 2
     with _store(faq_env) as store:
-        assert store.kbs.names() == ["default"]
+        assert store.catalog.names() == ["default"]
 
 
 @pytest.mark.parametrize("argv", [
@@ -157,8 +157,8 @@ def test_kb_settings_round_trip_and_validation(two_kbs, capsys):
     assert code == 0 and data["stored"] == {"default_threshold": 0.7, "keep_versions": 5}
     assert data["effective"]["encoder"] is None and data["effective"]["answer_weight"] == 0.6
     with _store(two_kbs) as store:
-        assert store.kbs.settings("sales") == {"default_threshold": 0.7, "keep_versions": 5}
-        assert store.kbs.settings("default") == {}
+        assert store.catalog.settings("sales") == {"default_threshold": 0.7, "keep_versions": 5}
+        assert store.catalog.settings("default") == {}
     # what the commands of that KB see
     from cli.scope import settings_for
 
@@ -179,14 +179,14 @@ def test_kb_settings_round_trip_and_validation(two_kbs, capsys):
         code, _, err = run(capsys, "kb", "settings", "--kb", "sales", *argv)
         assert code == 2 and err.startswith(f"error: {message}"), (argv, err)
     with _store(two_kbs) as store:  # a refused change changes nothing
-        assert store.kbs.settings("sales") == {"default_threshold": 0.7, "keep_versions": 5}
+        assert store.catalog.settings("sales") == {"default_threshold": 0.7, "keep_versions": 5}
 
 
 def test_kb_create(faq_env, capsys):
     code, out, _ = run(capsys, "kb", "create", "faq-2", "--set", "target_precision=0.9")
     assert code == 0 and out.startswith("Created KB 'faq-2' (settings: target_precision=0.9)")
     with _store(faq_env) as store:
-        assert store.kbs.names() == ["default", "faq-2"] and store.kbs.settings("faq-2") == {"target_precision": 0.9}
+        assert store.catalog.names() == ["default", "faq-2"] and store.catalog.settings("faq-2") == {"target_precision": 0.9}
     code, _, err = run(capsys, "kb", "create", "faq-2")
     assert code == 2 and "KB 'faq-2' already exists" in err
     code, _, err = run(capsys, "kb", "create", "_x")
@@ -194,7 +194,7 @@ def test_kb_create(faq_env, capsys):
     code, _, err = run(capsys, "kb", "create", "x", "--set", "keep_versions=101")
     assert code == 2 and "keep_versions='101': must be a whole number >= 1 and <= 100" in err
     with _store(faq_env) as store:
-        assert store.kbs.names() == ["default", "faq-2"]
+        assert store.catalog.names() == ["default", "faq-2"]
 
 
 def test_kb_tokens_create_list_revoke(two_kbs, capsys):
@@ -204,9 +204,9 @@ def test_kb_tokens_create_list_revoke(two_kbs, capsys):
     assert "read token 1 of KB 'sales' (chat widget)" in err and "cannot be shown again" in err
     admin = run(capsys, "kb", "token", "--kb", "sales")[1].strip()
     with _store(two_kbs) as store:
-        info = store.kbs.verify_token(token)
+        info = store.catalog.verify_token(token)
         assert (info.kb, info.kind, info.label) == ("sales", "read", "chat widget")
-        assert store.kbs.verify_token(admin).kind == "admin"
+        assert store.catalog.verify_token(admin).kind == "admin"
 
     code, out, _ = run(capsys, "kb", "token", "--kb", "sales", "--list")
     assert code == 0 and token not in out and admin not in out
@@ -217,7 +217,7 @@ def test_kb_tokens_create_list_revoke(two_kbs, capsys):
     code, out, _ = run(capsys, "kb", "token", "--kb", "sales", "--revoke", "1")
     assert code == 0 and out.strip() == "revoked token 1 of KB 'sales'"
     with _store(two_kbs) as store:
-        assert store.kbs.verify_token(token) is None and store.kbs.verify_token(admin) is not None
+        assert store.catalog.verify_token(token) is None and store.catalog.verify_token(admin) is not None
     listed = json.loads(run(capsys, "kb", "token", "--kb", "sales", "--list", "--json")[1])
     assert [(t["id"], t["revoked_at"] is not None) for t in listed] == [(1, True), (2, False)]
 
@@ -245,7 +245,7 @@ def test_kb_delete_asks_then_removes_rows_and_folder(two_kbs, tmp_path, monkeypa
     other = _with_folder(two_kbs, "keep")
     assert run(capsys, "kb", "token", "--kb", "sales")[0] == 0
     with _store(two_kbs) as store:
-        store.kbs.create("keep")
+        store.catalog.create("keep")
 
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: --yes or nothing
     code, _, err = run(capsys, "kb", "delete", "sales")
@@ -263,7 +263,7 @@ def test_kb_delete_asks_then_removes_rows_and_folder(two_kbs, tmp_path, monkeypa
                            f"removed {folder}")
     assert not folder.exists() and other.is_dir() and two_kbs.data_dir.is_dir()
     with _store(two_kbs) as store:
-        assert store.kbs.names() == ["default", "keep"] and store.count_faqs() == 2
+        assert store.catalog.names() == ["default", "keep"] and store.count_faqs() == 2
 
     code, _, err = run(capsys, "kb", "delete", "sales", "--yes")
     assert code == 2 and "no KB named 'sales'" in err

@@ -75,7 +75,7 @@ def two_built_kbs(data_dir, encoder, admin_token: str):
     settings = make_settings(data_dir, admin_token=admin_token)
     store = make_store(settings)
     build(store, encoder, settings)
-    store.kbs.create("shop")
+    store.catalog.create("shop")
     shop = store.for_kb("shop")
     shop.import_records(shop_records())
     build(shop, encoder, settings.for_kb("shop"))

@@ -85,7 +85,7 @@ async def kbs(request: Request) -> Response:
     session = await current(request)
     if session.kb is not None:
         return redirect(kb_url(session.kb, "/faqs"))
-    names = await run_in_threadpool(request.app.state.service.store.kbs.names)
+    names = await run_in_threadpool(request.app.state.service.store.catalog.names)
     return render(request, "kbs.html", session=session, kbs=names)
 
 

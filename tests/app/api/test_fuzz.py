@@ -33,8 +33,8 @@ def fuzzed(tmp_path_factory, encoder):  # noqa: F811
     settings = make_settings(tmp_path_factory.mktemp("fuzz"), admin_token=TOKEN)
     store = make_store(settings)
     build(store, encoder, settings)
-    store.kbs.create(OTHER)
-    foreign = store.kbs.issue_token(OTHER, "admin")[1]
+    store.catalog.create(OTHER)
+    foreign = store.catalog.issue_token(OTHER, "admin")[1]
     app = create_app(settings, store=store, encoder=encoder)
     return schemathesis.openapi.from_asgi("/openapi.json", app), store, foreign
 

@@ -21,7 +21,7 @@ ROOT = "root-token"
 def kbs(tmp_path, encoder):  # noqa: F811
     """The default KB and KB `shop`, both built, with an admin and a read token each."""
     settings, store = two_built_kbs(tmp_path, encoder, ROOT)
-    tokens = {(kb, kind): store.kbs.issue_token(kb, kind)[1] for kb in ("default", "shop") for kind in ("admin", "read")}
+    tokens = {(kb, kind): store.catalog.issue_token(kb, kind)[1] for kb in ("default", "shop") for kind in ("admin", "read")}
     return settings, store, tokens
 
 
@@ -161,8 +161,8 @@ def test_revoked_token_stops_working(kbs, encoder, monkeypatch):  # noqa: F811
     with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
         h = bearer(tokens["shop", "admin"])
         assert client.get("/kbs/shop/admin/faqs", headers=h).status_code == 200
-        [info] = [t for t in store.kbs.tokens("shop") if t.kind == "admin"]
-        assert store.kbs.revoke_token("shop", info.id)
+        [info] = [t for t in store.catalog.tokens("shop") if t.kind == "admin"]
+        assert store.catalog.revoke_token("shop", info.id)
         assert client.get("/kbs/shop/admin/faqs", headers=h).status_code == 401
 
 
@@ -207,7 +207,7 @@ def test_resident_kbs_stay_within_budget(tmp_path, encoder):  # noqa: F811
     store = make_store(settings)
     build(store, encoder, settings)
     for name in ("a", "b", "c"):
-        store.kbs.create(name)
+        store.catalog.create(name)
         store.for_kb(name).import_records(shop_records())
         build(store.for_kb(name), encoder, settings.for_kb(name))
     app = create_app(settings, store=store, encoder=encoder)
@@ -242,7 +242,7 @@ def test_an_unloaded_kb_is_freed_at_once(tmp_path, encoder):  # noqa: F811
     settings = make_settings(tmp_path, max_resident_kbs=2)
     store = make_store(settings)
     for name in ("a", "b"):
-        store.kbs.create(name)
+        store.catalog.create(name)
         store.for_kb(name).import_records(shop_records())
         build(store.for_kb(name), encoder, settings.for_kb(name))
     app = create_app(settings, store=store, encoder=encoder)
@@ -264,7 +264,7 @@ def test_kbs_share_one_encoder_even_with_an_empty_default_kb(tmp_path, encoder):
     settings = make_settings(tmp_path, encoder_runtime="torch")
     store = make_store(settings, records=[])  # the default KB: no FAQs, no build
     for name in ("a", "b"):
-        store.kbs.create(name)
+        store.catalog.create(name)
         store.for_kb(name).import_records(shop_records())
         build(store.for_kb(name), encoder, settings.for_kb(name))
     app = create_app(settings, store=store)  # encoders loaded by the service itself
@@ -281,14 +281,14 @@ def test_kb_settings_are_followed_live(kbs, encoder):  # noqa: F811
     with TestClient(app) as client:
         query = {"query": "where can I park"}
         assert client.post("/kbs/shop/match", json=query).json()["threshold"] != 0.97
-        store.kbs.set_settings("shop", {"default_threshold": 0.97, "ab_split": "lexical:1"})
-        store.kbs.set_settings("default", {"default_threshold": 0.91})
+        store.catalog.set_settings("shop", {"default_threshold": 0.97, "ab_split": "lexical:1"})
+        store.catalog.set_settings("default", {"default_threshold": 0.91})
         app.state.housekeeping.poll_all()
         r = client.post("/kbs/shop/match", json=query).json()
         assert r["threshold"] == 0.97 and r["arm"] == "lexical"
         r = client.post("/match", json=query).json()
         assert r["threshold"] == 0.91 and r["arm"] == "ann"
-        store.kbs.delete("shop")
+        store.catalog.delete("shop")
         app.state.housekeeping.poll_all()
         assert client.post("/kbs/shop/match", json=query).status_code == 404
 
@@ -351,7 +351,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
     settings = make_settings(tmp_path, vector_store="elasticsearch", es_url=es_emulator_url, es_index_prefix=prefix,
                              es_timeout_s=10, lexical_engine="tantivy")
     store = make_store(settings)
-    store.kbs.create("shop")
+    store.catalog.create("shop")
     store.for_kb("shop").import_records(shop_records())
     for kb in ("default", "shop"):
         scoped = settings.for_kb(kb)

@@ -14,7 +14,7 @@ ROOT = "review-api-root"
 @pytest.fixture
 def served(tmp_path, encoder):  # noqa: F811
     settings, store = two_built_kbs(tmp_path, encoder, ROOT)
-    shop_admin = store.kbs.issue_token("shop", "admin")[1]
+    shop_admin = store.catalog.issue_token("shop", "admin")[1]
     from app.api.main import create_app
 
     with TestClient(create_app(settings, store=store, encoder=encoder)) as client:

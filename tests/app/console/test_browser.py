@@ -36,7 +36,7 @@ PROBES = {
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, encoder):  # noqa: F811
     settings, store = two_built_kbs(tmp_path_factory.mktemp("console_browser"), encoder, ROOT)
-    shop_token = store.kbs.issue_token("shop", "admin")[1]
+    shop_token = store.catalog.issue_token("shop", "admin")[1]
     from app.api.main import create_app
 
     app = create_app(settings, store=store, encoder=encoder)

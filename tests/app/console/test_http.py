@@ -10,7 +10,6 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.console import SECURITY_HEADERS
 from app.api.console.pages import COOKIE
 from tests.helpers.api import make_settings, two_built_kbs
 from tests.helpers.console import assert_headers, csrf_of, sign_in
@@ -21,7 +20,7 @@ ROOT = "console-root-token"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
     settings, store = two_built_kbs(tmp_path_factory.mktemp("console_http"), encoder, ROOT)
-    tokens = {kind: store.kbs.issue_token("shop", kind)[1] for kind in ("admin", "read")}
+    tokens = {kind: store.catalog.issue_token("shop", kind)[1] for kind in ("admin", "read")}
     from app.api.main import create_app
 
     app = create_app(settings, store=store, encoder=encoder)
@@ -102,7 +101,7 @@ def test_sign_in_is_csrf_checked_and_refuses_read_and_wrong_tokens(served):
 
 def test_kb_token_reaches_only_its_kb_and_ends_when_revoked(served):
     app, store = served[:2]
-    token_id, token = store.kbs.issue_token("shop", "admin")
+    token_id, token = store.catalog.issue_token("shop", "admin")
     client, _ = sign_in(served, token)
     assert client.get("/console", follow_redirects=False).headers["location"] == "/console/kbs/shop/faqs"
     assert client.get("/console/kbs", follow_redirects=False).headers["location"] == "/console/kbs/shop/faqs"
@@ -110,7 +109,7 @@ def test_kb_token_reaches_only_its_kb_and_ends_when_revoked(served):
         r = client.get(f"/console/kbs/{kb}/faqs")
         assert r.status_code == 403 and "another KB" in r.text, kb
     assert client.get("/console/kbs/shop/faqs").status_code == 200
-    store.kbs.revoke_token("shop", token_id)
+    store.catalog.revoke_token("shop", token_id)
     app.state.resident_kbs._tokens.clear()  # skip the token cache's few seconds
     r = client.get("/console/kbs/shop/faqs", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/login"
@@ -283,7 +282,7 @@ def test_sessions_end_when_idle_or_old(tmp_path):
 
     settings = make_settings(tmp_path)
     store = migrated_store(settings)
-    token_id = store.kbs.issue_token("default", "admin")[0]
+    token_id = store.catalog.issue_token("default", "admin")[0]
     now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
     sessions = sessions_module.Sessions(store.console_sessions, clock=lambda: now[0])
     idle, busy = sessions.open(None, admin_token="t"), sessions.open("default", token_id)

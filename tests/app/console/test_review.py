@@ -29,7 +29,7 @@ def served(tmp_path_factory, encoder):  # noqa: F811
     settings, store = two_built_kbs(tmp_path_factory.mktemp("console_review"), encoder, ROOT)
     faq_id, answer, questions = CUT_OFF
     store.create_faq(faq_id, answer, questions)
-    shop_token = store.kbs.issue_token("shop", "admin")[1]
+    shop_token = store.catalog.issue_token("shop", "admin")[1]
     from app.api.main import create_app
 
     app = create_app(settings, store=store, encoder=encoder)

@@ -22,7 +22,7 @@ UNKNOWN = "xylophone gluon plasma"  # no word BM25 knows: the lexical arm has no
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
     settings, store = two_built_kbs(tmp_path_factory.mktemp("console_traffic"), encoder, ROOT)
-    tokens = {"shop": store.kbs.issue_token("shop", "admin")[1]}
+    tokens = {"shop": store.catalog.issue_token("shop", "admin")[1]}
     from app.api.main import create_app
 
     app = create_app(settings, store=store, encoder=encoder)

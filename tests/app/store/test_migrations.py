@@ -210,15 +210,15 @@ def test_downgrade_below_0002_is_refused_while_another_kb_exists(any_url):
     runner.upgrade(any_url)
     with FaqStore(any_url) as store:
         store.import_records([KbRecord("a", "q1", "answer")])
-        store.kbs.create("support")
+        store.catalog.create("support")
         store.for_kb("support").import_records([KbRecord("b", "q2", "other answer")])
     with pytest.raises(RuntimeError, match="'default'.*support.*faq kb delete"):
         runner.downgrade(any_url, "0001")
     assert runner.current(any_url) == runner.head()
     with FaqStore(any_url) as store:  # nothing was touched
-        assert store.kbs.names() == ["default", "support"]
+        assert store.catalog.names() == ["default", "support"]
         assert [r.faq_id for r in store.for_kb("support").export_records()] == ["b"]
-        store.kbs.delete("support")
+        store.catalog.delete("support")
     runner.downgrade(any_url, "0001")
     assert runner.current(any_url) == "0001"
     assert _counts_and_variants(any_url)[0] == {"faqs": 1, "question_variants": 1, "index_builds": 0, "query_log": 0}

@@ -250,7 +250,7 @@ def test_sqlite_pragmas_and_concurrent_reader(store, db_url):
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     store.import_records(KB)
     # a second process-like store reads while the first holds the write lock (WAL: no blocking)
-    with FaqStore(db_url) as other, store._write() as conn:
+    with FaqStore(db_url) as other, store.locked_write() as conn:
         conn.exec_driver_sql("DELETE FROM faqs")
         assert len(other.snapshot().faqs) == 3  # sees the committed state only
     assert other.snapshot().faqs == {}

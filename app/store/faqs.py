@@ -140,7 +140,7 @@ class KbStore(StorePart):
         report = ImportReport(sync=sync, dry_run=dry_run)
         now = utcnow()
         kb = self.kb
-        with self._write() as conn:
+        with self.locked_write() as conn:
             report.revision_before = report.revision = read_revision(conn, kb)
             existing = self._load_faqs(conn)
             have: dict[str, dict[str, int]] = {}  # faq_id -> {question: variant id}
@@ -332,7 +332,7 @@ class KbStore(StorePart):
         faq_id, answer, questions, tags = check_faq(faq_id, answer, questions, list(tags or ()))
         now = utcnow()
         kb = self.kb
-        with self._write() as conn:
+        with self.locked_write() as conn:
             if conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first() is not None:
                 raise FaqExists(f"FAQ {faq_id!r} already exists")
             try:
@@ -357,7 +357,7 @@ class KbStore(StorePart):
         )
         now = utcnow()
         kb = self.kb
-        with self._write() as conn:
+        with self.locked_write() as conn:
             row = conn.execute(select(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first()
             if row is None:
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
@@ -389,7 +389,7 @@ class KbStore(StorePart):
         """Add phrasings to an FAQ, keeping its answer, tags and other phrasings: (the FAQ, how many were
         new). Atomic against other writers, so it never undoes an edit made meanwhile (a whole-FAQ
         update built from an earlier read would). Raises FaqNotFound / KbValidationError."""
-        with self._write() as conn:
+        with self.locked_write() as conn:
             faq = self._get(conn, faq_id) if storable(faq_id) else None
             if faq is None:
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
@@ -417,7 +417,7 @@ class KbStore(StorePart):
         """Delete an FAQ and its variants; False when it did not exist."""
         if not storable(faq_id):
             return False
-        with self._write() as conn:
+        with self.locked_write() as conn:
             deleted = conn.execute(delete(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).rowcount > 0
             if deleted:
                 bump_revision(conn, self.kb)
