@@ -13,10 +13,10 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-#: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranker
+#: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranking stages
 Arm = Literal["ann", "ann+rerank", "lexical", "lexical+rerank"]
 ARMS: tuple[str, ...] = get_args(Arm)
-#: how an encoder or a re-ranker runs (models/encoders/runtime.py, models/matchers/cross_encoder.py)
+#: how an encoder or the cross-encoder runs (models/encoders/runtime.py, models/matchers/cross_encoder.py)
 Runtime = Literal["auto", "onnx-int8", "onnx", "torch"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
 LexicalEngine = Literal["auto", "tantivy", "elasticsearch"]
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     # (`mpnet_cache`, what every model load is given). The ONNX exports of the runtime below are cached there
     # too (<model_cache>/onnx/).
     model_cache: Path | None = None
-    # Where encoders and re-rankers run ("cpu", "cuda", "cuda:1", ...); unset: CUDA when present, else the CPU
+    # Where encoders and stages run ("cpu", "cuda", "cuda:1", ...); unset: CUDA when present, else the CPU
     # (models/encoders/base.py `pick_device`).
     device: str | None = None
     # How the encoder runs (models/encoders/runtime.py): "auto" (int8 ONNX on CPU, PyTorch on CUDA), "onnx-int8",
@@ -195,14 +195,15 @@ class Settings(BaseSettings):
     # overrides it with a split sticky per session_id.
     default_arm: Arm = "ann"
     ab_split: str | None = None
-    # Cross-encoder re-ranker: a folder made by `faq train reranker`; None = none installed, so
-    # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the re-ranker re-scores per query.
+    # The re-ranking stages (FAQ_RERANKER keeps its name for users): one folder or several comma-separated, of
+    # any kind in app/stages/ (cross-encoder, MMAICM, analogy, Siamese); None = none installed, so
+    # `rerank: true` / the `+rerank` arms answer 409. rerank_k = FAQs the stages re-score per query.
     reranker: str | None = None
     rerank_k: int = Field(default=20, ge=1, le=200)
     # cross-encoder weight in its pool with the calibrated cosine (models/matchers/cross_encoder.py `pool`); unset: the
-    # re-ranker folder's `fusion_weight`
+    # cross-encoder folder's `fusion_weight`
     rerank_weight: float | None = Field(default=None, ge=0.0, le=1.0)
-    # how the re-ranker runs (models/matchers/cross_encoder.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
+    # how the cross-encoder runs (models/matchers/cross_encoder.py RUNTIMES): "auto" = int8 ONNX when the folder has it,
     # "onnx" = fp32 ONNX (exact, slower on one thread), "torch" (what CUDA uses)
     rerank_runtime: Runtime = "auto"
 

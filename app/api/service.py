@@ -53,7 +53,7 @@ class MatchTrace:
 
 async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
     """Answer `items` on the KB's served index through its batcher, count them in the metrics and queue their
-    query-log rows. Raises HTTPException 409 when an arm needs a re-ranker that is not installed, and the
+    query-log rows. Raises HTTPException 409 when an arm needs re-ranking stages and none is installed, and the
     batcher's and pipeline's own errors (NoIndexError, Overloaded, DeadlineExceeded, LexicalUnavailable...)."""
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
