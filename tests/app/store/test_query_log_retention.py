@@ -8,20 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from app.store import FaqStore
-from migrations import runner
 
 NOW = datetime.now(timezone.utc)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_store(request):
-    if request.param == "sqlite":
-        yield request.getfixturevalue("store")
-        return
-    url = request.getfixturevalue("pg_url")
-    runner.upgrade(url)
-    with FaqStore(url) as pg_store:
-        yield pg_store
 
 
 def log_rows(store: FaqStore, ages_days: list[float], prefix: str = "r") -> list[str]:
