@@ -267,17 +267,9 @@ class AnalogyScorer:
         self.calibration = Calibration()
         self.prototypes = list(prototypes)
         self.name = name
-        self._cache: dict[str, torch.Tensor] = {}
-
-    @property
-    def word_cache(self) -> dict[str, torch.Tensor]:
-        """Word vectors by text. They do not depend on the network's weights, so scorers over the same texts
-        and word representation may share one (assign it)."""
-        return self._cache
-
-    @word_cache.setter
-    def word_cache(self, cache: dict[str, torch.Tensor]) -> None:
-        self._cache = cache
+        # word vectors by text: they do not depend on the weights, so scorers over the same texts and word
+        # representation may share one (assign it)
+        self.word_cache: dict[str, torch.Tensor] = {}
 
     @property
     def config(self) -> AnalogyConfig:
@@ -285,12 +277,12 @@ class AnalogyScorer:
 
     def inputs(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Texts -> (B, T, d) word vectors (zero-padded, T = the longest) and their (B, T) bool mask."""
-        todo = sorted({t for t in texts if t not in self._cache})
+        todo = sorted({t for t in texts if t not in self.word_cache})
         for start in range(0, len(todo), 128):
             chunk = todo[start:start + 128]
             for text, s in zip(chunk, self.words.states(chunk, self.config.max_len)):
-                self._cache[text] = s.float()
-        x, mask = pad_states([self._cache[t] for t in texts], self.words.dim)
+                self.word_cache[text] = s.float()
+        x, mask = pad_states([self.word_cache[t] for t in texts], self.words.dim)
         return x.to(self.device), mask.to(self.device)
 
     def embed(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:

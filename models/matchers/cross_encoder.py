@@ -436,9 +436,9 @@ def export_onnx(path: str | Path, quantize: bool = True, per_channel: bool = Tru
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         tmp = path / (ONNX_INT8_FILE + ".tmp.onnx")
-        reference = _onnx_logits(path / ONNX_FILE, sample)
+        reference = _OnnxRuntime(path / ONNX_FILE, None, "fp32").logits(sample)
         quantize_dynamic(str(path / ONNX_FILE), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
-        if np.abs(_onnx_logits(tmp, sample) - reference).max() > MAX_INT8_LOGIT_DRIFT:
+        if np.abs(_OnnxRuntime(tmp, None, "int8").logits(sample) - reference).max() > MAX_INT8_LOGIT_DRIFT:
             # x86 CPUs without VNNI add int8 products in int16 and saturate on full-range weights: 7 bits
             quantize_dynamic(str(path / ONNX_FILE), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel,
                              reduce_range=True)
@@ -450,11 +450,3 @@ def export_onnx(path: str | Path, quantize: bool = True, per_channel: bool = Tru
 #: how far the int8 file's logits may be from fp32's on the export sample before it is quantised with 7-bit
 #: weights (an mpnet body's logits drifted 1.15 on an AVX2-only CPU, 0.011 with 7-bit weights; 0.017 where int8 works)
 MAX_INT8_LOGIT_DRIFT = 0.1
-
-
-def _onnx_logits(file: Path, batch: dict) -> np.ndarray:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(file), providers=["CPUExecutionProvider"])
-    feeds = {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()}
-    return session.run(["logits"], feeds)[0]

@@ -301,18 +301,8 @@ class SiameseScorer:
         self.model.to(self.device)
         self.vocab = vocab_of(words)
         # word vectors by text; `states` shares one dict between scorers over the same texts
-        self._cache: dict[str, torch.Tensor] = {} if states is None else states
+        self.word_cache: dict[str, torch.Tensor] = {} if states is None else states
         self._vector_key: str | None = None
-
-    @property
-    def word_cache(self) -> dict[str, torch.Tensor]:
-        """Word vectors by text. They do not depend on the network's weights, so scorers over the same texts
-        and word representation may share one (assign it)."""
-        return self._cache
-
-    @word_cache.setter
-    def word_cache(self, cache: dict[str, torch.Tensor]) -> None:
-        self._cache = cache
 
     @property
     def config(self) -> SiameseConfig:
@@ -326,12 +316,12 @@ class SiameseScorer:
         return normalise_tokens(text, self.vocab, self.config.max_len)
 
     def states(self, texts: Sequence[str]) -> list[torch.Tensor]:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        missing = list(dict.fromkeys(t for t in texts if t not in self.word_cache))
         if missing:
             normalised = [" ".join(self.tokens(t)) for t in missing]
             for text, s in zip(missing, self.words.states(normalised, self.config.max_len)):
-                self._cache[text] = s.to(torch.float32)
-        return [self._cache[t] for t in texts]
+                self.word_cache[text] = s.to(torch.float32)
+        return [self.word_cache[t] for t in texts]
 
     def inputs(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         x, mask = pad_states(self.states(texts), self.config.word_dim)
