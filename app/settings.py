@@ -47,6 +47,26 @@ def split_weights(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(weights)
 
 
+def parse_trusted_proxies(text: str) -> str:
+    """FAQ_TRUSTED_PROXIES normalised ("*" or addresses and networks, comma-separated); raises ValueError
+    naming the first entry that is neither. uvicorn would take a typo as a name nobody connects from and
+    silently trust no proxy."""
+    import ipaddress
+
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    if entries == ["*"]:
+        return "*"
+    if not entries:
+        raise ValueError("FAQ_TRUSTED_PROXIES is empty: list the proxies' addresses or networks, or '*'")
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False) if "/" in entry else ipaddress.ip_address(entry)
+        except ValueError:
+            raise ValueError(f"FAQ_TRUSTED_PROXIES: {entry!r} is not an IP address or network "
+                             "(e.g. '127.0.0.1,10.0.0.0/8', or '*')") from None
+    return ",".join(entries)
+
+
 #: a KB's name (kb/records.py KB_NAME_PATTERN, repeated here because settings import only pydantic)
 KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 DEFAULT_KB = "default"
@@ -172,6 +192,12 @@ class Settings(BaseSettings):
     # open connections (and their requests) per process; beyond it uvicorn answers 503 at once, so a
     # connection flood cannot exhaust memory or file descriptors
     max_connections: int = Field(default=1000, ge=16, le=1_000_000)
+    # Who may say, in X-Forwarded-For and X-Forwarded-Proto, which client and scheme a request came with:
+    # comma-separated addresses or networks of the proxies in front, or "*". The client address keys the
+    # failed-sign-in throttle and the scheme decides the console cookie's Secure flag, so a proxy that is
+    # not listed makes every client look like the proxy, and one listed that should not be lets a client
+    # choose its own address. uvicorn's own default.
+    trusted_proxies: str = "127.0.0.1,::1"
     kb_poll_seconds: float = 5.0
     query_log: bool = True
     # query-log rows older than this many days are deleted (`faq db prune`, and hourly by the service);
@@ -242,6 +268,11 @@ class Settings(BaseSettings):
         if value not in ARMS:
             raise ValueError(f"FAQ_DEFAULT_ARM must be one of {', '.join(ARMS)}, got {value!r}")
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        return parse_trusted_proxies(value)
 
     @field_validator("ab_split")
     @classmethod

@@ -53,15 +53,23 @@ PROBE = {"faq_id": "replica-probe", "answer": "Written on replica A, matched on 
 
 
 class Proxy:
-    """nginx running docker/nginx.conf with the compose service names replaced by loopback ports."""
+    """nginx running docker/nginx.conf with the compose service names replaced by loopback ports; its
+    https listener on `tls_port` (a free one when not given) with a self-signed pair from
+    docker/tls-cert.sh, as the compose `tls` service makes it."""
 
-    def __init__(self, workdir: Path, port: int, upstreams: list[int]):
+    def __init__(self, workdir: Path, port: int, upstreams: list[int], tls_port: int | None = None):
+        self.tls_port = tls_port or free_port()
+        subprocess.run(["sh", str(REPO / "docker" / "tls-cert.sh"), str(workdir / "tls")], check=True,
+                       stdout=subprocess.DEVNULL)
         conf = (REPO / "docker" / "nginx.conf").read_text()
         servers = "".join(f"        server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;\n" for p in upstreams)
         conf, n = re.subn(r"(?m)^\s*server app(-2)?:8000[^\n]*\n", "", conf)
         assert n == 2, "docker/nginx.conf no longer names app and app-2"
         conf = conf.replace("keepalive 32;", servers.strip() + "\n        keepalive 32;")
         conf = conf.replace("listen 8080;", f"listen 127.0.0.1:{port};")
+        assert "listen 8443 ssl;" in conf and "/etc/nginx/tls/" in conf, "docker/nginx.conf's TLS listener moved"
+        conf = conf.replace("listen 8443 ssl;", f"listen 127.0.0.1:{self.tls_port} ssl;")
+        conf = conf.replace("/etc/nginx/tls/", f"{workdir}/tls/")
         conf = (f"daemon off;\npid {workdir}/nginx.pid;\nerror_log {workdir}/nginx-error.log;\n" + conf).replace(
             "http {", f"http {{\n    client_body_temp_path {workdir}/nginx-body;\n    proxy_temp_path {workdir}/nginx-proxy;\n"
                       f"    fastcgi_temp_path {workdir}/nginx-fcgi;\n    uwsgi_temp_path {workdir}/nginx-uwsgi;\n"

@@ -77,5 +77,8 @@ def uvicorn_options(settings: Settings) -> dict:
     # limit_concurrency: connections beyond it get 503 before any app code runs. On SIGTERM uvicorn
     # stops accepting, lets in-flight requests finish (bounded: one request deadline plus margin),
     # then the lifespan flushes the query log.
+    # proxy_headers: X-Forwarded-For / -Proto are believed from FAQ_TRUSTED_PROXIES only (never from the
+    # FORWARDED_ALLOW_IPS uvicorn would read from the environment: one setting, one place)
     return {"http": HTTP_PROTOCOL, "limit_concurrency": settings.max_connections,
-            "timeout_graceful_shutdown": int(settings.request_timeout_ms / 1000) + 5}
+            "timeout_graceful_shutdown": int(settings.request_timeout_ms / 1000) + 5,
+            "proxy_headers": True, "forwarded_allow_ips": settings.trusted_proxies}

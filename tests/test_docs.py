@@ -19,6 +19,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_DATABASE_URL": ("postgresql://faq@db/faq", "postgresql://faq@db/faq"),
     "FAQ_KB": ("support", "support"),
     "FAQ_MAX_RESIDENT_KBS": ("8", 8),
+    "FAQ_TRUSTED_PROXIES": ("10.0.0.0/8, 192.168.1.5", "10.0.0.0/8,192.168.1.5"),
     "FAQ_MATCH_REQUIRES_KEY": ("true", True),
     "FAQ_ENCODER": ("minilm", "minilm"),
     "FAQ_QUERY_ENCODER": ("/srv/query-encoder", "/srv/query-encoder"),
@@ -98,7 +99,7 @@ def literal(cell: str) -> tuple[bool, object]:
         return True, cell == "true"
     if re.fullmatch(r"-?\d+(\.\d+)?", cell):
         return True, float(cell)
-    word = re.fullmatch(r"`([\w.+-]+)`", cell)
+    word = re.fullmatch(r"`([\w.+,:-]+)`", cell)
     return (True, word.group(1)) if word else (False, None)
 
 

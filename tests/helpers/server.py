@@ -17,10 +17,12 @@ def free_port() -> int:
 class LiveServer:
     """uvicorn in a background thread, bound to 127.0.0.1 only."""
 
-    def __init__(self, app):
+    def __init__(self, app, **options):
+        """`options`: more uvicorn.Config arguments, e.g. cli/serve.py `uvicorn_options(settings)`."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "LiveServer":
