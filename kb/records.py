@@ -1,4 +1,4 @@
-"""KB and query files, and the one validation used for every way FAQs enter the store.
+r"""KB and query files, and the one validation used for every way FAQs enter the store.
 
 KB files have one line per question variant:
   JSONL  {"faq_id": str, "question": str, "answer": str, "tags": [str]}
@@ -7,6 +7,15 @@ KB files have one line per question variant:
 Each FAQ mentioned in a file needs an answer somewhere in the file; tags default to [].
 
 Query files (for evaluation): JSONL `{"query": str, "faq_id": str | null}` or CSV with those columns.
+
+CSV cells are escaped against formula injection (a spreadsheet runs a cell starting with `=`, `+`, `-`,
+`@`, tab or carriage return): the writer puts a `'` before any cell matching `^'*[=+\-@\t\r]`, and the
+reader takes exactly one `'` off any cell matching `^'+[=+\-@\t\r]`, so export -> import is lossless (a
+cell `'=x` reads as `=x`; write `''=x` for a literal `'=x`).
+
+A file that cannot be parsed at all (bad UTF-8, invalid JSON, JSON nested too deeply or with a number
+of more digits than Python converts, a CSV field over the csv module's field limit, a broken CSV
+quote) is reported like any invalid row, as `file:line: reason` in a KbFormatError.
 
 Everything that validates a field lives here (`check_record`, `check_faq`, `group_records`) so the
 file importer, `FaqStore.import_records` and the admin CRUD methods accept exactly the same data.
@@ -41,6 +50,11 @@ DEFAULT_KB = "default"
 CSV_TAG_SEPARATOR = ";"
 # KbValidationError's message lists at most this many problems (all are kept in `.errors`).
 MAX_ERRORS_SHOWN = 50
+
+#: a cell a spreadsheet would run as a formula (possibly behind quotes the escape already added), and a
+#: cell the writer escaped; see the module docstring
+_FORMULA_CELL = re.compile(r"'*[=+\-@\t\r]")
+_ESCAPED_CELL = re.compile(r"'+[=+\-@\t\r]")
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv"}
@@ -343,6 +357,71 @@ def _kind(path: str | Path) -> str:
     raise KbFormatError([f"{path}: unknown file type {suffix or '(no extension)'!r}; use .jsonl or .csv"])
 
 
+def csv_escape(cell: str) -> str:
+    """`cell` as written to a CSV file: a leading `'` when a spreadsheet would take it for a formula."""
+    return "'" + cell if _FORMULA_CELL.match(cell) else cell
+
+
+def csv_unescape(cell: str) -> str:
+    """A CSV cell as read: `csv_escape` undone (one leading `'` off an escaped formula cell)."""
+    return cell[1:] if _ESCAPED_CELL.match(cell) else cell
+
+
+def nesting_problem() -> str:
+    """Why json.loads raised RecursionError, in the words of every reader's message."""
+    return f"nested too deeply (the parser allows fewer than {sys.getrecursionlimit()} levels of arrays and objects)"
+
+
+def huge_number_problem(digits: int | None) -> str:
+    """Why json.loads refused an integer literal of `digits` digits (None: not known)."""
+    limit = sys.get_int_max_str_digits()
+    if digits is None:
+        return f"a number has more than {limit} digits, the most Python converts"
+    return f"a number has {digits} digits, more than the {limit} Python converts"
+
+
+class _HugeNumber(ValueError):
+    def __init__(self, digits: int):
+        super().__init__(huge_number_problem(digits))
+
+
+def _json_int(digits: str) -> int:
+    # json.loads would raise a bare ValueError from int() (its 4300-digit limit) without saying where
+    if len(digits) - digits.startswith("-") > sys.get_int_max_str_digits() > 0:
+        raise _HugeNumber(len(digits) - digits.startswith("-"))
+    return int(digits)
+
+
+def _parse_json(text: str) -> tuple[Any, str | None]:
+    """(the parsed value, None), or (None, why `text` is not JSON this reader accepts).
+
+    The one parsing boundary of the JSONL reader: anything json.loads raises on a string is a property
+    of the text (a syntax error, nesting deeper than the parser's recursion allows, a huge number), so
+    every exception becomes a problem to report at the line, never a crash.
+    """
+    try:
+        return json.loads(text, parse_int=_json_int), None
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+    except RecursionError:
+        return None, f"invalid JSON: {nesting_problem()}"
+    except _HugeNumber as exc:
+        return None, f"invalid JSON: {exc}"
+    except Exception as exc:  # noqa: BLE001 - see the docstring: any parser failure is the file's fault
+        return None, f"invalid JSON: {type(exc).__name__}: {exc}"
+
+
+def _csv_problem(exc: Exception) -> str:
+    if isinstance(exc, csv.Error) and "field limit" in str(exc):
+        return (f"invalid CSV: a field is longer than {csv.field_size_limit()} characters "
+                "(the CSV reader's field limit)")
+    if isinstance(exc, csv.Error) and "unexpected end of data" in str(exc):
+        return "invalid CSV: a quoted field is not closed before the end of the file"
+    if isinstance(exc, csv.Error):
+        return f"invalid CSV: {exc}"
+    return f"invalid CSV: {type(exc).__name__}: {exc}"
+
+
 def _iter_jsonl(path: str | Path, name: str) -> Iterator[tuple[int, dict | None, str | None]]:
     """Yields (line number, object, problem) for each non-blank line."""
     stream = sys.stdin.buffer if str(path) == STDIO else open(path, "rb")
@@ -355,10 +434,9 @@ def _iter_jsonl(path: str | Path, name: str) -> Iterator[tuple[int, dict | None,
                 continue
             if not text.strip():
                 continue
-            try:
-                obj = json.loads(text.rstrip("\r\n"))  # without the newline, colno points into the line
-            except json.JSONDecodeError as exc:
-                yield line_no, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+            obj, problem = _parse_json(text.rstrip("\r\n"))  # without the newline, colno points into the line
+            if problem is not None:
+                yield line_no, None, problem
                 continue
             if not isinstance(obj, dict):
                 yield line_no, None, f"expected a JSON object, got {_type_name(obj)}"
@@ -370,18 +448,26 @@ def _iter_jsonl(path: str | Path, name: str) -> Iterator[tuple[int, dict | None,
 
 
 def _iter_csv(path: str | Path, name: str, required: Sequence[str]) -> Iterator[tuple[int, dict | None, str | None]]:
-    """Yields (line number, row with empty cells as None, problem); line 1 is the header."""
+    """Yields (line number, row with empty cells as None, problem); line 1 is the header.
+
+    Cells are `csv_unescape`d. The reader stops at the first record it cannot parse: after a csv.Error
+    its position inside the text is unknown, so later lines would be misread.
+    """
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
     except UnicodeDecodeError as exc:
         yield 1, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
         return
-    reader = csv.reader(io.StringIO(text, newline=""))
+    # strict: a quote left open would otherwise swallow the rest of the file into one cell
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
     except StopIteration:
         yield 1, None, "empty file (a header row is required)"
+        return
+    except Exception as exc:  # noqa: BLE001 - the csv parser's errors are all the file's fault
+        yield 1, None, _csv_problem(exc)
         return
     header = [h.strip() for h in header]
     missing = [c for c in required if c not in header]
@@ -395,8 +481,8 @@ def _iter_csv(path: str | Path, name: str, required: Sequence[str]) -> Iterator[
             cells = next(reader)
         except StopIteration:
             return
-        except csv.Error as exc:
-            yield start, None, f"invalid CSV: {exc}"
+        except Exception as exc:  # noqa: BLE001 - as for the header
+            yield start, None, _csv_problem(exc)
             return
         end = reader.line_num
         if not any(c.strip() for c in cells):
@@ -404,6 +490,7 @@ def _iter_csv(path: str | Path, name: str, required: Sequence[str]) -> Iterator[
         if len(cells) > len(header):
             yield start, None, f"{len(cells)} fields but the header has {len(header)}"
             continue
+        cells = [csv_unescape(c) for c in cells]
         row = {h: (c if c.strip() else None) for h, c in zip(header, cells)}
         yield start, row, None
 
@@ -505,6 +592,9 @@ def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int,
     seen: set[str] = set()
     n_variants = 0
     writer = csv.writer(fh, lineterminator="\n") if kind == "csv" else None
+    # QUOTE_MINIMAL quotes only the lineterminator's characters, yet the reader ends a record at a bare
+    # carriage return too: rows with one get every cell quoted
+    quoted = csv.writer(fh, lineterminator="\n", quoting=csv.QUOTE_ALL) if kind == "csv" else None
     if writer is not None:
         writer.writerow(KB_COLUMNS)
     for rec in records:
@@ -513,7 +603,8 @@ def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int,
         n_variants += 1
         if writer is not None:
             tags = CSV_TAG_SEPARATOR.join(rec.tags or []) if first else ""
-            writer.writerow([rec.faq_id, rec.question, (rec.answer or "") if first else "", tags])
+            cells = [csv_escape(c) for c in (rec.faq_id, rec.question, (rec.answer or "") if first else "", tags)]
+            (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
         else:
             obj: dict[str, Any] = {"faq_id": rec.faq_id, "question": rec.question}
             if first:

@@ -1,7 +1,9 @@
 """The API's error contract: every error body is JSON `{"error": "...", ...}`.
 
 - validation problems -> 422 `{"error": "invalid request: top_k must be <= 50",
-  "detail": [{"field": "top_k", "message": "must be <= 50"}]}`; malformed JSON -> 400 (same shape);
+  "detail": [{"field": "top_k", "message": "must be <= 50"}]}`; malformed JSON -> 400 (same shape), and
+  so is JSON the parser refuses (nested deeper than its recursion allows, an integer of more digits than
+  Python converts, bytes that are not UTF-8), naming why;
 - body over settings.max_body_bytes -> 413 (Content-Length checked first, then streamed bytes counted);
 - a body that is not JSON (Content-Type) -> 415; a body not received within FAQ_BODY_TIMEOUT_S -> 408
   (and the connection is closed); these four come from the request guard (app/api/middleware/request_guard.py)
@@ -18,6 +20,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -32,6 +35,7 @@ from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
+from kb.records import huge_number_problem, nesting_problem
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +105,24 @@ def format_validation_errors(errors: list[dict]) -> list[dict[str, str]]:
     return out
 
 
+# FastAPI answers any exception of json.loads but a syntax error with this 400, the parser's exception as
+# its cause
+_UNPARSED_BODY = "There was an error parsing the body"
+_DIGITS = re.compile(r"value has (\d+) digits")
+
+
+def body_problem(cause: BaseException | None) -> str | None:
+    """Why the JSON parser refused a request body (from the exception it raised), or None."""
+    if isinstance(cause, RecursionError):
+        return nesting_problem()
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not valid {cause.encoding} ({cause.reason} at byte {cause.start})"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        digits = _DIGITS.search(str(cause))
+        return huge_number_problem(int(digits.group(1)) if digits else None)
+    return None
+
+
 def error_response(status_code: int, message: str, headers: dict | None = None, **extra: Any) -> JSONResponse:
     return JSONResponse(status_code=status_code, content={"error": message, **extra}, headers=headers)
 
@@ -119,6 +141,11 @@ def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:
+            problem = body_problem(exc.__cause__)
+            if problem is not None:
+                return error_response(400, f"invalid JSON body: {problem}",
+                                      detail=[{"field": "body", "message": problem}])
         return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(NoIndexError)
