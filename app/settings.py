@@ -205,6 +205,11 @@ class Settings(BaseSettings):
     query_log_retention_days: int = Field(default=90, ge=0, le=36_500)
     # true: feedback on a query logged with a session_id must carry the same session_id
     feedback_requires_session: bool = False
+    # set: GET /metrics needs `Authorization: Bearer <it>` (or FAQ_ADMIN_TOKEN); unset: /metrics is open
+    metrics_token: str | None = None
+    # false: no metric carries a KB's name (per-KB series are summed under kb="_all", which no KB can be
+    # named), so /metrics does not tell which KBs exist
+    metrics_kb_labels: bool = True
     # Lexical baseline: Elasticsearch URL; empty means the embedded engine.
     es_url: str | None = None
     # "auto": Elasticsearch when FAQ_ES_URL is set, else the embedded tantivy index; or "tantivy" /

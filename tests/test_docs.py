@@ -49,6 +49,8 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_MAX_CONNECTIONS": ("64", 64),
     "FAQ_KB_POLL_SECONDS": ("0", 0.0),
     "FAQ_QUERY_LOG": ("false", False),
+    "FAQ_METRICS_TOKEN": ("m3trics", "m3trics"),
+    "FAQ_METRICS_KB_LABELS": ("false", False),
     "FAQ_FEEDBACK_REQUIRES_SESSION": ("true", True),
     "FAQ_QUERY_LOG_RETENTION_DAYS": ("0", 0),
     "FAQ_ADMIN_TOKEN": ("s3cret", "s3cret"),

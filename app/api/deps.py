@@ -3,11 +3,14 @@
 Routes are mounted twice (app/api/factory.py): bare (`/match`, `/admin/...`: KB `default`) and under
 `/kbs/{kb}`. `kb_path` validates the name (422), `get_state` finds the KB's state (404 for an unknown
 KB, loading a resident-less one first), and the token checks run before either reveals whether a KB
-exists: a KB token used on another KB gets 403 whatever that KB is.
+exists: a KB token used on another KB gets 403 whatever that KB is. `readiness_state` is readyz's: it
+loads a KB only for a caller with a token of it, so anonymous probes cannot churn the resident KBs.
+`require_metrics_reader` guards /metrics with FAQ_METRICS_TOKEN.
 """
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Annotated
 
 
@@ -56,7 +59,59 @@ async def get_state(request: Request) -> KbState:
     try:
         return await run_in_threadpool(resident_kbs.get, kb)  # a KB's first request loads it
     except UnknownKb as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{exc}: `faq kb list` shows the KBs") from exc
+        raise _unknown(exc) from exc
+
+
+def _unknown(exc: UnknownKb) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{exc}: `faq kb list` shows the KBs")
+
+
+async def readiness_state(request: Request,
+                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> KbState | None:
+    """The state /readyz reports on; None for a KB that exists but is not resident and is not loaded
+    for this caller.
+
+    Bare /readyz: the default KB, always resident, no token needed (load balancers probe it). Under
+    /kbs/{kb}: a caller with FAQ_ADMIN_TOKEN or a read or admin token of the KB is answered as /match
+    would be served (the KB loaded if need be, 404 for an unknown one); a token that is sent must be
+    valid (401/403 as for /match). Without a token: with FAQ_MATCH_REQUIRES_KEY, the 401 of /match,
+    whatever the KB, so the answer tells nothing about which KBs exist; without it, the KB's state if
+    it is resident (its place in the least-recently-used order untouched), else None or 404 from
+    the catalogue alone. Nothing is loaded or unloaded for a caller without a token."""
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    if request.path_params.get("kb") is None:
+        return resident_kbs.default
+    kb = _kb_of(request)
+    token = credentials.credentials if credentials is not None else ""
+    if token:
+        await run_in_threadpool(_refuse, request, token, ("read", "admin"), "read")
+        return await get_state(request)
+    if resident_kbs.settings.match_requires_key:
+        _refuse(request, "", ("read", "admin"), "read")  # no token: refused without any lookup
+    state = resident_kbs.peek(kb, touch=False)
+    if state is not None:
+        return state
+    if not await run_in_threadpool(resident_kbs.exists, kb):
+        raise _unknown(UnknownKb(kb))
+    return None
+
+
+async def require_metrics_reader(request: Request,
+                                 credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """With FAQ_METRICS_TOKEN set: 401 unless the bearer is it or FAQ_ADMIN_TOKEN (a KB's token is not
+    enough: the metrics are every KB's). Unset: /metrics is open."""
+    settings = request.app.state.resident_kbs.settings
+    if not settings.metrics_token:
+        return
+    given = (credentials.credentials if credentials is not None else "").encode("utf-8", "surrogatepass")
+    # both compared every time, in constant time: how long the refusal takes tells nothing
+    matches = [secrets.compare_digest(given, secret.encode("utf-8"))
+               for secret in (settings.metrics_token, settings.admin_token) if secret]
+    if not any(matches):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED,
+                            detail="missing or invalid metrics token: send `Authorization: Bearer "
+                                   "<FAQ_METRICS_TOKEN>` or FAQ_ADMIN_TOKEN",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:

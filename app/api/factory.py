@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings | None = None, *, store: FaqStore | None = None,
                encoder: Encoder | None = None) -> FastAPI:
     settings = settings or get_settings()
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(kb_labels=settings.metrics_kb_labels)
     # the routes without /kbs/{kb} serve the default KB whatever FAQ_KB says (that is the CLI's default)
     resources = ProcessResources(settings.model_copy(update={"kb": DEFAULT_KB}), store=store, encoder=encoder,
                                  metrics=metrics)

@@ -3,7 +3,9 @@
 A private registry (not prometheus_client's global one) lets several apps live in one process (the
 tests create many) without "Duplicated timeseries" errors, and `/metrics` shows only this app.
 
-The HTTP request counts are written by `MetricsMiddleware` (app/api/middleware/metrics.py).
+The HTTP request counts are written by `MetricsMiddleware` (app/api/middleware/metrics.py). Their
+route label is the template (`/kbs/{kb}/match`), never a KB's name; the only per-KB label is `kb` of
+`faq_kb_match_queries`, which FAQ_METRICS_KB_LABELS=false sets to `ALL_KBS` for every KB.
 """
 from __future__ import annotations
 
@@ -16,10 +18,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 # Latency buckets in seconds: the service targets tens of milliseconds per query on CPU.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 NO_ANSWER_WINDOW = 1000  # queries in the rolling no-answer rate
+#: the `kb` label of every KB when per-KB labels are off: not a valid KB name (those start with a letter
+#: or digit), so it can never be mistaken for one; the label set stays, so dashboards summing by kb still work
+ALL_KBS = "_all"
 
 
 class ServiceMetrics:
-    def __init__(self) -> None:
+    def __init__(self, kb_labels: bool = True) -> None:
+        self.kb_labels = kb_labels
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -71,12 +77,15 @@ class ServiceMetrics:
                                   registry=r)
         self.kb_loads = Counter("faq_kb_loads", "KBs loaded on a request (first use, or again after an unload)",
                                 registry=r)
+        self.kb_unloads = Counter("faq_kb_unloads", "KBs unloaded (least recently used beyond FAQ_MAX_RESIDENT_KBS, "
+                                  "deleted, or with new settings)", registry=r)
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 
     def observe_match(self, timings_ms: dict[str, float], answered: bool, cached: bool = False,
                       kb: str = "default", decision: str | None = None) -> None:
-        self.kb_queries.labels(kb=kb, decision=decision or ("answer" if answered else "abstain")).inc()
+        self.kb_queries.labels(kb=kb if self.kb_labels else ALL_KBS,
+                               decision=decision or ("answer" if answered else "abstain")).inc()
         if cached:  # a hit ran no stage: its zeros would only hide the stages' real latency
             self.cache_hits.inc()
         else:

@@ -58,15 +58,19 @@ class ResidentKbs:
         with self._lock:
             return [self.default, *self._resident.values()]
 
-    def peek(self, kb: str) -> KbState | None:
-        """`kb`'s state if it is resident (marked used now), else None; never loads."""
+    def peek(self, kb: str, *, touch: bool = True) -> KbState | None:
+        """`kb`'s state if it is resident (marked used now unless `touch` is false), else None; never loads."""
         if kb == self.default.kb:
             return self.default
         with self._lock:
             state = self._resident.get(kb)
-            if state is not None:
+            if state is not None and touch:
                 self._resident.move_to_end(kb)
             return state
+
+    def exists(self, kb: str) -> bool:
+        """Is there a KB named `kb` (resident or not)? A catalogue lookup: nothing is loaded."""
+        return kb == self.default.kb or self.peek(kb, touch=False) is not None or self.default.store.catalog.exists(kb)
 
     def get(self, kb: str) -> KbState:
         """`kb`'s state, loaded now if it is not resident (blocking: run it off the event loop).
@@ -92,6 +96,7 @@ class ResidentKbs:
                 evicted = self._evict(keep=kb)
                 resident = len(self._resident) + 1
             state.metrics.kb_loads.inc()
+            state.metrics.kb_unloads.inc(len(evicted))
             state.metrics.kbs_resident.set(resident)
             log.info("loaded KB %s in %.0f ms (%d resident)", kb, (time.perf_counter() - started) * 1000, resident)
         for old in evicted:
@@ -122,6 +127,7 @@ class ResidentKbs:
         if state is not None:
             state.release()
             self.unloads += 1
+            state.metrics.kb_unloads.inc()
             state.metrics.kbs_resident.set(resident)
         return state is not None
 

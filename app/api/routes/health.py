@@ -1,19 +1,26 @@
 """`GET /healthz` (the process is up), `GET /readyz` and `GET /kbs/{kb}/readyz` (that KB's index is loaded;
 `degraded` names parts some arms need that cannot answer, e.g. Elasticsearch for the lexical arms) and
-`GET /metrics`."""
+`GET /metrics` (FAQ_METRICS_TOKEN, when set, guards it).
+
+Without a token, /kbs/{kb}/readyz answers from the KBs already resident and loads nothing (a non-resident
+KB: 503 `NOT_RESIDENT_REASON`), and with FAQ_MATCH_REQUIRES_KEY it gives the 401 of /match for every KB
+(app/api/deps.py `readiness_state`)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import get_state
-from app.api.schemas import Health, Readiness
+from app.api.deps import get_state, readiness_state, require_metrics_reader
+from app.api.schemas import ErrorBody, Health, Readiness
 from app.api.state import NO_INDEX_REASON, KbState
 
 router = APIRouter(tags=["health"])
 #: mounted bare (the default KB) and under /kbs/{kb}: a KB is ready when its index is loaded
 ready_router = APIRouter(tags=["health"])
+#: readyz of a KB that exists but is not resident, to a caller without a token: loading it for them would
+#: let anyone churn the resident KBs
+NOT_RESIDENT_REASON = "not loaded in this process: it loads on its first match"
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
@@ -23,10 +30,15 @@ async def healthz() -> Health:
 
 @ready_router.get(
     "/readyz", response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "no index loaded (the reason says why)"}},
+    responses={503: {"model": Readiness, "description": "no index loaded (the reason says why)"},
+               401: {"model": ErrorBody, "description": "/kbs/{kb}/readyz: FAQ_MATCH_REQUIRES_KEY is set and no valid "
+                                                        "token was sent, or an invalid one was"},
+               403: {"model": ErrorBody, "description": "/kbs/{kb}/readyz: the token is another KB's"}},
     summary="Readiness: an index is loaded and /match can answer",
 )
-async def readyz(state: KbState = Depends(get_state)) -> Response:
+async def readyz(state: KbState | None = Depends(readiness_state)) -> Response:
+    if state is None:
+        return JSONResponse(status_code=503, content=Readiness(ready=False, reason=NOT_RESIDENT_REASON).model_dump())
     retriever = state.retriever
     if retriever is None:
         reason = state.not_ready_reason or NO_INDEX_REASON
@@ -42,7 +54,10 @@ async def readyz(state: KbState = Depends(get_state)) -> Response:
     ).model_dump())
 
 
-@router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,
+            dependencies=[Depends(require_metrics_reader)],
+            responses={401: {"model": ErrorBody, "description": "FAQ_METRICS_TOKEN is set and neither it nor "
+                                                                "FAQ_ADMIN_TOKEN was sent"}})
 async def metrics(state: KbState = Depends(get_state)) -> Response:
     body, content_type = state.metrics.exposition()
     return Response(content=body, media_type=content_type)
