@@ -15,18 +15,20 @@
 - anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
   the traceback. Client input must never reach this handler (tests fuzz /match to check).
 
-`add_exception_handlers(app, metrics)` registers them on an app (`create_app` does).
+`add_exception_handlers(app, metrics)` registers them on an app (`create_app` does). Paths with a page of
+their own for errors (the console's HTML problem page under /console, registered with `add_error_page`)
+get that page instead, with the same status and headers; every other path keeps the JSON above.
 """
 from __future__ import annotations
 
 import logging
 import re
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.metrics import ServiceMetrics
@@ -127,54 +129,73 @@ def error_response(status_code: int, message: str, headers: dict | None = None, 
     return JSONResponse(status_code=status_code, content={"error": message, **extra}, headers=headers)
 
 
+#: (request, status, message, headers, extra fields) -> the error as that path's page, or None: the JSON body
+ErrorPage = Callable[[Request, int, str, dict[str, str] | None, dict[str, Any]], Response | None]
+
+
+def add_error_page(app: FastAPI, page: ErrorPage) -> None:
+    """Let `page` answer the app's errors first (it returns None for the paths it does not own)."""
+    app.state.error_pages = [*getattr(app.state, "error_pages", []), page]
+
+
+def answer_error(request: Request, status_code: int, message: str, headers: dict | None = None,
+                 **extra: Any) -> Response:
+    for page in getattr(request.app.state, "error_pages", ()):
+        response = page(request, status_code, message, headers, extra)
+        if response is not None:
+            return response
+    return error_response(status_code, message, headers=headers, **extra)
+
+
 # -- the handlers ---------------------------------------------------------------------------------
 def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         errors = list(exc.errors())
         detail = format_validation_errors(errors)
         if any(e.get("type") == "json_invalid" for e in errors):
-            return error_response(400, f"invalid JSON body: {detail[0]['message'].removeprefix('invalid JSON: ')}",
-                                  detail=detail)
+            return answer_error(request, 400,
+                                f"invalid JSON body: {detail[0]['message'].removeprefix('invalid JSON: ')}",
+                                detail=detail)
         summary = "; ".join(f"{d['field']} {d['message']}" for d in detail[:3])
-        return error_response(422, f"invalid request: {summary}", detail=detail)
+        return answer_error(request, 422, f"invalid request: {summary}", detail=detail)
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:
             problem = body_problem(exc.__cause__)
             if problem is not None:
-                return error_response(400, f"invalid JSON body: {problem}",
-                                      detail=[{"field": "body", "message": problem}])
-        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+                return answer_error(request, 400, f"invalid JSON body: {problem}",
+                                    detail=[{"field": "body", "message": problem}])
+        return answer_error(request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(NoIndexError)
-    async def on_no_index(request: Request, exc: NoIndexError) -> JSONResponse:
-        return error_response(503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
+    async def on_no_index(request: Request, exc: NoIndexError) -> Response:
+        return answer_error(request, 503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
 
     @app.exception_handler(LexicalUnavailable)
-    async def on_lexical_unavailable(request: Request, exc: LexicalUnavailable) -> JSONResponse:
+    async def on_lexical_unavailable(request: Request, exc: LexicalUnavailable) -> Response:
         # only the lexical arms depend on it: the ann arms keep serving
-        return error_response(
-            503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
+        return answer_error(
+            request, 503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
             headers={"Retry-After": "10"})
 
     @app.exception_handler(VectorStoreUnavailable)
-    async def on_vector_store_unavailable(request: Request, exc: VectorStoreUnavailable) -> JSONResponse:
-        return error_response(503, f"the vector store is unavailable: {exc}", headers={"Retry-After": "10"})
+    async def on_vector_store_unavailable(request: Request, exc: VectorStoreUnavailable) -> Response:
+        return answer_error(request, 503, f"the vector store is unavailable: {exc}", headers={"Retry-After": "10"})
 
     @app.exception_handler(Overloaded)
-    async def on_overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+    async def on_overloaded(request: Request, exc: Overloaded) -> Response:
         metrics.rejected.labels(status=str(exc.status_code)).inc()
-        return error_response(exc.status_code, str(exc), headers={"Retry-After": str(exc.retry_after)})
+        return answer_error(request, exc.status_code, str(exc), headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(DeadlineExceeded)
-    async def on_deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
-        return error_response(503, str(exc), headers={"Retry-After": "1"})
+    async def on_deadline(request: Request, exc: DeadlineExceeded) -> Response:
+        return answer_error(request, 503, str(exc), headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
-    async def on_server_bug(request: Request, exc: Exception) -> JSONResponse:
+    async def on_server_bug(request: Request, exc: Exception) -> Response:
         request_id = uuid.uuid4().hex
         log.error("unhandled error (request_id=%s) on %s %s", request_id, request.method, request.url.path,
                   exc_info=exc)
-        return error_response(500, "internal server error", request_id=request_id)
+        return answer_error(request, 500, "internal server error", request_id=request_id)

@@ -31,7 +31,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -196,6 +196,8 @@ class ConsoleSession(Base):
     with (changing FAQ_ADMIN_TOKEN ends it)."""
 
     __tablename__ = "console_sessions"
+    # a sign-in counts and ends the least recently used sessions of its own KB (app/store/console_sessions.py)
+    __table_args__ = (Index("ix_console_sessions_kb_last_used_at", "kb", "last_used_at"),)
 
     id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     kb: Mapped[str | None] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"))

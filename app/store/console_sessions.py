@@ -1,5 +1,16 @@
 """Console sign-ins (app/api/console/sessions.py), for every KB: found by the SHA-256 of the browser's
-cookie, so the table holds nothing a browser could present. Shared by every replica of a deployment."""
+cookie, so the table holds nothing a browser could present. Shared by every replica of a deployment.
+
+How many sessions are kept (`ConsoleSessionStore.expire`, run before each sign-in): sessions are counted
+per bucket, a bucket being one KB's sessions (opened with that KB's tokens) or FAQ_ADMIN_TOKEN's (kb
+NULL). A sign-in first ends the least recently used sessions of its own bucket beyond `keep`, so a flood
+of sign-ins with one KB's token ends only that KB's sessions, never another KB's nor the admin's. The
+table as a whole is bounded too (`keep_total`): past it, the least recently used sessions of the bucket
+holding the most are ended, the signing-in bucket first among equals. Another bucket is thus touched only
+while the whole table is full and that bucket holds more than the signing-in one: with a bucket cap of
+10,000 and a total of 100,000, it takes ten buckets at their own cap. Both queries go through the
+(kb, last_used_at) index.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -79,18 +90,47 @@ class ConsoleSessionStore:
         with self.engine.begin() as conn:
             conn.execute(delete(sessions_t).where(sessions_t.c.id_sha256 == id_sha256))
 
-    def expire(self, idle_before: datetime, created_before: datetime, keep: int) -> int:
+    def expire(self, idle_before: datetime, created_before: datetime, kb: str | None, keep: int,
+               keep_total: int) -> int:
         """End sessions unused since `idle_before` or opened before `created_before`, then the least
-        recently used beyond `keep`; returns how many ended."""
+        recently used of `kb`'s bucket (None: FAQ_ADMIN_TOKEN's) beyond `keep`, then those of the largest
+        bucket while the table holds more than `keep_total` (module docstring); returns how many ended."""
         with self.engine.begin() as conn:
             ended = conn.execute(delete(sessions_t).where(
                 (sessions_t.c.last_used_at < idle_before) | (sessions_t.c.created_at < created_before))).rowcount
-            extra = int(conn.execute(select(func.count()).select_from(sessions_t)).scalar() or 0) - keep
-            if extra > 0:
-                oldest = select(sessions_t.c.id_sha256).order_by(sessions_t.c.last_used_at).limit(extra)
-                ended += conn.execute(delete(sessions_t).where(
-                    sessions_t.c.id_sha256.in_(oldest.scalar_subquery()))).rowcount
+            ended += self._trim(conn, kb, keep)
+            extra = int(conn.execute(select(func.count()).select_from(sessions_t)).scalar() or 0) - keep_total
+            while extra > 0:
+                sizes = {row.kb: int(row.n) for row in conn.execute(
+                    select(sessions_t.c.kb, func.count().label("n")).group_by(sessions_t.c.kb))}
+                largest = max(sizes.values())
+                # among equally large buckets the signing-in one gives way first: it cannot end others'
+                # sessions while its own are as many; FAQ_ADMIN_TOKEN's last
+                tied = sorted((b for b, n in sizes.items() if n == largest),
+                              key=lambda b: (b != kb, b is None, b or ""))
+                # the largest come down level with each other, and no lower than the next bucket
+                below = max([n for n in sizes.values() if n < largest], default=0)
+                level = max(below, largest - -(-extra // len(tied)))
+                trimmed = 0
+                for bucket in tied:
+                    if extra <= 0:
+                        break
+                    n = self._trim(conn, bucket, max(level, largest - extra))
+                    trimmed, extra = trimmed + n, extra - n
+                ended += trimmed
+                if trimmed == 0:
+                    break
         return ended
+
+    @staticmethod
+    def _trim(conn: Any, kb: str | None, keep: int) -> int:
+        """End the least recently used sessions of one bucket beyond `keep`."""
+        in_bucket = sessions_t.c.kb.is_(None) if kb is None else sessions_t.c.kb == kb
+        extra = int(conn.execute(select(func.count()).select_from(sessions_t).where(in_bucket)).scalar() or 0) - keep
+        if extra <= 0:
+            return 0
+        oldest = select(sessions_t.c.id_sha256).where(in_bucket).order_by(sessions_t.c.last_used_at).limit(extra)
+        return conn.execute(delete(sessions_t).where(sessions_t.c.id_sha256.in_(oldest.scalar_subquery()))).rowcount
 
     def count(self) -> int:
         with self.engine.connect() as conn:

@@ -1,7 +1,7 @@
 """The web console for FAQ owners at /console: server-rendered pages over the service's own state.
 
-`mount_console(app)` adds its pages, its static files, its security headers and its sessions to an
-app made by `app.api.factory.create_app`. See app/api/console/README.md for the security model.
+`mount_console(app)` adds its pages, its static files, its security headers, its error pages and its
+sessions to an app made by `app.api.factory.create_app`. See app/api/console/README.md for the security model.
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from starlette.staticfiles import StaticFiles
 
 from app.api.console import builds, faqs, imports, review, signin, traffic, try_page
 from app.api.console.builds import BuildJobs
-from app.api.console.pages import PREFIX, EarlyResponse
+from app.api.console.pages import PREFIX, EarlyResponse, error_page
 from app.api.console.review import LintJobs
 from app.api.console.sessions import Sessions
+from app.api.errors import add_error_page
 from app.api.middleware.security_headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 
 __all__ = ["PREFIX", "SECURITY_HEADERS", "mount_console"]
@@ -32,6 +33,7 @@ def mount_console(app: FastAPI) -> None:
         app.include_router(page.router)
     app.mount(PREFIX + "/static", StaticFiles(directory=Path(__file__).parent / "static"), name="console-static")
     app.add_middleware(SecurityHeadersMiddleware, prefix=PREFIX)
+    add_error_page(app, error_page)  # its errors are pages too, never the API's JSON
 
     @app.exception_handler(EarlyResponse)
     async def on_early_response(request: Request, exc: EarlyResponse) -> Response:

@@ -1,6 +1,8 @@
 """What every console page shares: rendering, reading forms, who is asking, and the early response.
 
-Every page answers HTML (errors too: a 403 or 422 is a page saying what went wrong, never JSON). Forms
+Every page answers HTML (errors too: a 403 or 422 is a page saying what went wrong, never JSON; so are
+the router's 404 and 405, the request guard's 413 and a 500, through `error_page`). Every page but the
+sign-in form gets its user from `current`, which checks the session again (`Sessions.allowed`). Forms
 are parsed here from `application/x-www-form-urlencoded` bodies; every field passes the same rules as
 the API's JSON fields (app/api/schemas.py). A helper that must end the request (sign-in needed, a bad
 field, an unknown KB) raises `EarlyResponse` with the page to send; `mount_console` answers it.
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api.console.sessions import ConsoleSession, Sessions
+from app.api.middleware.security_headers import SECURITY_HEADERS
 from app.api.state import KbState
 from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.settings import KB_NAME_PATTERN
@@ -54,6 +57,34 @@ def render(request: Request, name: str, status: int = 200, session: ConsoleSessi
 
 def problem_page(request: Request, status: int, message: str, session: ConsoleSession | None = None) -> HTMLResponse:
     return render(request, "problem.html", status=status, session=session, status_code=status, message=message)
+
+
+#: the error pages' messages for the router's own errors, whose detail is only the status's name
+ROUTER_ERRORS = {404: "there is no console page at this address",
+                 405: "this console page does not take that method"}
+
+
+def is_console_path(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def error_page(request: Request, status: int, message: str, headers: dict[str, str] | None,
+               extra: dict[str, Any]) -> Response | None:
+    """A console path's error (404, 405, the request guard's 400/408/413/415, a 422, 429, 500...) as the
+    problem page, with the error's status and headers (Allow, Retry-After): registered with
+    `app.api.errors.add_error_page`; None for every other path, which keeps the API's JSON."""
+    if not is_console_path(request.url.path):
+        return None
+    if status in ROUTER_ERRORS and message in ("Not Found", "Method Not Allowed"):
+        message = ROUTER_ERRORS[status]
+    if extra.get("request_id"):
+        message = f"{message} (request id {extra['request_id']})"
+    response = problem_page(request, status, message)
+    response.headers.update(headers or {})
+    # a 500 is answered outside the middlewares (by Starlette's outermost one), so the page brings its own
+    response.headers.update(SECURITY_HEADERS)
+    response.headers["cache-control"] = "no-store"
+    return response
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str, path: str) -> None:
@@ -128,18 +159,35 @@ def sessions_of(request: Request) -> Sessions:
     return request.app.state.console_sessions
 
 
-async def current(request: Request) -> ConsoleSession:
-    """The request's session (with the message the previous action left for this page), else a redirect
-    to the sign-in page."""
+async def signed_in(request: Request, show_flash: bool = True) -> ConsoleSession | None:
+    """The request's session (with the message the previous action left for this page, unless
+    `show_flash` is false: a redirect shows none) when what it was opened with still reaches its KBs
+    (`Sessions.allowed`); a session that fails the check (a revoked KB token, a changed FAQ_ADMIN_TOKEN)
+    is closed, so no page keeps it alive."""
     def load() -> ConsoleSession | None:
-        session = sessions_of(request).get(request.cookies.get(COOKIE))
-        if session is not None:
+        sessions = sessions_of(request)
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            return None
+        if not sessions.allowed(session, request.app.state.resident_kbs):
+            sessions.close(session.id)
+            return None
+        if show_flash:
             session.shown_flash = session.take_flash()
         return session
 
-    session = await run_in_threadpool(load)
+    return await run_in_threadpool(load)
+
+
+async def current(request: Request) -> ConsoleSession:
+    """The request's checked session (`signed_in`), else a redirect to the sign-in page. Every page but
+    the sign-in form starts here."""
+    session = await signed_in(request)
     if session is None:
-        raise EarlyResponse(redirect("/console/login"))
+        response = redirect("/console/login")
+        if COOKIE in request.cookies:
+            response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
+        raise EarlyResponse(response)
     return session
 
 
@@ -163,10 +211,8 @@ async def kb_state(request: Request, session: ConsoleSession, kb: str) -> KbStat
     if len(kb) > 64 or not re.fullmatch(KB_NAME_PATTERN, kb):
         raise EarlyResponse(problem_page(request, 422, "kb: must be 1-64 characters of a-z, 0-9, '-' and '_', "
                                                        "starting with a letter or digit", session=session))
+    # `session` came from `current`, which checked it still reaches its KBs
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
-    if not await run_in_threadpool(sessions_of(request).allowed, session, resident_kbs):
-        await run_in_threadpool(sessions_of(request).close, session.id)  # the token was revoked (or FAQ_ADMIN_TOKEN changed)
-        raise EarlyResponse(redirect("/console/login"))
     if session.kb is not None and session.kb != kb:
         raise EarlyResponse(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
                                          session=session))

@@ -20,8 +20,12 @@ from app.store.console_sessions import ConsoleSessionStore, session_digest
 IDLE_S = 60 * 60.0
 #: and none lives longer than this, used or not
 MAX_AGE_S = 12 * 60 * 60.0
-#: a flood of sign-ins must not grow the table without bound: past it the least recently used end
+#: a flood of sign-ins must not grow the table without bound: past this many sessions of one KB (or of
+#: FAQ_ADMIN_TOKEN) the least recently used of that KB (or the admin's) end, so one KB's sign-ins never
+#: end another's (app/store/console_sessions.py)
 MAX_SESSIONS = 10_000
+#: and past this many in all, the least recently used of the KB holding the most
+MAX_SESSIONS_TOTAL = 100_000
 #: a session's last use is written at most this often (a page view is otherwise a read)
 TOUCH_S = 60.0
 
@@ -84,7 +88,8 @@ class Sessions:
         if (token_id is None) == (admin_token is None):
             raise ValueError("a session is opened with a KB token's id or with FAQ_ADMIN_TOKEN")
         now = self.clock()
-        self.store.expire(now - timedelta(seconds=IDLE_S), now - timedelta(seconds=MAX_AGE_S), MAX_SESSIONS - 1)
+        self.store.expire(now - timedelta(seconds=IDLE_S), now - timedelta(seconds=MAX_AGE_S), kb, MAX_SESSIONS - 1,
+                          MAX_SESSIONS_TOTAL - 1)
         session = ConsoleSession(id=secrets.token_urlsafe(32), kb=kb, token_id=token_id,
                                  admin_sha256=admin_digest(admin_token) if admin_token is not None else None,
                                  csrf=secrets.token_urlsafe(32), created=now, store=self.store)

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.console.pages import (COOKIE, LOGIN_COOKIE, checked_post, current, form, kb_state, kb_url, page_router,
-                                   problem_page, redirect, render, sessions_of, set_cookie)
+                                   problem_page, redirect, render, sessions_of, set_cookie, signed_in)
 from app.api.resident_kbs import ResidentKbs
 from kb.records import field_problem
 
@@ -20,7 +20,7 @@ router = page_router()
 
 @router.get("/login")
 async def login_page(request: Request) -> Response:
-    if await run_in_threadpool(sessions_of(request).get, request.cookies.get(COOKIE)) is not None:
+    if await signed_in(request, show_flash=False) is not None:
         return redirect("/console")
     return _login_form(request)
 

@@ -1,8 +1,8 @@
 """The request guard: body size, time and type limits, and dropping the work of clients that have gone.
 
 Its refusals (400, 408, 413, 415) are raised as HTTP exceptions when the endpoint reads its body, so the
-app's error handlers (app/api/errors.py) answer them in the API's JSON shape and the metrics count them
-under their route.
+app's error handlers (app/api/errors.py) answer them in the API's JSON shape (the console's problem page
+under /console) and the metrics count them under their route.
 """
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ class SecurityHeadersMiddleware:
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.decode("latin-1").lower() not in SECURITY_HEADERS]
+                # an error page may bring its own (app/api/console/pages.py): each is sent once
+                replaced = set(SECURITY_HEADERS) if static else {*SECURITY_HEADERS, "cache-control"}
+                headers = [(k, v) for k, v in message.get("headers", []) if k.decode("latin-1").lower() not in replaced]
                 headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
                 if not static:
                     headers.append((b"cache-control", b"no-store"))

@@ -115,6 +115,134 @@ def test_kb_token_reaches_only_its_kb_and_ends_when_revoked(served):
     assert r.status_code == 303 and r.headers["location"] == "/console/login"
 
 
+
+def console_routes(app) -> list[tuple[str, str]]:
+    """(method, path) of every console route the app's router holds, sign-in form aside."""
+    found = []
+    for route in app.routes:
+        # FastAPI keeps an included router as one entry that lists its routes with their full paths
+        listed = route.effective_route_contexts() if hasattr(route, "effective_route_contexts") else [route]
+        for entry in listed:
+            path = getattr(entry, "path", "")
+            methods = getattr(getattr(entry, "original_route", entry), "methods", None) or ()
+            found += [(method, path) for method in methods if path == "/console" or path.startswith("/console/")]
+    return sorted((m, p) for m, p in set(found) if p != "/console/login" and m in ("GET", "POST"))
+
+
+def test_every_console_page_checks_the_session_again(served):
+    """A session whose FAQ_ADMIN_TOKEN changed, or whose KB token was revoked, is sent to sign-in on every
+    page (the KB picker included), sees no KB name, and is closed rather than kept alive."""
+    app, store = served[:2]
+    sessions = app.state.console_sessions
+    revoked_id = store.catalog.issue_token("shop", "admin")[0]
+    store.catalog.revoke_token("shop", revoked_id)
+    app.state.resident_kbs._tokens.clear()  # skip the token cache's few seconds
+    routes = console_routes(app)
+    assert {("GET", "/console"), ("GET", "/console/kbs"), ("GET", "/console/kbs/{kb}/faqs"),
+            ("POST", "/console/logout")} <= set(routes) and len(routes) > 20
+    client = TestClient(app)
+    for method, route in routes:
+        path = route.replace("{kb}", "shop")
+        for stale in (sessions.open(None, admin_token="the-root-token-before-it-changed"),
+                      sessions.open("shop", revoked_id)):
+            client.cookies.clear()
+            client.cookies.set(COOKIE, stale.id, path="/console")
+            r = client.request(method, path, data={"csrf": stale.csrf} if method == "POST" else None,
+                               follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == "/console/login", (method, path, r.text)
+            assert "shop" not in r.text and "default" not in r.text
+            assert sessions.get(stale.id) is None, f"{method} {path} kept a failed session"
+            assert_headers(r)
+    # the sign-in form shows itself to a failed session (and closes it) instead of sending it on
+    stale = sessions.open(None, admin_token="the-root-token-before-it-changed")
+    client.cookies.set(COOKIE, stale.id, path="/console")
+    r = client.get("/console/login", follow_redirects=False)
+    assert r.status_code == 200 and 'name="token"' in r.text
+    assert sessions.get(stale.id) is None
+
+
+def test_one_kbs_flood_of_sign_ins_ends_no_other_session(served, monkeypatch):
+    from app.api.console import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "MAX_SESSIONS", 20)
+    app, store, tokens = served[:3]
+    default_token = store.catalog.issue_token("default", "admin")[1]
+
+    def signed_in_client(token: str) -> TestClient:
+        client = TestClient(app)
+        page = client.get("/console/login")
+        r = client.post("/console/login", data={"csrf": csrf_of(page.text), "token": token}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        return client
+
+    admin, other_kb = signed_in_client(ROOT), signed_in_client(default_token)
+    flood = [signed_in_client(tokens["admin"]).cookies.get(COOKIE) for _ in range(100)]
+    assert admin.get("/console/kbs").status_code == 200
+    assert other_kb.get("/console/kbs/default/faqs").status_code == 200
+    with store.engine.connect() as conn:
+        shop = conn.exec_driver_sql("SELECT count(*) FROM console_sessions WHERE kb = 'shop'").scalar()
+    assert shop == 20
+    assert [app.state.console_sessions.get(c) is not None for c in flood] == [False] * 80 + [True] * 20
+
+
+def assert_problem_page(r, status: int) -> None:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("text/html"), r.headers
+    assert f"<h1>{status}</h1>" in r.text and 'id="problem"' in r.text
+    assert r.headers["cache-control"] == "no-store"
+    assert_headers(r)
+
+
+def test_console_errors_are_html_pages(served):
+    app = served[0]
+    anonymous = TestClient(app)
+    r = anonymous.get("/console/nope")
+    assert_problem_page(r, 404)
+    assert "no console page" in r.text
+    hostile = anonymous.get("/console/%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+    assert_problem_page(hostile, 404)
+    assert "<script>alert" not in hostile.text and "alert(1)" not in hostile.text
+    r = anonymous.delete("/console")
+    assert_problem_page(r, 405)
+    assert "GET" in r.headers["allow"]
+    assert_problem_page(anonymous.put("/console/kbs/default/faqs/new", data={"a": "b"}), 405)
+    client, csrf = sign_in(served, ROOT)
+    r = client.post("/console/kbs/default/try", content=b"csrf=" + csrf.encode() + b"&query=" + b"x" * 2_000_000,
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert_problem_page(r, 413)
+    assert "FAQ_MAX_BODY_BYTES" in r.text
+    r = client.post("/console/kbs/default/try", content=b"query=x",
+                    headers={"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "lots"})
+    assert_problem_page(r, 400)
+    assert_problem_page(client.post("/console/kbs/default/try", content=b"a=b", headers={"Content-Type": "text/plain"}),
+                        415)
+    # the JSON API keeps its error bodies, without the console's headers
+    for r, status in [(anonymous.get("/nope"), 404), (anonymous.delete("/match"), 405),
+                      (anonymous.post("/match", content=b"x" * 2_000_000, headers={"Content-Type": "application/json"}),
+                       413), (anonymous.get("/consolex"), 404)]:
+        assert r.status_code == status and r.headers["content-type"] == "application/json", r.text
+        assert "error" in r.json() and "content-security-policy" not in r.headers
+
+
+def test_a_console_500_is_the_problem_page(served, encoder):  # noqa: F811
+    """An unexpected error on a console path is the problem page with the headers, though Starlette answers
+    it outside every middleware; the API's stays JSON."""
+    from app.api.main import create_app
+
+    app, store = served[:2]
+    other = create_app(app.state.service.settings, store=store, encoder=encoder)
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    other.add_api_route("/console/boom", boom)
+    other.add_api_route("/boom", boom)
+    client = TestClient(other, raise_server_exceptions=False)
+    r = client.get("/console/boom")
+    assert_problem_page(r, 500)
+    assert "internal server error" in r.text and "request id" in r.text and "a bug" not in r.text
+    assert client.get("/boom").json()["error"] == "internal server error"
+
 @pytest.mark.parametrize("path, field", [
     ("/console/kbs/default/faqs?q=%00", "q"), ("/console/kbs/default/faqs?q=" + "x" * 201, "q"),
     ("/console/kbs/default/faqs?page=abc", "page"), ("/console/kbs/default/faqs?page=0", "page"),

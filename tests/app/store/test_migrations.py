@@ -34,7 +34,7 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_and_downgrade(any_url):
     assert runner.current(any_url) is None
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0003"
+    assert runner.current(any_url) == runner.head() == "0004"
     assert table_names(any_url) == TABLES
     engine = make_engine(any_url)
     try:
@@ -79,20 +79,20 @@ def test_cascade_and_unique_constraints_exist(any_url):
 
 def test_db_cli(faq_env, capsys):
     assert main(["db", "current"]) == 0
-    assert "empty, no migration applied (head is 0003)" in capsys.readouterr().out
+    assert "empty, no migration applied (head is 0004)" in capsys.readouterr().out
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().endswith(": at 0003 (head)")
+    assert capsys.readouterr().out.strip().endswith(": at 0004 (head)")
     assert main(["db", "downgrade", "base"]) == 0
     assert "empty" in capsys.readouterr().out
     assert table_names(faq_env.db_url) == set()
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0003)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0004)")
     assert table_names(faq_env.db_url) == TABLES_0001
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0003 (head)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0004 (head)")
     assert main(["db", "downgrade", "-1"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0002 (head is 0003)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0003 (head is 0004)")
 
 
 def test_the_code_expects_the_latest_revision():
