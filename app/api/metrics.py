@@ -71,6 +71,9 @@ class ServiceMetrics:
                                   registry=r)
         self.kb_loads = Counter("faq_kb_loads", "KBs loaded on a request (first use, or again after an unload)",
                                 registry=r)
+        self.auth_throttled = Counter("faq_auth_throttled",
+                                      "Requests refused with 429 for too many failed token checks from their "
+                                      "address (app/api/auth_throttle.py)", registry=r)
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 
