@@ -66,6 +66,8 @@ def parse_trusted_proxies(text: str) -> str:
                              "(e.g. '127.0.0.1,10.0.0.0/8', or '*')") from None
     return ",".join(entries)
 
+#: FAQ_ADMIN_TOKEN's least length: it reaches every KB, so it must be a long random secret
+MIN_ADMIN_TOKEN_CHARS = 32
 
 #: a KB's name (kb/records.py KB_NAME_PATTERN, repeated here because settings import only pydantic)
 KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -242,6 +244,17 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value  # set but empty (e.g. compose's ${FAQ_DEVICE:-}): unset
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _long_admin_token(cls, value: object) -> object:
+        if value == "":  # set but empty (e.g. compose's ${FAQ_ADMIN_TOKEN:-}): unset
+            return None
+        # it reaches every KB: a short one could be guessed (openssl rand -hex 24 gives 48 characters)
+        if isinstance(value, str) and len(value) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(f"FAQ_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_CHARS} characters, got "
+                             f"{len(value)}: make one with `openssl rand -hex 24`")
+        return value
 
     # The choices are checked before their Literal type is, so that the error names the variable.
     @field_validator("encoder_runtime", mode="before")

@@ -53,7 +53,7 @@ from bench.load import percentiles  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
 
-TOKEN = "hostile-bench-token"
+TOKEN = "hostile-bench-admin-token-of-32-chars"
 SCENARIOS = ("batches", "abandon", "import", "slowbody", "slowheaders", "sigterm")
 MAX_BATCH = 64
 

@@ -46,7 +46,7 @@ from bench.hostile import Clients, faq, fresh_database  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
 
-TOKEN = "replicas-bench-token"
+TOKEN = "replicas-bench-admin-token-of-32-chars"
 POLL_S = 2.0
 PROBE = {"faq_id": "replica-probe", "answer": "Written on replica A, matched on replica B.",
          "questions": ["which replica wrote the probe question about lighthouses"]}

@@ -22,7 +22,7 @@ REAL_SETS = (("demo", "app/demo/faq.jsonl", "app/demo/queries.jsonl"),
              *((name, f"evaluation/data/{name}/faq.jsonl", f"evaluation/data/{name}/test.jsonl")
                for name in ("campus_it", "council", "energy", "grocery")))
 INTENT_SETS = ("clinc150", "banking77")
-ADMIN_TOKEN = "tenants-bench-token"
+ADMIN_TOKEN = "tenants-bench-admin-token-of-32-chars"
 COLD_TARGET_MS = 300.0
 LATENCY_TARGET = 1.10  # resident KBs' p50 at most 10% over the single-KB deployment's
 #: with an LRU budget, RSS is taken as bounded while it stays within 5% of its value when the budget

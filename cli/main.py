@@ -29,6 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_problems(exc) -> list[str]:
+    """A Settings ValidationError as one line per variable, each naming it (FAQ_...)."""
+    lines = []
+    for error in exc.errors():
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        name = "FAQ_" + str(error["loc"][0]).upper() if error.get("loc") else "settings"
+        lines.append(message if message.startswith(name) else f"{name}: {message}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -39,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from pydantic import ValidationError
+
     from app.store import KbNotFound
     from cli.scope import KbChoiceError
 
@@ -46,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (KbChoiceError, KbNotFound) as exc:  # a wrong --kb is bad input, not a crash
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        for line in settings_problems(exc):  # a wrong FAQ_* variable is bad input too: one line each
+            print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

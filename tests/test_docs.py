@@ -53,7 +53,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_METRICS_KB_LABELS": ("false", False),
     "FAQ_FEEDBACK_REQUIRES_SESSION": ("true", True),
     "FAQ_QUERY_LOG_RETENTION_DAYS": ("0", 0),
-    "FAQ_ADMIN_TOKEN": ("s3cret", "s3cret"),
+    "FAQ_ADMIN_TOKEN": ("s3cret" * 6, "s3cret" * 6),
     "FAQ_ES_URL": ("http://es:9200", "http://es:9200"),
     "FAQ_LEXICAL_ENGINE": ("tantivy", "tantivy"),
     "FAQ_LEXICAL_K": ("10", 10),

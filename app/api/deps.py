@@ -5,7 +5,8 @@ Routes are mounted twice (app/api/factory.py): bare (`/match`, `/admin/...`: KB 
 KB, loading a resident-less one first), and the token checks run before either reveals whether a KB
 exists: a KB token used on another KB gets 403 whatever that KB is. `readiness_state` is readyz's: it
 loads a KB only for a caller with a token of it, so anonymous probes cannot churn the resident KBs.
-`require_metrics_reader` guards /metrics with FAQ_METRICS_TOKEN.
+`require_metrics_reader` guards /metrics with FAQ_METRICS_TOKEN. A client address with too many wrong
+tokens for a KB gets 429 before its token is looked at (app/api/auth_throttle.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from app.api.auth_throttle import LIMIT, WINDOW_S, AuthThrottle, client_address
 from app.api.state import KbState
 from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
@@ -114,15 +116,30 @@ async def require_metrics_reader(request: Request,
                             headers={"WWW-Authenticate": "Bearer"})
 
 
+def _throttled(wait_s: int, what: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        detail=f"too many wrong {what} from your address: try again in {wait_s} s "
+               f"(at most {LIMIT} failures per {WINDOW_S:.0f} s; this request's token was not checked)",
+        headers={"Retry-After": str(wait_s)})
+
+
 def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
     kb = _kb_of(request)
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    address = client_address(request)
+    wait_s = throttle.retry_after(address, kb)
+    if wait_s is not None:
+        raise _throttled(wait_s, f"{what} tokens for KB {kb!r}")
     if resident_kbs.allows(token, kb, kinds):
         return
     info = resident_kbs.token_info(token) if token else None
     if info is not None and info.kb != kb:
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             detail=f"this token belongs to another KB: it cannot reach KB {kb!r}")
+    if token and info is None:  # a guess: a missing token guesses nothing, a KB's read key is a real token
+        throttle.failed(address, kb)
     raise HTTPException(
         status_code=status.HTTP_401_UNAUTHORIZED,
         detail=f"missing or invalid {what} token: send `Authorization: Bearer <FAQ_ADMIN_TOKEN>` or a token of "
@@ -133,7 +150,7 @@ def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> 
 
 def require_admin(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
     """401 unless the bearer is FAQ_ADMIN_TOKEN (constant-time comparison) or an admin token of this KB;
-    403 for a token of another KB."""
+    403 for a token of another KB; 429 once the client's address has had too many 401s on this KB."""
     _refuse(request, credentials.credentials if credentials is not None else "", ("admin",), "admin")
 
 

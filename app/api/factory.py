@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.state.service = state
     app.state.resident_kbs = resident_kbs
     app.state.housekeeping = housekeeping
+    app.state.auth_throttle = resources.auth_throttle  # deps.py and the console's sign-in count failures in it
 
     # every KB's routes under /kbs/{kb}; the bare ones are the default KB's
     by_kb = {"prefix": "/kbs/{kb}", "dependencies": [Depends(kb_path)],

@@ -79,6 +79,9 @@ class ServiceMetrics:
                                 registry=r)
         self.kb_unloads = Counter("faq_kb_unloads", "KBs unloaded (least recently used beyond FAQ_MAX_RESIDENT_KBS, "
                                   "deleted, or with new settings)", registry=r)
+        self.auth_throttled = Counter("faq_auth_throttled",
+                                      "Requests refused with 429 for too many failed token checks from their "
+                                      "address (app/api/auth_throttle.py)", registry=r)
         self._recent_no_answer: deque[bool] = deque(maxlen=NO_ANSWER_WINDOW)
         self._lock = Lock()
 

@@ -3,7 +3,7 @@
 One per process (app/api/main.py `create_app`): the deployment's settings, the store (the default KB's;
 every other KB's is a scoped copy of it), the metrics, the encoders (shared by what loads them: one model in
 memory, not one per KB), an encoder the app was made with, the re-ranking stages (FAQ_RERANKER), the
-batcher and the query-log writer. Each KB's own state (app/api/state.py `KbState`) is given it explicitly.
+batcher, the query-log writer and the throttle of failed token checks (app/api/auth_throttle.py). Each KB's own state (app/api/state.py `KbState`) is given it explicitly.
 
 Start-up order: `start(default)` opens the store, then the default KB (its encoder, pipeline and build,
 the stages on its settings), then the query log, then the batcher; `close(default)` undoes it.
@@ -15,6 +15,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from app.api.auth_throttle import AuthThrottle
 from app.api.metrics import ServiceMetrics
 from app.api.workers import MatchBatcher, QueryLogWriter
 from app.settings import Settings
@@ -36,6 +37,7 @@ class ProcessResources:
         self.store = store
         self._owns_store = store is None  # created in `open_store`: closed in `close`
         self.metrics = metrics or ServiceMetrics()
+        self.auth_throttle = AuthThrottle(on_throttled=self.metrics.auth_throttled.inc)
         # an app made with an encoder serves every KB with it
         self.given_encoder: Encoder | None = shared(encoder) if encoder is not None else None
         self._encoders: dict[tuple, Encoder] = {}

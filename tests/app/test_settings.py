@@ -1,11 +1,18 @@
 """app/settings.py: every FAQ_* value is parsed and checked at start-up, naming the variable."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from app.arms import arm_split, parse_split
-from app.settings import ARMS, Settings, split_weights
+from app.settings import ARMS, MIN_ADMIN_TOKEN_CHARS, Settings, split_weights
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_and_paths(tmp_path):
@@ -29,6 +36,28 @@ def test_defaults_and_paths(tmp_path):
 def test_bad_values_are_refused_with_the_variable_named(tmp_path, field, value, message):
     with pytest.raises(ValidationError, match=message):
         Settings(data_dir=tmp_path, **{field: value})
+
+
+@pytest.mark.parametrize("token", ["x", "s3cret", "a" * (MIN_ADMIN_TOKEN_CHARS - 1)])
+def test_a_short_admin_token_is_refused(tmp_path, token):
+    with pytest.raises(ValidationError, match=f"FAQ_ADMIN_TOKEN must be at least 32 characters, got {len(token)}"):
+        Settings(data_dir=tmp_path, admin_token=token)
+
+
+def test_a_long_admin_token_is_kept_and_an_empty_one_is_unset(tmp_path):
+    token = "a" * MIN_ADMIN_TOKEN_CHARS
+    assert Settings(data_dir=tmp_path, admin_token=token).admin_token == token
+    assert Settings(data_dir=tmp_path, admin_token="").admin_token is None
+
+
+def test_faq_serve_refuses_a_short_admin_token_in_one_line(tmp_path):
+    env = {**os.environ, "FAQ_DATA_DIR": str(tmp_path), "FAQ_ADMIN_TOKEN": "x" * 24}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "serve", "--port", "1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: FAQ_ADMIN_TOKEN must be at least 32 characters, got 24: make one with `openssl rand -hex 24`"]
+    assert not (tmp_path / "faq.db").exists(), "refused before anything was opened"
 
 
 def test_the_split_is_normalised_and_sticky(tmp_path):

@@ -1,4 +1,7 @@
-"""The console's sign-in and out, and the KB picker (FAQ_ADMIN_TOKEN's sessions reach every KB)."""
+"""The console's sign-in and out, and the KB picker (FAQ_ADMIN_TOKEN's sessions reach every KB).
+
+Wrong tokens on the sign-in form are counted per client address (app/api/auth_throttle.py, scope CONSOLE:
+the form names no KB); past the limit the form answers 429 without checking the token."""
 from __future__ import annotations
 
 import re
@@ -8,6 +11,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from app.api.auth_throttle import CONSOLE, LIMIT, WINDOW_S, AuthThrottle, client_address
 from app.api.console.pages import (COOKIE, LOGIN_COOKIE, checked_post, current, form, kb_state, kb_url, page_router,
                                    problem_page, redirect, render, sessions_of, set_cookie, signed_in)
 from app.api.resident_kbs import ResidentKbs
@@ -46,6 +50,14 @@ async def login(request: Request) -> Response:
     problem = field_problem(token, MAX_TOKEN_CHARS) if token else "must not be empty"
     if problem is not None:
         return _login_form(request, 422, f"token: {problem}")
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    address = client_address(request)
+    wait_s = throttle.retry_after(address, CONSOLE)
+    if wait_s is not None:
+        response = problem_page(request, 429, f"too many wrong tokens from your address: try again in {wait_s} s "
+                                              f"(at most {LIMIT} per {WINDOW_S:.0f} s; this token was not checked)")
+        response.headers["Retry-After"] = str(wait_s)
+        return response
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
     admin = resident_kbs.settings.admin_token
     if admin and secrets.compare_digest(token.encode("utf-8"), admin.encode("utf-8")):
@@ -54,6 +66,8 @@ async def login(request: Request) -> Response:
     else:
         info = await run_in_threadpool(resident_kbs.token_info, token)
         if info is None or info.kind != "admin":
+            if info is None:  # a read token is a real token, not a guess
+                throttle.failed(address, CONSOLE)
             return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a KB admin token (`faq kb token`)")
         session = await run_in_threadpool(sessions_of(request).open, info.kb, info.id)
         target = kb_url(info.kb, "/faqs")

@@ -38,7 +38,8 @@ router = APIRouter(
     tags=["admin"],
     dependencies=[Depends(require_admin)],
     responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"},
-               403: {"model": ErrorBody, "description": "an admin token of another KB"}},
+               403: {"model": ErrorBody, "description": "an admin token of another KB"},
+               429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
 )
 _BAD_ID = {422: {"model": ErrorBody, "description": "the faq_id in the path is too long or not storable text"}}
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}, **_BAD_ID}

@@ -27,7 +27,9 @@ from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMisma
 
 router = APIRouter(tags=["match"], dependencies=[Depends(require_reader)], responses={
     401: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and no valid token was sent"},
-    403: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and the token is another KB's"}})
+    403: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and the token is another KB's"},
+    429: {"model": ErrorBody, "description": "FAQ_MATCH_REQUIRES_KEY is set and this address sent too many wrong "
+                                             "tokens (Retry-After); a batch also when its share of the queue is full"}})
 
 _ERRORS = {
     **BAD_INPUT_RESPONSES,

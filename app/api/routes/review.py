@@ -21,7 +21,8 @@ router = APIRouter(
     tags=["review"],
     dependencies=[Depends(require_admin)],
     responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"},
-               403: {"model": ErrorBody, "description": "an admin token of another KB"}},
+               403: {"model": ErrorBody, "description": "an admin token of another KB"},
+               429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
 )
 _GONE = {409: {"model": ErrorBody, "description": "the item is not (or no longer) proposed"}}
 

@@ -12,7 +12,7 @@ from app.api.main import create_app
 from app.api.schemas import MAX_PAGE_OFFSET
 from tests.helpers.api import KB, build, make_settings, make_store
 
-TOKEN = "s3cret-admin-token"
+TOKEN = "s3cret-admin-token-of-32-characters"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

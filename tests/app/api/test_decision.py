@@ -61,7 +61,7 @@ def test_a_request_threshold_still_wins(built, encoder):  # noqa: F811
 
 
 def test_target_precision_picks_the_threshold_from_the_builds_table(built, encoder):  # noqa: F811
-    with _client(built, encoder, target_precision=0.9, admin_token="t") as client:
+    with _client(built, encoder, target_precision=0.9, admin_token="decision-admin-token-of-32-chars-x") as client:
         ready = client.get("/readyz").json()
         decision = ready["decision"]
         assert decision["scoring"] == "model" and decision["target_precision"] == 0.9
@@ -71,7 +71,7 @@ def test_target_precision_picks_the_threshold_from_the_builds_table(built, encod
         body = client.post("/match", json={"query": "how long does shipping take"}).json()
         assert body["threshold"] == decision["threshold"]
         assert body["expected_precision"] == decision["expected_precision"]
-        info = client.get("/admin/index", headers={"Authorization": "Bearer t"}).json()
+        info = client.get("/admin/index", headers={"Authorization": "Bearer decision-admin-token-of-32-chars-x"}).json()
         assert info["decision"]["table"] == table
 
 

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance  # noq
 from app.api.main import create_app  # noqa: E402
 from tests.helpers.api import build, make_settings, make_store  # noqa: E402
 
-TOKEN = "fuzz-token"
+TOKEN = "fuzz-admin-token-of-32-characters"
 EXAMPLES = 40  # per operation and mode: about a minute for the 14 operations on 2 cores
 #: a KB of its own, whose admin token fuzzes every other KB's routes
 OTHER = "other"

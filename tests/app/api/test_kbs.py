@@ -14,7 +14,7 @@ from app.api.main import create_app
 from tests.helpers.api import bearer, build, make_settings, make_store, shop_records, two_built_kbs
 from tests.helpers.server import LiveServer
 
-ROOT = "root-token"
+ROOT = "root-admin-token-of-32-characters"
 
 
 @pytest.fixture

@@ -43,8 +43,8 @@ def test_build_records_it_and_the_service_queries_through_it(faq_env, monkeypatc
     assert faq(["index", "build", "--no-progress"]) == 0
     assert "query encoder query:msem-student" in capsys.readouterr().out
     monkeypatch.delenv("FAQ_QUERY_ENCODER")  # the service finds it in the build's manifest
-    _env(monkeypatch, FAQ_ADMIN_TOKEN="t0ken-for-edits")
-    auth = {"Authorization": "Bearer t0ken-for-edits"}
+    _env(monkeypatch, FAQ_ADMIN_TOKEN="t0ken-for-edits-of-32-characters-x")
+    auth = {"Authorization": "Bearer t0ken-for-edits-of-32-characters-x"}
     with TestClient(create_app()) as client:
         ready = client.get("/readyz").json()
         assert ready["ready"] and ready["query_encoder_id"].startswith("query:msem-student:")

@@ -26,7 +26,7 @@ from tests.helpers.api import kb_records, make_settings, make_store
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[3]
-TOKEN = "replica-token"
+TOKEN = "replica-admin-token-of-32-characters"
 POLL_S = 0.5
 PROBE = {"faq_id": "replica-probe", "answer": "Written on one replica, matched on the other.",
          "questions": ["which replica wrote the question about lighthouses"]}

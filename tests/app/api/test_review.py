@@ -8,7 +8,7 @@ from app.mining import mine_report
 from app.store.reviews import lint_key, phrasing_key
 from tests.helpers.api import bearer, two_built_kbs
 
-ROOT = "review-api-root"
+ROOT = "review-api-root-token-of-32-characters"
 
 
 @pytest.fixture

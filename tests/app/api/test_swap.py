@@ -18,7 +18,7 @@ from app.pipeline import MatchQuery
 from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.server import LiveServer
 
-TOKEN = "swap-token"
+TOKEN = "swap-admin-token-of-32-characters"
 CLIENTS = 32
 
 

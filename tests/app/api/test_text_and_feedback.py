@@ -25,7 +25,7 @@ from app.db.models import QueryLog
 from kb.records import write_kb
 from tests.helpers.api import build, make_settings, make_store
 
-TOKEN = "text-token"
+TOKEN = "text-admin-token-of-32-characters"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NUL_MSG = "must not contain NUL characters"
 SURROGATE_MSG = "must be valid Unicode text (it contains an unpaired surrogate)"

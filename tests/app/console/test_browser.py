@@ -22,7 +22,7 @@ if not os.access(CHROMIUM, os.X_OK):
     pytest.skip("Debian's chromium is not installed (apt-get install chromium; scripts/bootstrap.sh does it as root)",
                 allow_module_level=True)
 
-ROOT = "browser-root-token"
+ROOT = "browser-root-token-of-32-characters"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PROBES = {

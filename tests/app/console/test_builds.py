@@ -15,7 +15,7 @@ from app.api.console import builds as builds_module
 from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.console import csrf_of, sign_in
 
-ROOT = "console-builds-token"
+ROOT = "console-builds-token-of-32-characters"
 PAGE = "/console/kbs/default/builds"
 
 

@@ -14,7 +14,7 @@ from app.api.console.pages import COOKIE
 from tests.helpers.api import make_settings, two_built_kbs
 from tests.helpers.console import assert_headers, csrf_of, sign_in
 
-ROOT = "console-root-token"
+ROOT = "console-root-token-of-32-characters"
 
 
 @pytest.fixture(scope="module")
@@ -465,7 +465,7 @@ def test_a_changed_admin_token_ends_its_sessions(served, encoder):  # noqa: F811
     app, store = served[0], served[1]
     client, _ = sign_in(served, ROOT)
     cookie = client.cookies.get(COOKIE)
-    rotated = app.state.service.settings.model_copy(update={"admin_token": "a-new-root-token"})
+    rotated = app.state.service.settings.model_copy(update={"admin_token": "a-new-root-token-of-32-characters"})
     with TestClient(create_app(rotated, store=store, encoder=encoder)) as restarted:
         restarted.cookies.set(COOKIE, cookie, path="/console")
         r = restarted.get("/console/kbs/default/faqs", follow_redirects=False)

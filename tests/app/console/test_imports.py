@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.console import sign_in
 
-ROOT = "console-imports-token"
+ROOT = "console-imports-token-of-32-characters"
 PAGE = "/console/kbs/default/import"
 
 

@@ -13,7 +13,7 @@ from app.store.reviews import cluster_key, lint_key, phrasing_key
 from tests.helpers.api import two_built_kbs
 from tests.helpers.console import sign_in
 
-ROOT = "review-root-token"
+ROOT = "review-root-token-of-32-characters"
 #: an FAQ whose answer stops mid-sentence: lint flags it
 CUT_OFF = ("gift_wrap", "Gift wrapping is available for", ["Can you gift wrap my order?", "Do you offer gift wrapping?"])
 #: asked, then marked "the right FAQ is reset_password": proposed as its phrasing

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from tests.helpers.api import two_built_kbs
 from tests.helpers.console import assert_headers, sign_in
 
-ROOT = "console-traffic-token"
+ROOT = "console-traffic-token-of-32-characters"
 PAGE = "/console/kbs/default/traffic"
 ANSWERED = "How do I reset my password?"
 UNKNOWN = "xylophone gluon plasma"  # no word BM25 knows: the lexical arm has no candidate, so no answer
