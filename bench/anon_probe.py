@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from bench.compare import Server, free_port  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
-ADMIN = "anon-probe-admin"
+ADMIN = "anon-probe-admin-token-0123456789abcdef"
 METRICS = "anon-probe-metrics"
 KBS = ("kb-a", "kb-b", "kb-c")
 UNKNOWN = ("kb-x", "kb-y", "kb-z")

@@ -42,7 +42,7 @@ from app.store import FaqStore  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import KbFormatError, read_kb  # noqa: E402
 
-TOKEN = "hostile-imports-bench-token"
+TOKEN = "hostile-imports-bench-token-0123456789"
 HEADER = "faq_id,question,answer,tags\n"
 CSV_LIMIT = 131_072
 

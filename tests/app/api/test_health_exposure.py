@@ -13,7 +13,7 @@ from app.api.routes.health import NOT_RESIDENT_REASON
 from tests.helpers.api import bearer, build, make_settings, make_store, shop_records
 from tests.helpers.server import LiveServer
 
-ROOT = "root-token"
+ROOT = "root-token-0123456789abcdef0123456789"
 METRICS = "metrics-token"
 #: three KBs beside the default one; names of one length, so their answers can be compared byte for byte
 KBS = ("kb-a", "kb-b", "kb-c")

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from app.api.main import create_app
 from tests.helpers.api import bearer, build, make_settings, make_store
 
-TOKEN = "hostile-json-token"
+TOKEN = "hostile-json-token-0123456789abcdef"
 DEPTH = 5000
 DIGITS = 5000
 

@@ -74,3 +74,24 @@ def test_behind_the_compose_proxy_the_console_cookie_is_secure(tmp_path):
     seen = report["clients_seen"]
     assert set(seen["FAQ_TRUSTED_PROXIES unset (127.0.0.1,::1), through nginx"]) == {proxy_cookie.CLIENT}
     assert set(seen["FAQ_TRUSTED_PROXIES=10.9.8.7 (forged)"]) == {proxy_cookie.CLIENT}
+
+
+@pytest.mark.parametrize("trusted, kept_apart", [("127.0.0.1,::1", True), ("10.9.8.7", False)])
+def test_the_sign_in_throttle_counts_the_client_a_trusted_proxy_names(tmp_path, encoder, trusted, kept_apart):
+    """Behind a listed proxy each forwarded client has its own count; an unlisted proxy's clients all look
+    like the proxy, so one client's wrong guesses lock out the others (why the setting matters)."""
+    from app.api.main import create_app
+
+    settings = make_settings(tmp_path, admin_token=TOKEN, trusted_proxies=trusted)
+    with LiveServer(create_app(settings, store=make_store(settings), encoder=encoder),
+                    **uvicorn_options(settings)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        def sign_in(token: str, client_address: str) -> httpx.Response:
+            page = client.get("/console/login", headers={"X-Forwarded-For": client_address})
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+            return client.post("/console/login", data={"csrf": csrf, "token": token}, follow_redirects=False,
+                               headers={"X-Forwarded-For": client_address})
+
+        guesses = [sign_in(f"wrong-{i}", "198.51.100.1").status_code for i in range(12)]
+        right = sign_in(TOKEN, "198.51.100.2")
+    assert guesses[:10] == [401] * 10 and guesses[10:] == [429, 429]
+    assert right.status_code == (303 if kept_apart else 429)

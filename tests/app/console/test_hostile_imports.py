@@ -13,7 +13,7 @@ from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.console import csrf_of, sign_in
 from tests.helpers.hostile_files import HOSTILE_FILES, csv_files, jsonl_files
 
-ROOT = "console-hostile-token"
+ROOT = "console-hostile-token-0123456789abcdef"
 PAGE = "/console/kbs/default/import"
 
 
