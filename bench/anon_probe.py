@@ -32,7 +32,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
 ADMIN = "anon-probe-admin-token-0123456789abcdef"
@@ -179,11 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               "cores": os.cpu_count(), "requests": args.requests,
               "command": " ".join(["python", "bench/anon_probe.py", *(argv if argv is not None else sys.argv[1:])]),
               "runs": [probe(env, requires_key, args.requests, workdir) for requires_key in (True, False)]}
-    out = Path(args.out or REPO / "bench" / "results" / "anon_probe.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+    write_report(Path(args.out or REPO / "bench" / "results" / "anon_probe.json"), report, render(report))
     return 0
 
 

@@ -13,7 +13,6 @@ Writes bench/results/auth_throttle.json and .md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import secrets
@@ -29,7 +28,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
 ATTACKER, OTHER = "127.0.0.1", "127.0.0.2"
@@ -119,27 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                     "cores": os.cpu_count(), "guesses": args.guesses,
                     "command": " ".join(["python", "bench/auth_throttle.py", *(argv or sys.argv[1:])]), "scenarios": {}}
     try:
-        deadline = time.monotonic() + 300
-        while True:  # /healthz: no index is needed to check tokens
-            if server.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start:\n{server.log_tail()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
+        server.wait_ready(url, 300, path="/healthz")  # no index is needed to check tokens
         report["scenarios"]["bearer (/admin/faqs)"] = bearer_guesses(url, token, args.guesses)
         report["scenarios"]["console sign-in"] = console_guesses(url, token, args.guesses)
         found = re.search(r"^faq_auth_throttled_total (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
         report["throttled_metric"] = float(found.group(1)) if found else None
     finally:
         server.stop()
-    out = Path(args.out or REPO / "bench" / "results" / "auth_throttle.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+    write_report(Path(args.out or REPO / "bench" / "results" / "auth_throttle.json"), report, render(report))
     return 0
 
 

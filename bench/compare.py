@@ -355,6 +355,14 @@ class RssSampler:
         return peak
 
 
+def write_report(out: Path, report: dict, markdown: str) -> None:
+    """A bench's two reports: `out` with a .json suffix and with .md; the Markdown is printed too."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    out.with_suffix(".md").write_text(markdown)
+    print(markdown)
+
+
 class Server:
     """A server in its own process group, so stopping it also stops anything it started."""
 
@@ -370,14 +378,15 @@ class Server:
         except OSError:
             return ""
 
-    def wait_ready(self, url: str, timeout_s: float) -> float:
-        """Seconds until GET /readyz answers 200; raises with the server's log when it never does."""
+    def wait_ready(self, url: str, timeout_s: float, path: str = "/readyz") -> float:
+        """Seconds until GET `path` answers 200; raises with the server's log when it never does. `/healthz`
+        for a server whose default KB has no index (/readyz stays 503 there)."""
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < timeout_s:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(f"{url}{path}", timeout=2) as r:
                     if r.status == 200:
                         return time.perf_counter() - t0
             except (urllib.error.URLError, OSError):

@@ -48,7 +48,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, write_report  # noqa: E402
 from bench.load import percentiles  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.records import read_queries  # noqa: E402
@@ -387,11 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         if drop_database is not None:
             drop_database()
-    out = Path(args.out or REPO / "bench" / "results" / f"hostile-{args.encoder}-{report['database']}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+    write_report(Path(args.out or REPO / "bench" / "results" / f"hostile-{args.encoder}-{report['database']}.json"), report, render(report))
     return 0
 
 

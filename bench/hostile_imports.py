@@ -132,20 +132,6 @@ def signed_in(url: str) -> httpx.Client:
     return client
 
 
-def wait_live(server: Server, url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.log_tail()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"server not live after {timeout_s:.0f}s:\n{server.log_tail()}")
-
-
 def render(report: dict) -> str:
     s = report["summary"]
     lines = [f"# Hostile KB files against every import path ({report['date']})", "",
@@ -208,7 +194,7 @@ def main() -> int:
     server = Server([sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
                      "--log-level", "warning"], env, workdir / "server.log")
     try:
-        wait_live(server, url, 90)
+        server.wait_ready(url, 90, path="/healthz")  # no index: /readyz stays 503
         client = signed_in(url)
         try:
             for name, (data, _) in files.items():

@@ -20,7 +20,6 @@ Needs nginx on the PATH (Debian: nginx-light). Writes <out>.json and <out>.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -34,29 +33,13 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, write_report  # noqa: E402
 from bench.replicas import Proxy  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
 TOKEN = "proxy-cookie-admin-token-0123456789abcdef"
 COOKIE = "faq_console"
 CLIENT = "127.0.0.2"
-
-
-def wait_live(url: str, server: Server, timeout_s: float = 120) -> None:
-    import time
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"faq serve exited:\n{server.log_tail()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"faq serve did not start:\n{server.log_tail()}")
 
 
 def sign_in(base: str, headers: dict | None = None) -> dict:
@@ -83,7 +66,7 @@ def serve(workdir: Path, name: str, trusted: str | None) -> tuple[Server, str]:
     port = free_port()
     server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, workdir / f"{name}.log")
     url = f"http://127.0.0.1:{port}"
-    wait_live(url, server)
+    server.wait_ready(url, 120, path="/healthz")  # no index: /readyz stays 503
     return server, url
 
 
@@ -125,9 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             proxy.stop()
         for s in servers:
             s.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     md = [f"# Console cookie behind the proxy ({report['date']})", "", f"CPU: {report['cpu']}. "
           f"Command: `{report['command']}`", "", "| sign-in through | status | Secure | HttpOnly | SameSite |",
           "|---|---|---|---|---|"]
@@ -135,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         md.append(f"| {name} | {case['status']} | {case['secure']} | {case['httponly']} | {case['samesite']} |")
     md += ["", "Client addresses the server saw for the sign-in POSTs:", ""]
     md += [f"- {k}: {', '.join(v)}" for k, v in report["clients_seen"].items()]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(Path(args.out), report, "\n".join(md) + "\n")
     return 0
 
 

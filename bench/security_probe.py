@@ -44,9 +44,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, write_report  # noqa: E402
 from bench.hostile import faq  # noqa: E402
-from bench.proxy_cookie import wait_live  # noqa: E402
 from app.api.console import SECURITY_HEADERS  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
@@ -318,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, workdir / "serve.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_live(url, server, 300)  # the default KB has no index: /readyz stays 503
+        server.wait_ready(url, 300, path="/healthz")  # the default KB has no index: /readyz stays 503
         probe = Probe(url)
         checks = report["checks"]
         checks["readyz (anonymous)"] = check_readyz(probe, server)
@@ -337,12 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                             "dropped_connections": len(dropped), "ok": not report["server_errors"]}
     finally:
         server.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=list) + "\n")
-    md = render(report)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(Path(args.out), report, render(report))
     return 0 if all(c["ok"] for c in report["checks"].values()) else 1
 
 
