@@ -14,7 +14,7 @@ Trade-offs, chosen on purpose:
   use of another KB (several tenants behind one NAT address keep working). A guesser can rotate KB names in
   the path, though (FAQ_ADMIN_TOKEN reaches every KB, even unknown ones), so every failure also counts under
   the address alone, with `ADDRESS_LIMIT`: a backstop well above one KB's limit.
-- Only tokens that are no token at all are counted. A missing one guesses nothing (a client that forgot
+- Only tokens that match no token at all are counted. A missing one guesses nothing (a client that forgot
   its header keeps getting a plain 401); a token of another KB (403), or a read key on /admin, is a real
   token, not a guess.
 - Successes do not reset the count: a guesser holding one valid token cannot use it to clear its record.
