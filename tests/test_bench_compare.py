@@ -245,7 +245,8 @@ def test_floor_serves_with_the_uvicorn_options_of_faq_serve():
     from cli.serve import HTTP_PROTOCOL, uvicorn_options
 
     options = uvicorn_options(Settings(max_connections=64, request_timeout_ms=20_000))
-    assert options == {"http": HTTP_PROTOCOL, "limit_concurrency": 64, "timeout_graceful_shutdown": 25}
+    assert options == {"http": HTTP_PROTOCOL, "limit_concurrency": 64, "timeout_graceful_shutdown": 25,
+                       "proxy_headers": True, "forwarded_allow_ips": "127.0.0.1,::1"}
     assert "uvicorn_options(get_settings())" in (REPO / "bench" / "floor.py").read_text()
 
 
