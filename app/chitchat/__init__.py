@@ -1,0 +1,1 @@
+"""Small talk: the kinds the service recognises and the answers it ships for them."""
