@@ -761,15 +761,16 @@ def _csv_fields(row: dict) -> tuple[dict[str, Any], list[str]]:
     return out, problems
 
 
-def read_kb(path: str | Path, known_faq_ids: Iterable[str] | None = None) -> list[KbRecord]:
-    """Read and validate a KB file (one record per variant, normalised; each with its `loc`).
+def read_kb(path: str | Path, known_faq_ids: Iterable[str] | None = None, name: str | None = None) -> list[KbRecord]:
+    """Read and validate a KB file (one record per variant, normalised; each with its `loc`); `name` is
+    the file's name in messages and locations (default: the path).
 
     With `known_faq_ids` (the FAQs of the KB the file goes into, none for an import that replaces the
     KB), a follow-up to an FAQ neither in the file nor among them is an error too; without, the store's
     import checks follow-up targets.
     Raises KbFormatError listing every problem as `file:line: reason`; FileNotFoundError/OSError as is.
     """
-    name = _source_name(path)
+    name = name or _source_name(path)
     is_csv = _kind(path) == "csv"
     problems: list[tuple[int, str]] = []
     located: list[tuple[str, KbRecord]] = []

@@ -114,7 +114,7 @@ def check_upload(name: str, suffix: str, data: bytes) -> tuple[list[KbRecord] | 
         path = Path(folder) / f"upload{suffix}"
         path.write_bytes(data)
         try:
-            return read_kb(path), []
+            return read_kb(path, name=name), []
         except KbValidationError as exc:
             return None, [e.replace(str(path), name, 1) for e in exc.errors]
 
