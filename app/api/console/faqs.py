@@ -217,6 +217,8 @@ async def delete_faq(request: Request, kb: str) -> Response:
     faq_id = _faq_id(request, fields, session)
     seen = fields.get("version", "")
 
+    prompting: list[str] = []
+
     def remove() -> str:
         with _write_lock:
             stored = state.store.get_faq(faq_id)
@@ -224,6 +226,7 @@ async def delete_faq(request: Request, kb: str) -> Response:
                 return "gone"
             if _version(stored) != seen:  # deleting what the user has not seen would lose that edit
                 return "changed"
+            prompting.extend(state.store.prompting_to(faq_id))
             return "deleted" if state.store.delete_faq(faq_id) else "gone"
 
     outcome = await run_in_threadpool(remove)
@@ -233,5 +236,7 @@ async def delete_faq(request: Request, kb: str) -> Response:
         return problem_page(request, 409, f"FAQ {faq_id!r} was saved by someone else after you opened it: nothing "
                                           "was deleted. Open it again to see the saved version.", session=session)
     await run_in_threadpool(service.refresh, state)
-    await flash(session, f"Deleted FAQ {faq_id!r}.")
+    also = (f" It is no longer a follow-up of {', '.join(repr(f) for f in prompting[:10])}"
+            f"{' and others' if len(prompting) > 10 else ''}." if prompting else "")
+    await flash(session, f"Deleted FAQ {faq_id!r}.{also}")
     return redirect(kb_url(kb, "/faqs"))

@@ -572,4 +572,9 @@ def test_the_editor_writes_metadata_source_follow_ups_and_context_only(served):
         r = client.post("/console/kbs/default/faqs/new", data={**fields, "faq_id": "gifts2", **bad})
         assert r.status_code == 422 and f'id="{field}-error"' in r.text, (bad, r.text)
     assert store.get_faq("gifts2") is None
-    assert store.delete_faq("gifts")
+    # deleting an FAQ takes it out of the follow-ups naming it, and the page says so
+    store.create_faq("gifts3", "Three.", ["A third gift question"], follow_ups=[{"faq_id": "gifts", "text": "t"}])
+    version = re.search(r'name="version" value="([^"]+)"', client.get("/console/kbs/default/faqs/edit?id=gifts").text)
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "gifts", "version": version.group(1)})
+    assert r.status_code == 200 and "It is no longer a follow-up of &#39;gifts3&#39;." in r.text, r.text
+    assert store.get_faq("gifts3").follow_ups == [] and store.delete_faq("gifts3")
