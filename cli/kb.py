@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
-from kb.records import DEFAULT_KB, KbRecord, KbValidationError, group_records, read_kb, write_kb
+from kb.records import (
+    DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records, read_kb, write_kb,
+)
 from app.settings import get_settings
 from app.mining import mine_report, write_mined
 from app.store import ImportReport, KbNotFound
@@ -138,7 +140,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     except KbNotFound as exc:
         if not args.dry_run:
             raise
-        kb, created, report = exc.kb, True, _report_for_new_kb(records, args.sync)
+        try:
+            kb, created, report = exc.kb, True, _report_for_new_kb(records, args.sync)
+        except KbValidationError as problems:
+            print(f"error: {problems}\nnothing was imported", file=sys.stderr)
+            return EXIT_BAD_INPUT
     else:
         kb, created = scope.name, scope.created
         with scope:
@@ -159,8 +165,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _report_for_new_kb(records: list[KbRecord], sync: bool) -> ImportReport:
-    """What a dry run would do to a KB that does not exist yet: everything is new."""
-    specs, _ = group_records((f"record {i}", r) for i, r in enumerate(records, start=1))
+    """What a dry run would do to a KB that does not exist yet: everything is new (and follow-ups can only
+    name FAQs of the file: KbValidationError)."""
+    specs, _ = group_records((r.loc or f"record {i}", r) for i, r in enumerate(records, start=1))
+    dangling = follow_up_problems(specs)
+    if dangling:
+        raise KbValidationError([f"{loc}: {reason}" for loc, reason in dangling])
     return ImportReport(faqs_created=len(specs), variants_added=sum(len(s.questions) for s in specs.values()),
                         sync=sync, dry_run=True)
 

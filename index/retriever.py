@@ -63,6 +63,7 @@ class Retriever:
         delta_rows: list[tuple[int, str, str]] | None = None,
         answers: dict[str, tuple[str, list[str]]] | None = None,
         kb_revision: int | None = None,
+        details: dict[str, Any] | None = None,
         answer_vectors: AnswerVectors | None = None,
         exact: np.ndarray | None = None,
         backend: Any = None,
@@ -84,6 +85,9 @@ class Retriever:
         self._delta_rows = delta_rows or []  # (variant_id, faq_id, question) per delta row
         #: faq_id -> (answer, tags) from the latest snapshot (empty until with_kb is called)
         self.answers: dict[str, tuple[str, list[str]]] = answers or {}
+        #: faq_id -> its metadata, source, follow-ups and context_only (kb.records.FaqDetails) from the same
+        #: snapshot, for the responses; FAQs not in it have none
+        self.details: dict[str, Any] = details or {}
         #: the answer segment (index/answers.py); None when the build uses no answer evidence
         self.answer_vectors = answer_vectors
         #: the build's vectors (fp32, as Annoy holds them) when the build is small enough to search exactly
@@ -182,6 +186,7 @@ class Retriever:
             self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
             item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
             answers=dict(snapshot.faqs), kb_revision=snapshot.revision, answer_vectors=answer_vectors,
+            details=dict(getattr(snapshot, "details", None) or {}),
             exact=self._exact, backend=self._backend,
         )
 

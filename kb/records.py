@@ -1,10 +1,26 @@
 r"""KB and query files, and the one validation used for every way FAQs enter the store.
 
 KB files have one line per question variant:
-  JSONL  {"faq_id": str, "question": str, "answer": str, "tags": [str]}
-  CSV    columns faq_id, question, answer, tags (tags `;`-separated); header row required
-`answer`/`tags` may be given on every line of an FAQ or only once; lines that repeat them must agree.
-Each FAQ mentioned in a file needs an answer somewhere in the file; tags default to [].
+  JSONL  {"faq_id": str, "question": str, "answer": str, "tags": [str], "metadata": {str: str},
+          "source": str, "follow_ups": [{"faq_id": str, "text": str}], "context_only": bool}
+  CSV    columns faq_id, question, answer, tags (tags `;`-separated); header row required; optional
+         columns metadata (a JSON object in the cell), source, follow_ups (a JSON list in the cell) and
+         context_only (true/false, empty = false): a file without them reads as before
+`answer`, `tags` and the four FAQ fields after them may be given on every line of an FAQ or only once;
+lines that repeat them must agree. Each FAQ mentioned in a file needs an answer somewhere in the file;
+the others default to tags [], metadata {}, source null, follow_ups [], context_only false.
+
+The FAQ fields of conversation-grade matching:
+  metadata      string -> string, at most MAX_METADATA_KEYS keys; keys are matched case-insensitively, so
+                they are stored trimmed and lower-cased (two keys of one FAQ equal after that are an error);
+                values are trimmed
+  source        where the answer comes from (a URL, a document), or null
+  follow_ups    the prompts shown after this answer, in order: each names another FAQ of the KB and the text
+                to show (whitespace collapsed like questions); no FAQ twice, never the FAQ itself. A target
+                must be an FAQ of the same file or already of the KB (`read_kb` checks the file, and the KB
+                when given its FAQ ids; the store checks the KB again before writing), and deleting an FAQ
+                removes it from the follow-ups prompting to it
+  context_only  the FAQ is answered only as the follow-up of an FAQ that prompts to it
 
 Query files (for evaluation): JSONL `{"query": str, "faq_id": str | null}` or CSV with those columns.
 
@@ -32,7 +48,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +58,12 @@ MAX_QUESTION_CHARS = 1000
 MAX_ANSWER_CHARS = 20000
 MAX_TAG_CHARS = 100
 MAX_TAGS = 50
+MAX_METADATA_KEYS = 50
+MAX_METADATA_KEY_CHARS = 100
+MAX_METADATA_VALUE_CHARS = 500
+MAX_SOURCE_CHARS = 500
+MAX_FOLLOW_UPS = 20
+MAX_FOLLOW_UP_CHARS = 200
 #: a KB's name: it appears in URLs (/kbs/{kb}/...), folder names and Elasticsearch index names, hence
 #: lower case, digits, '-' and '_' only, starting with a letter or digit
 MAX_KB_NAME_CHARS = 64
@@ -58,18 +80,26 @@ _ESCAPED_CELL = re.compile(r"'+[=+\-@\t\r]")
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv"}
-KB_COLUMNS = ["faq_id", "question", "answer", "tags"]
+KB_COLUMNS = ["faq_id", "question", "answer", "tags", "metadata", "source", "follow_ups", "context_only"]
 STDIO = "-"
 
 
 @dataclass(frozen=True)
 class KbRecord:
-    """One question variant of an FAQ; answer/tags are None when not given on this row."""
+    """One question variant of an FAQ; answer, tags and the FAQ fields are None when not given on this row.
+
+    `loc` is where the row was read (`file:line`, set by `read_kb`) so the store's own checks name the
+    line too; it takes no part in comparisons."""
 
     faq_id: str
     question: str
     answer: str | None = None
     tags: list[str] | None = None
+    metadata: dict[str, str] | None = None
+    source: str | None = None
+    follow_ups: list[dict[str, str]] | None = None
+    context_only: bool | None = None
+    loc: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -80,14 +110,38 @@ class QueryRecord:
     faq_id: str | None
 
 
+@dataclass(frozen=True)
+class FaqDetails:
+    """An FAQ's fields for conversation-grade matching, as stored and served (see the module docstring)."""
+
+    metadata: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+    follow_ups: list[dict[str, str]] = field(default_factory=list)
+    context_only: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metadata": dict(self.metadata), "source": self.source,
+                "follow_ups": [dict(f) for f in self.follow_ups], "context_only": self.context_only}
+
+
 @dataclass
 class FaqSpec:
-    """Everything an import says about one FAQ (validated, questions de-duplicated in file order)."""
+    """Everything an import says about one FAQ (validated, questions de-duplicated in file order);
+    `follow_ups_loc` is where its follow_ups were given, for the check of their targets."""
 
     faq_id: str
     answer: str
     tags: list[str]
     questions: list[str]
+    metadata: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+    follow_ups: list[dict[str, str]] = field(default_factory=list)
+    context_only: bool = False
+    follow_ups_loc: str = ""
+
+    @property
+    def details(self) -> FaqDetails:
+        return FaqDetails(self.metadata, self.source, self.follow_ups, self.context_only)
 
 
 class KbValidationError(ValueError):
@@ -251,34 +305,187 @@ def check_tags(value: Any, errors: list[str]) -> list[str] | None:
     return tags if ok else None
 
 
-def check_record(faq_id: Any, question: Any, answer: Any, tags: Any) -> tuple[KbRecord | None, list[str]]:
+def check_metadata(value: Any, errors: list[str]) -> dict[str, str] | None:
+    """Metadata: an object of strings; keys trimmed and lower-cased (two that collide are an error naming
+    both), values trimmed."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        errors.append(f"metadata must be an object of strings, got {_type_name(value)}")
+        return None
+    out: dict[str, str] = {}
+    given: dict[str, str] = {}  # normalised key -> the key as given
+    ok = True
+    for raw_key, raw_value in value.items():
+        if not isinstance(raw_key, str):
+            errors.append(f"metadata keys must be strings, got {_type_name(raw_key)}")
+            ok = False
+            continue
+        problem = text_problem(raw_key)
+        key = raw_key.strip().lower()
+        if problem is not None:
+            errors.append(f"metadata keys {problem}")
+            ok = False
+            continue
+        if not key:
+            errors.append("metadata has an empty key")
+            ok = False
+            continue
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            errors.append(f"metadata key {key[:20]!r}... is longer than {MAX_METADATA_KEY_CHARS} characters ({len(key)})")
+            ok = False
+            continue
+        if key in given:
+            errors.append(f"metadata keys {given[key]!r} and {raw_key!r} are the same key (keys are trimmed and "
+                          "matched case-insensitively)")
+            ok = False
+            continue
+        given[key] = raw_key
+        name = f"metadata[{key!r}]"
+        if not isinstance(raw_value, str):
+            errors.append(f"{name} must be a string, got {_type_name(raw_value)}")
+            ok = False
+            continue
+        checked = _check_text(name, raw_value.strip(), MAX_METADATA_VALUE_CHARS, errors)
+        if checked is None:
+            ok = False
+        else:
+            out[key] = checked
+    if len(value) > MAX_METADATA_KEYS:
+        errors.append(f"too many metadata keys ({len(value)} > {MAX_METADATA_KEYS})")
+        ok = False
+    return out if ok else None
+
+
+def check_source(value: Any, errors: list[str]) -> str | None:
+    """Source: a string of 1..MAX_SOURCE_CHARS characters after trimming (None: not given)."""
+    source = _check_text("source", value.strip() if isinstance(value, str) else value, MAX_SOURCE_CHARS, errors,
+                         required=False)
+    return source
+
+
+def check_follow_ups(value: Any, errors: list[str], faq_id: str | None = None) -> list[dict[str, str]] | None:
+    """Follow-ups: a list of {"faq_id", "text"} objects, at most MAX_FOLLOW_UPS, no FAQ twice and never
+    `faq_id` itself; the text is whitespace-normalised like a question. Whether each target exists is
+    `follow_up_problems`' part."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)):
+        errors.append(f"follow_ups must be a list of objects {{\"faq_id\", \"text\"}}, got {_type_name(value)}")
+        return None
+    if len(value) > MAX_FOLLOW_UPS:
+        errors.append(f"too many follow_ups ({len(value)} > {MAX_FOLLOW_UPS})")
+        return None
+    out: list[dict[str, str]] = []
+    at: dict[str, int] = {}
+    ok = True
+    for i, item in enumerate(value):
+        name = f"follow_ups[{i}]"
+        if not isinstance(item, dict):
+            errors.append(f"{name} must be an object {{\"faq_id\", \"text\"}}, got {_type_name(item)}")
+            ok = False
+            continue
+        unknown = [k for k in item if k not in ("faq_id", "text")]
+        if unknown:
+            shown = ", ".join(repr(k) if isinstance(k, str) and text_problem(k) is None else "?" for k in unknown)
+            errors.append(f"{name} has unknown field(s) {shown} (a follow-up has faq_id and text)")
+            ok = False
+            continue
+        target = _check_text(f"{name}.faq_id", item.get("faq_id"), MAX_FAQ_ID_CHARS, errors)
+        text = item.get("text")
+        text = _check_text(f"{name}.text", normalize_question(text) if isinstance(text, str) else text,
+                           MAX_FOLLOW_UP_CHARS, errors)
+        if target is None or text is None:
+            ok = False
+            continue
+        target = target.strip()
+        if faq_id is not None and target == faq_id:
+            errors.append(f"{name}.faq_id {target!r} is the FAQ itself")
+            ok = False
+        elif target in at:
+            errors.append(f"{name}.faq_id {target!r} is already follow_ups[{at[target]}]")
+            ok = False
+        else:
+            at[target] = i
+            out.append({"faq_id": target, "text": text})
+    return out if ok else None
+
+
+def check_context_only(value: Any, errors: list[str]) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    errors.append(f"context_only must be true or false, got {_type_name(value)}")
+    return None
+
+
+def follow_up_problems(specs: dict[str, FaqSpec], known: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(location, reason) for each follow-up whose target is neither one of `specs` nor in `known`."""
+    have = set(specs).union(known)
+    problems: list[tuple[str, str]] = []
+    for spec in specs.values():
+        for i, f in enumerate(spec.follow_ups):
+            if f["faq_id"] not in have:
+                problems.append((spec.follow_ups_loc, f"follow_ups[{i}].faq_id {f['faq_id']!r} is not an FAQ of "
+                                                      "this file or KB"))
+    return problems
+
+
+def check_record(faq_id: Any, question: Any, answer: Any, tags: Any, metadata: Any = None, source: Any = None,
+                 follow_ups: Any = None, context_only: Any = None,
+                 loc: str | None = None) -> tuple[KbRecord | None, list[str]]:
     """Validate one variant row; returns (normalised record, []) or (None, problems)."""
     # Fast path for the common valid row without tags (imports of 100k rows): the same rules as
     # the check_* functions below, without their per-field call overhead.
-    if type(faq_id) is str and type(question) is str and tags is None and (answer is None or type(answer) is str):
+    if (type(faq_id) is str and type(question) is str and tags is None and (answer is None or type(answer) is str)
+            and metadata is None and source is None and follow_ups is None and context_only is None):
         stripped_id = faq_id.strip()
         normalized = " ".join(question.split())
         if (stripped_id and normalized and len(faq_id) <= MAX_FAQ_ID_CHARS and len(normalized) <= MAX_QUESTION_CHARS
                 and (answer is None or (len(answer) <= MAX_ANSWER_CHARS and not answer.isspace() and answer))
                 and _storable(faq_id) and _storable(question) and (answer is None or _storable(answer))):
-            return KbRecord(stripped_id, normalized, answer, None), []
+            return KbRecord(stripped_id, normalized, answer, None, loc=loc), []
     errors: list[str] = []
     faq_id = check_faq_id(faq_id, errors)
     question = check_question(question, errors)
     answer = check_answer(answer, errors, required=False)
     tags = check_tags(tags, errors)
+    metadata = check_metadata(metadata, errors)
+    source = check_source(source, errors)
+    follow_ups = check_follow_ups(follow_ups, errors, faq_id)
+    context_only = check_context_only(context_only, errors)
     if errors:
         return None, errors
-    return KbRecord(faq_id=faq_id, question=question, answer=answer, tags=tags), []
+    return KbRecord(faq_id=faq_id, question=question, answer=answer, tags=tags, metadata=metadata, source=source,
+                    follow_ups=follow_ups, context_only=context_only, loc=loc), []
+
+
+#: check_faq's answer for a field left out of a partial update (None is a value for `source`)
+KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()
+
+
+@dataclass(frozen=True)
+class CheckedFaq:
+    """A whole FAQ as `check_faq` validated it; with `partial`, a field None (source: KEEP) is "keep"."""
+
+    faq_id: str
+    answer: str | None
+    questions: list[str] | None
+    tags: list[str] | None
+    metadata: dict[str, str] | None = None
+    source: Any = KEEP
+    follow_ups: list[dict[str, str]] | None = None
+    context_only: bool | None = None
 
 
 def check_faq(
-    faq_id: Any, answer: Any, questions: Any, tags: Any, *, partial: bool = False
-) -> tuple[str, str | None, list[str] | None, list[str] | None]:
+    faq_id: Any, answer: Any, questions: Any, tags: Any, *, metadata: Any = None, source: Any = KEEP,
+    follow_ups: Any = None, context_only: Any = None, partial: bool = False
+) -> CheckedFaq:
     """Validate a whole FAQ as given to the CRUD API; raises KbValidationError listing every problem.
 
-    With `partial=True` (updates) answer/questions/tags may be None, meaning "leave unchanged".
-    Returns (faq_id, answer, questions de-duplicated after normalisation, tags).
+    With `partial=True` (updates) answer/questions/tags/metadata/follow_ups/context_only may be None and
+    source KEEP, meaning "leave unchanged"; without it they take their defaults. Whether follow-up targets
+    exist is the store's check (it knows the KB).
     """
     errors: list[str] = []
     faq_id = check_faq_id(faq_id, errors)
@@ -298,9 +505,23 @@ def check_faq(
         if not normalized and not errors:
             errors.append("questions must contain at least one question")
     tags = check_tags(list(tags) if isinstance(tags, tuple) else tags, errors)
+    metadata = check_metadata(metadata, errors)
+    if source is not KEEP:
+        source = check_source(source, errors)
+    follow_ups = check_follow_ups(follow_ups, errors, faq_id)
+    context_only = check_context_only(context_only, errors)
     if errors:
         raise KbValidationError(errors)
-    return faq_id, answer, normalized, tags
+    if not partial:
+        metadata = metadata or {}
+        source = None if source is KEEP else source
+        follow_ups = follow_ups or []
+        context_only = bool(context_only)
+    return CheckedFaq(faq_id, answer, normalized, tags, metadata, source, follow_ups, context_only)
+
+
+#: the FAQ fields that group_records merges like tags: given on any row, rows that repeat them agree
+_MERGED = ("tags", "metadata", "source", "follow_ups", "context_only")
 
 
 def group_records(
@@ -309,17 +530,16 @@ def group_records(
     """Merge validated variant rows into one FaqSpec per faq_id (in order of first appearance).
 
     `located` pairs each record with its location ("file:line"). Returns the specs and a list of
-    (location, reason) for FAQs without an answer or with conflicting answers/tags. FAQs in
+    (location, reason) for FAQs without an answer or with conflicting answers/tags/FAQ fields. FAQs in
     `skip_missing_answer` (those with a malformed row, which may have held the answer) are not
-    reported as missing one.
+    reported as missing one. Follow-up targets are `follow_up_problems`' check.
     """
     specs: dict[str, dict[str, Any]] = {}
     problems: list[tuple[str, str]] = []
     for loc, rec in located:
         spec = specs.get(rec.faq_id)
         if spec is None:
-            spec = specs[rec.faq_id] = {"loc": loc, "answer": None, "answer_loc": None,
-                                        "tags": None, "tags_loc": None, "questions": {}}
+            spec = specs[rec.faq_id] = {"loc": loc, "answer": None, "answer_loc": None, "questions": {}}
         if rec.answer is not None:
             if spec["answer"] is None:
                 spec["answer"], spec["answer_loc"] = rec.answer, loc
@@ -327,11 +547,20 @@ def group_records(
                 problems.append((loc, f"conflicting answer for faq_id {rec.faq_id!r} "
                                       f"(differs from the one at {spec['answer_loc']})"))
         if rec.tags is not None:
-            if spec["tags"] is None:
+            if spec.get("tags") is None:
                 spec["tags"], spec["tags_loc"] = rec.tags, loc
             elif rec.tags != spec["tags"]:
                 problems.append((loc, f"conflicting tags for faq_id {rec.faq_id!r} "
                                       f"(differ from the ones at {spec['tags_loc']})"))
+        for name in _MERGED[1:]:
+            value = getattr(rec, name)
+            if value is None:
+                continue
+            if spec.get(name) is None:
+                spec[name], spec[name + "_loc"] = value, loc
+            elif value != spec[name]:
+                problems.append((loc, f"conflicting {name} for faq_id {rec.faq_id!r} "
+                                      f"(differs from the one at {spec[name + '_loc']})"))
         spec["questions"].setdefault(rec.question, None)
     result: dict[str, FaqSpec] = {}
     for faq_id, spec in specs.items():
@@ -340,7 +569,11 @@ def group_records(
                 problems.append((spec["loc"], f"faq_id {faq_id!r} has no answer on any row "
                                               "(give it on at least one of its rows)"))
             continue
-        result[faq_id] = FaqSpec(faq_id, spec["answer"], spec["tags"] or [], list(spec["questions"]))
+        result[faq_id] = FaqSpec(faq_id, spec["answer"], spec.get("tags") or [], list(spec["questions"]),
+                                 metadata=spec.get("metadata") or {}, source=spec.get("source"),
+                                 follow_ups=spec.get("follow_ups") or [],
+                                 context_only=bool(spec.get("context_only")),
+                                 follow_ups_loc=spec.get("follow_ups_loc") or spec["loc"])
     return result, problems
 
 
@@ -506,12 +739,38 @@ def _source_name(path: str | Path) -> str:
     return "<stdin>" if str(path) == STDIO else str(path)
 
 
-def read_kb(path: str | Path) -> list[KbRecord]:
-    """Read and validate a KB file (one record per variant, normalised).
+def _csv_fields(row: dict) -> tuple[dict[str, Any], list[str]]:
+    """A CSV row's FAQ fields as read_kb passes them on: metadata and follow_ups parsed from JSON,
+    context_only from true/false; problems as reasons."""
+    out: dict[str, Any] = {"source": row.get("source")}
+    problems: list[str] = []
+    for name in ("metadata", "follow_ups"):
+        cell = row.get(name)
+        if cell is None:
+            out[name] = None
+            continue
+        value, problem = _parse_json(cell)
+        if problem is not None:
+            problems.append(f"{name} {problem}")
+        out[name] = value
+    cell = row.get("context_only")
+    flag = cell.strip().lower() if cell is not None else None
+    if flag not in (None, "true", "false"):
+        problems.append(f"context_only must be true, false or empty, got {cell[:20]!r}")
+    out["context_only"] = None if flag is None or flag not in ("true", "false") else flag == "true"
+    return out, problems
 
+
+def read_kb(path: str | Path, known_faq_ids: Iterable[str] | None = None, name: str | None = None) -> list[KbRecord]:
+    """Read and validate a KB file (one record per variant, normalised; each with its `loc`); `name` is
+    the file's name in messages and locations (default: the path).
+
+    With `known_faq_ids` (the FAQs of the KB the file goes into, none for an import that replaces the
+    KB), a follow-up to an FAQ neither in the file nor among them is an error too; without, the store's
+    import checks follow-up targets.
     Raises KbFormatError listing every problem as `file:line: reason`; FileNotFoundError/OSError as is.
     """
-    name = _source_name(path)
+    name = name or _source_name(path)
     is_csv = _kind(path) == "csv"
     problems: list[tuple[int, str]] = []
     located: list[tuple[str, KbRecord]] = []
@@ -522,18 +781,26 @@ def read_kb(path: str | Path) -> list[KbRecord]:
             problems.append((line_no, problem))
             continue
         tags = row.get("tags")
-        if is_csv and tags is not None:
-            tags = [t for t in tags.split(CSV_TAG_SEPARATOR) if t.strip()]
-        record, errors = check_record(row.get("faq_id"), row.get("question"), row.get("answer"), tags)
-        if record is None:
+        fields: dict[str, Any] = {k: row.get(k) for k in ("metadata", "source", "follow_ups", "context_only")}
+        cell_problems: list[str] = []
+        if is_csv:
+            if tags is not None:
+                tags = [t for t in tags.split(CSV_TAG_SEPARATOR) if t.strip()]
+            fields, cell_problems = _csv_fields(row)
+        loc = f"{name}:{line_no}"
+        record, errors = check_record(row.get("faq_id"), row.get("question"), row.get("answer"), tags, loc=loc,
+                                      **fields)
+        errors = cell_problems + errors  # a cell that did not parse was passed on as not given
+        if record is None or errors:
             problems.extend((line_no, e) for e in errors)
             if isinstance(row.get("faq_id"), str):
                 bad_faq_ids.add(row["faq_id"].strip())
             continue
-        loc = f"{name}:{line_no}"
         line_of[loc] = line_no
         located.append((loc, record))
-    _, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
+    specs, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
+    if known_faq_ids is not None:
+        group_problems += follow_up_problems(specs, set(known_faq_ids) | bad_faq_ids)
     problems.extend((line_of[loc], reason) for loc, reason in group_problems)
     if problems:
         problems.sort(key=lambda p: p[0])
@@ -602,14 +869,28 @@ def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int,
         seen.add(rec.faq_id)
         n_variants += 1
         if writer is not None:
-            tags = CSV_TAG_SEPARATOR.join(rec.tags or []) if first else ""
-            cells = [csv_escape(c) for c in (rec.faq_id, rec.question, (rec.answer or "") if first else "", tags)]
+            row = [rec.faq_id, rec.question, "", "", "", "", "", ""]
+            if first:
+                row[2:] = [rec.answer or "", CSV_TAG_SEPARATOR.join(rec.tags or []),
+                           json.dumps(rec.metadata, ensure_ascii=False) if rec.metadata else "", rec.source or "",
+                           json.dumps(rec.follow_ups, ensure_ascii=False) if rec.follow_ups else "",
+                           "true" if rec.context_only else ""]
+            cells = [csv_escape(c) for c in row]
             (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
         else:
             obj: dict[str, Any] = {"faq_id": rec.faq_id, "question": rec.question}
             if first:
                 obj["answer"] = rec.answer
                 obj["tags"] = list(rec.tags or [])
+                # the newer fields only when set, so a KB without them exports as it always did
+                if rec.metadata:
+                    obj["metadata"] = dict(rec.metadata)
+                if rec.source is not None:
+                    obj["source"] = rec.source
+                if rec.follow_ups:
+                    obj["follow_ups"] = [dict(f) for f in rec.follow_ups]
+                if rec.context_only:
+                    obj["context_only"] = True
             fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return len(seen), n_variants
 

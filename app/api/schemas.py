@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from app.arms import ARMS
-from kb.records import text_problem
+from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
 
 MAX_QUERY_CHARS = 1000
 MAX_TOP_K = 50
@@ -98,13 +98,27 @@ class BatchMatchRequest(_Strict):
     queries: list[MatchRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class AnswerOut(BaseModel):
+class FollowUpOut(BaseModel):
+    faq_id: str = Field(description="the FAQ this prompt leads to")
+    text: str = Field(description="the prompt to show after the answer")
+
+
+class _FaqFieldsOut(BaseModel):
+    """The FAQ's fields a conversation shows with its answer (kb/records.py)."""
+
+    metadata: dict[str, str] = Field(default_factory=dict, description="the FAQ's metadata (keys lower-case)")
+    tags: list[str] = Field(default_factory=list)
+    source: str | None = Field(default=None, description="where the answer comes from")
+    follow_ups: list[FollowUpOut] = Field(default_factory=list, description="prompts to show after the answer, in order")
+
+
+class AnswerOut(_FaqFieldsOut):
     faq_id: str
     answer: str
     score: float = Field(description="probability 0..1 that this FAQ is the right answer")
 
 
-class MatchOut(BaseModel):
+class MatchOut(_FaqFieldsOut):
     faq_id: str
     question: str = Field(description="the FAQ's question variant that matched best")
     answer: str
@@ -241,11 +255,28 @@ def _clean_questions(questions: list[str] | None) -> list[str] | None:
     return questions
 
 
+class FollowUpIn(_Strict):
+    """One follow-up prompt; its lengths, and whether the FAQ exists, are the store's checks (kb/records.py)."""
+
+    faq_id: Text
+    text: Text
+
+
+# The FAQ fields of conversation-grade matching: types and counts here, the rest (key and value lengths, keys
+# that collide once lower-cased, follow-up targets) in the store's own checks, which every import path shares.
+Metadata = Annotated[dict[Text, Text], Field(max_length=MAX_METADATA_KEYS)]
+FollowUps = Annotated[list[FollowUpIn], Field(max_length=MAX_FOLLOW_UPS)]
+
+
 class FaqCreate(_Strict):
     faq_id: Text = Field(min_length=1, max_length=MAX_ID_CHARS)
     answer: Text = Field(min_length=1, max_length=20_000)
     questions: list[Text] = Field(min_length=1, max_length=500)
     tags: list[Text] = Field(default_factory=list, max_length=50)
+    metadata: Metadata = Field(default_factory=dict)
+    source: OptionalText = None
+    follow_ups: FollowUps = Field(default_factory=list)
+    context_only: bool = False
 
     _faq_id_not_blank = field_validator("faq_id")(_not_blank)
     _answer_not_blank = field_validator("answer")(_not_blank)
@@ -258,17 +289,25 @@ class FaqReplace(_Strict):
     answer: Text = Field(min_length=1, max_length=20_000)
     questions: list[Text] = Field(min_length=1, max_length=500)
     tags: list[Text] = Field(default_factory=list, max_length=50)
+    metadata: Metadata = Field(default_factory=dict)
+    source: OptionalText = None
+    follow_ups: FollowUps = Field(default_factory=list)
+    context_only: bool = False
 
     _answer_not_blank = field_validator("answer")(_not_blank)
     _questions_ok = field_validator("questions")(_clean_questions)
 
 
 class FaqPatch(_Strict):
-    """PATCH: only the given fields change."""
+    """PATCH: only the given fields change (`"source": null` clears the source)."""
 
     answer: OptionalText = Field(default=None, min_length=1, max_length=20_000)
     questions: list[Text] | None = Field(default=None, min_length=1, max_length=500)
     tags: list[Text] | None = Field(default=None, max_length=50)
+    metadata: Metadata | None = None
+    source: OptionalText = None
+    follow_ups: FollowUps | None = None
+    context_only: bool | None = None
 
     _questions_ok = field_validator("questions")(_clean_questions)
 
@@ -283,6 +322,10 @@ class FaqOutModel(BaseModel):
     answer: str
     tags: list[str]
     questions: list[str]
+    metadata: dict[str, str] = Field(default_factory=dict)
+    source: str | None = None
+    follow_ups: list[FollowUpOut] = Field(default_factory=list)
+    context_only: bool = False
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

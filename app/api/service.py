@@ -80,7 +80,7 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
         state.in_flight -= 1
     if trace is not None:
         trace.retriever, trace.results = retriever, list(results)
-    responses = [_response(arm, result) for arm, result in zip(arms, results)]
+    responses = [_response(arm, result, retriever) for arm, result in zip(arms, results)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
                                     cached=response.cached, kb=state.kb, decision=response.decision)
@@ -89,11 +89,24 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     return responses
 
 
-def _match_out(m: Any) -> dict:
-    return {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score}
+def _faq_fields(faq_id: str, retriever: Any) -> dict:
+    """The FAQ's metadata, tags, source and follow-ups from the KB snapshot the answering retriever reflects,
+    which is where its answer text comes from too, so an edit shows in both after the same refresh."""
+    answers = getattr(retriever, "answers", None) or {}
+    details = (getattr(retriever, "details", None) or {}).get(faq_id)
+    tags = answers.get(faq_id, (None, []))[1]
+    if details is None:
+        return {"metadata": {}, "tags": list(tags or []), "source": None, "follow_ups": []}
+    return {"metadata": dict(details.metadata), "tags": list(tags or []), "source": details.source,
+            "follow_ups": [dict(f) for f in details.follow_ups]}
 
 
-def _response(arm: str, result: MatchResult) -> MatchResponse:
+def _match_out(m: Any, retriever: Any) -> dict:
+    return {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score,
+            **_faq_fields(m.faq_id, retriever)}
+
+
+def _response(arm: str, result: MatchResult, retriever: Any = None) -> MatchResponse:
     answer = result.answer
     return MatchResponse.model_validate(
         {
@@ -101,10 +114,11 @@ def _response(arm: str, result: MatchResult) -> MatchResponse:
             "query": result.query,
             "arm": arm,
             "index_version": result.index_version,
-            "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer, "score": answer.score},
-            "matches": [_match_out(m) for m in result.matches],
+            "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer,
+                                                   "score": answer.score, **_faq_fields(answer.faq_id, retriever)},
+            "matches": [_match_out(m, retriever) for m in result.matches],
             "decision": result.decision,
-            "options": [_match_out(m) for m in result.options],
+            "options": [_match_out(m, retriever) for m in result.options],
             "threshold": result.threshold,
             "expected_precision": result.expected_precision,
             "timings_ms": result.timings_ms,

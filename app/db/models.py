@@ -23,6 +23,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -31,7 +33,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -75,7 +77,8 @@ class Kb(Base):
 
 
 class Faq(Base):
-    """One FAQ of one KB: an answer (plus tags) matched by one or more question variants."""
+    """One FAQ of one KB: an answer (plus tags) matched by one or more question variants, with the fields of
+    conversation-grade matching (kb/records.py): metadata, source, follow_ups and context_only."""
 
     __tablename__ = "faqs"
 
@@ -84,6 +87,11 @@ class Faq(Base):
     faq_id: Mapped[str] = mapped_column(String(MAX_FAQ_ID_CHARS), primary_key=True)
     answer: Mapped[str] = mapped_column(Text, nullable=False)
     tags: Mapped[list] = mapped_column(JSON, nullable=False)
+    # the column is `metadata`; the attribute cannot be (declarative classes keep their MetaData there)
+    meta: Mapped[dict] = mapped_column("metadata", JSON, nullable=False, default=dict, server_default=text("'{}'"))
+    source: Mapped[str | None] = mapped_column(Text)
+    follow_ups: Mapped[list] = mapped_column(JSON, nullable=False, default=list, server_default=text("'[]'"))
+    context_only: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 

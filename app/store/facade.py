@@ -137,12 +137,18 @@ class FaqStore:
     def get_faq(self, faq_id: str) -> FaqOut | None:
         return self.faqs.get_faq(faq_id)
 
-    def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = ()) -> FaqOut:
-        return self.faqs.create_faq(faq_id, answer, questions, tags)
+    def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = (),
+                   **fields: Any) -> FaqOut:
+        """`fields`: metadata, source, follow_ups, context_only (KbStore.create_faq)."""
+        return self.faqs.create_faq(faq_id, answer, questions, tags, **fields)
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
-                   tags: Iterable[str] | None = None) -> FaqOut:
-        return self.faqs.update_faq(faq_id, answer=answer, questions=questions, tags=tags)
+                   tags: Iterable[str] | None = None, **fields: Any) -> FaqOut:
+        """`fields`: metadata, source, follow_ups, context_only (KbStore.update_faq)."""
+        return self.faqs.update_faq(faq_id, answer=answer, questions=questions, tags=tags, **fields)
+
+    def prompting_to(self, faq_id: str) -> list[str]:
+        return self.faqs.prompting_to(faq_id)
 
     def faq_exists(self, faq_id: str) -> bool:
         return self.faqs.faq_exists(faq_id)

@@ -11,7 +11,7 @@ import json
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,9 @@ from app.store.base import (
 )
 
 from app.store.builds import build_dict
-from kb.records import FaqSpec, KbRecord, KbValidationError, check_faq, check_record, group_records
+from kb.records import (
+    KEEP, FaqDetails, FaqSpec, KbRecord, KbValidationError, check_faq, check_record, follow_up_problems, group_records,
+)
 
 
 def _faqs_of(kb: str) -> ColumnElement[bool]:
@@ -58,6 +60,7 @@ class KbSnapshot:
     revision: int
     variants: list[VariantRow]  # ordered by variant_id
     faqs: dict[str, tuple[str, list[str]]]  # faq_id -> (answer, tags)
+    details: dict[str, FaqDetails] = field(default_factory=dict)  # faq_id -> metadata, source, follow-ups...
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class FaqOut:
     questions: list[str]  # in variant_id order
     created_at: datetime
     updated_at: datetime
+    metadata: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+    follow_ups: list[dict[str, str]] = field(default_factory=list)
+    context_only: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,7 +83,8 @@ class FaqOut:
 @dataclass
 class ImportReport:
     """What an import did (or, with dry_run, would do). An FAQ counts as updated when its answer,
-    tags or question set changed; deleting an FAQ (sync) also counts its variants as removed."""
+    tags, metadata, source, follow-ups, context_only or question set changed; deleting an FAQ (sync)
+    also counts its variants as removed."""
 
     faqs_created: int = 0
     faqs_updated: int = 0
@@ -114,13 +122,16 @@ class KbStore(StorePart):
         located: list[tuple[str, KbRecord]] = []
         bad_faq_ids: set[str] = set()
         for i, raw in enumerate(records, start=1):
-            record, problems = check_record(raw.faq_id, raw.question, raw.answer, raw.tags)
+            loc = getattr(raw, "loc", None) or f"record {i}"
+            record, problems = check_record(
+                raw.faq_id, raw.question, raw.answer, raw.tags, getattr(raw, "metadata", None),
+                getattr(raw, "source", None), getattr(raw, "follow_ups", None), getattr(raw, "context_only", None))
             if record is None:
-                errors.extend(f"record {i}: {p}" for p in problems)
+                errors.extend(f"{loc}: {p}" for p in problems)
                 if isinstance(raw.faq_id, str):
                     bad_faq_ids.add(raw.faq_id.strip())
             else:
-                located.append((f"record {i}", record))
+                located.append((loc, record))
         specs, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
         errors.extend(f"{loc}: {reason}" for loc, reason in group_problems)
         if errors:
@@ -130,8 +141,9 @@ class KbStore(StorePart):
     def import_records(self, records: Iterable[KbRecord], sync: bool = False, dry_run: bool = False) -> ImportReport:
         """Upsert FAQs and their variants in one transaction; see ImportReport for what is counted.
 
-        Each FAQ in `records` gets the answer and tags given there (tags default to []); its variants
-        are added when missing. With `sync`, variants of those FAQs that are not in `records` and FAQs
+        Each FAQ in `records` gets the answer, tags and FAQ fields given there (kb/records.py defaults);
+        its variants are added when missing; every follow-up must name an FAQ of `records` or (without
+        `sync`, which deletes the others) of the KB. With `sync`, variants of those FAQs that are not in `records` and FAQs
         not in `records` at all are deleted. With `dry_run`, the transaction is rolled back.
         Validation happens before any write: invalid input raises KbValidationError and changes nothing.
         Re-importing the same records changes nothing and leaves the revision alone.
@@ -143,6 +155,10 @@ class KbStore(StorePart):
         with self.locked_write() as conn:
             report.revision_before = report.revision = read_revision(conn, kb)
             existing = self._load_faqs(conn)
+            details = self._load_details(conn)
+            dangling = follow_up_problems(specs, () if sync else existing)
+            if dangling:
+                raise KbValidationError([f"{loc}: {reason}" for loc, reason in dangling])
             have: dict[str, dict[str, int]] = {}  # faq_id -> {question: variant id}
             for vid, faq_id, question in conn.execute(
                 select(variants_t.c.id, variants_t.c.faq_id, variants_t.c.question).where(_variants_of(kb))
@@ -168,13 +184,14 @@ class KbStore(StorePart):
                 )
                 removed_variant_ids.extend(removed)
                 current = existing.get(faq_id)
+                fields = {"answer": spec.answer, "tags": spec.tags, **_detail_columns(spec.details)}
                 if current is None:
                     report.faqs_created += 1
-                    new_faqs.append({"kb": kb, "faq_id": faq_id, "answer": spec.answer, "tags": spec.tags,
-                                     "created_at": now, "updated_at": now})
-                elif current != (spec.answer, spec.tags) or added or removed:
+                    new_faqs.append({"kb": kb, "faq_id": faq_id, **fields, "created_at": now, "updated_at": now})
+                elif (current != (spec.answer, spec.tags) or details.get(faq_id) != spec.details
+                      or added or removed):
                     report.faqs_updated += 1
-                    changed_faqs.append({"key": faq_id, "answer": spec.answer, "tags": spec.tags, "updated_at": now})
+                    changed_faqs.append({"key": faq_id, **fields, "updated_at": now})
                 else:
                     report.faqs_unchanged += 1
             deleted_faq_ids = [f for f in existing if f not in specs] if sync else []
@@ -216,6 +233,15 @@ class KbStore(StorePart):
         return {faq_id: (answer, tags if isinstance(tags, list) else loads(tags) if tags else [])
                 for faq_id, answer, tags in rows}
 
+    def _load_details(self, conn: Connection) -> dict[str, FaqDetails]:
+        """faq_id -> its FAQ fields (metadata, source, follow-ups, context_only), decoded as `_load_faqs` does."""
+        rows = conn.execute(
+            select(faqs_t.c.faq_id, type_coerce(faqs_t.c["metadata"], Text), faqs_t.c.source,
+                   type_coerce(faqs_t.c.follow_ups, Text), faqs_t.c.context_only).where(_faqs_of(self.kb))
+        ).all()
+        return {faq_id: _details(meta, source, follow_ups, context_only)
+                for faq_id, meta, source, follow_ups, context_only in rows}
+
     def _load_kb(self, conn: Connection) -> tuple[dict[str, tuple[str, list[str]]], list[VariantRow]]:
         faqs = self._load_faqs(conn)
         rows = conn.execute(
@@ -225,23 +251,29 @@ class KbStore(StorePart):
         return faqs, [VariantRow(vid, faq_id, question) for vid, faq_id, question in rows]
 
     def export_records(self) -> Iterator[KbRecord]:
-        """Every variant with its FAQ's answer and tags: FAQs in order of their first variant,
+        """Every variant with its FAQ's answer, tags and FAQ fields: FAQs in order of their first variant,
         variants in id order (so an exported file re-imports in the same order)."""
         with self._read() as conn:
             faqs, variants = self._load_kb(conn)
+            details = self._load_details(conn)
         by_faq: dict[str, list[str]] = {}
         for v in variants:
             by_faq.setdefault(v.faq_id, []).append(v.question)
         for faq_id, questions in by_faq.items():
             answer, tags = faqs[faq_id]
+            d = details.get(faq_id) or FaqDetails()
             for question in questions:
-                yield KbRecord(faq_id=faq_id, question=question, answer=answer, tags=list(tags))
+                # FAQ fields at their defaults are "not given", as a file without them says
+                yield KbRecord(faq_id=faq_id, question=question, answer=answer, tags=list(tags),
+                               metadata=dict(d.metadata) or None, source=d.source,
+                               follow_ups=[dict(f) for f in d.follow_ups] or None, context_only=d.context_only or None)
 
     def snapshot(self) -> KbSnapshot:
         with self._read() as conn:
             revision = read_revision(conn, self.kb)
             faqs, variants = self._load_kb(conn)
-        return KbSnapshot(revision=revision, variants=variants, faqs=faqs)
+            details = self._load_details(conn)
+        return KbSnapshot(revision=revision, variants=variants, faqs=faqs, details=details)
 
     def revision(self) -> int:
         with self.engine.connect() as conn:
@@ -287,7 +319,8 @@ class KbStore(StorePart):
                 questions[faq_id].append(question)
         return [
             FaqOut(faq_id=row.faq_id, answer=row.answer, tags=list(row.tags or []), questions=questions[row.faq_id],
-                   created_at=utc(row.created_at), updated_at=utc(row.updated_at))
+                   created_at=utc(row.created_at), updated_at=utc(row.updated_at),
+                   **_details(row._mapping["metadata"], row.source, row.follow_ups, row.context_only).as_dict())
             for row in faq_rows
         ]
 
@@ -327,17 +360,24 @@ class KbStore(StorePart):
         row = conn.execute(select(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).first()
         return self._faq_outs(conn, [row])[0] if row is not None else None
 
-    def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = ()) -> FaqOut:
-        """Raises FaqExists, or KbValidationError for invalid fields (same rules as KB files)."""
-        faq_id, answer, questions, tags = check_faq(faq_id, answer, questions, list(tags or ()))
+    def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = (), *,
+                   metadata: dict[str, str] | None = None, source: str | None = None,
+                   follow_ups: list[dict[str, str]] | None = None, context_only: bool = False) -> FaqOut:
+        """Raises FaqExists, or KbValidationError for invalid fields (same rules as KB files; follow-ups must
+        name FAQs of the KB)."""
+        checked = check_faq(faq_id, answer, questions, list(tags or ()), metadata=metadata, source=source,
+                            follow_ups=follow_ups, context_only=context_only)
+        faq_id, answer, questions, tags = checked.faq_id, checked.answer, checked.questions, checked.tags
         now = utcnow()
         kb = self.kb
         with self.locked_write() as conn:
             if conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first() is not None:
                 raise FaqExists(f"FAQ {faq_id!r} already exists")
+            self._check_targets(conn, checked.follow_ups)
+            details = FaqDetails(checked.metadata, checked.source, checked.follow_ups, checked.context_only)
             try:
                 conn.execute(insert(faqs_t).values(kb=kb, faq_id=faq_id, answer=answer, tags=tags,
-                                                   created_at=now, updated_at=now))
+                                                   created_at=now, updated_at=now, **_detail_columns(details)))
             except IntegrityError as exc:  # only reachable if someone bypasses the store's lock
                 raise FaqExists(f"FAQ {faq_id!r} already exists") from exc
             conn.execute(insert(variants_t), [
@@ -347,25 +387,38 @@ class KbStore(StorePart):
             return self._get(conn, faq_id)
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
-                   tags: Iterable[str] | None = None) -> FaqOut:
-        """Change the given fields (None: keep). `questions` replaces the whole set; variants that stay
-        keep their ids (so the index need not re-encode them). Raises FaqNotFound / KbValidationError.
-        The revision is bumped only when something actually changed."""
-        faq_id, answer, questions, tags = check_faq(
+                   tags: Iterable[str] | None = None, *, metadata: dict[str, str] | None = None, source: Any = KEEP,
+                   follow_ups: list[dict[str, str]] | None = None, context_only: bool | None = None) -> FaqOut:
+        """Change the given fields (None, and KEEP for `source` which None clears: keep). `questions`
+        replaces the whole set; variants that stay keep their ids (so the index need not re-encode them).
+        Raises FaqNotFound / KbValidationError. The revision is bumped only when something actually changed."""
+        checked = check_faq(
             faq_id, answer, None if questions is None else list(questions),
-            None if tags is None else list(tags), partial=True,
+            None if tags is None else list(tags), metadata=metadata, source=source, follow_ups=follow_ups,
+            context_only=context_only, partial=True,
         )
+        faq_id, answer, questions, tags = checked.faq_id, checked.answer, checked.questions, checked.tags
         now = utcnow()
         kb = self.kb
         with self.locked_write() as conn:
             row = conn.execute(select(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first()
             if row is None:
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
+            self._check_targets(conn, checked.follow_ups)
             changes: dict[str, Any] = {}
             if answer is not None and answer != row.answer:
                 changes["answer"] = answer
             if tags is not None and tags != list(row.tags or []):
                 changes["tags"] = tags
+            current = _details(row._mapping["metadata"], row.source, row.follow_ups, row.context_only)
+            if checked.metadata is not None and checked.metadata != current.metadata:
+                changes["metadata"] = checked.metadata
+            if checked.source is not KEEP and checked.source != current.source:
+                changes["source"] = checked.source
+            if checked.follow_ups is not None and checked.follow_ups != current.follow_ups:
+                changes["follow_ups"] = checked.follow_ups
+            if checked.context_only is not None and checked.context_only != current.context_only:
+                changes["context_only"] = checked.context_only
             variants_changed = False
             if questions is not None:
                 current = {q: vid for vid, q in conn.execute(
@@ -395,7 +448,7 @@ class KbStore(StorePart):
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
             wanted = list(dict.fromkeys([*faq.questions, *questions]))
             # the same rules as every other way phrasings come in (lengths, text, count)
-            _, _, wanted, _ = check_faq(faq_id, faq.answer, wanted, list(faq.tags))
+            wanted = check_faq(faq_id, faq.answer, wanted, list(faq.tags)).questions
             added = [q for q in wanted if q not in set(faq.questions)]
             if not added:
                 return faq, 0
@@ -414,11 +467,55 @@ class KbStore(StorePart):
                                 ).first() is not None
 
     def delete_faq(self, faq_id: str) -> bool:
-        """Delete an FAQ and its variants; False when it did not exist."""
+        """Delete an FAQ and its variants, and take it out of the follow-ups of the FAQs that prompt to it (in
+        the same transaction, so follow-ups never name a missing FAQ); False when it did not exist."""
         if not storable(faq_id):
             return False
         with self.locked_write() as conn:
             deleted = conn.execute(delete(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).rowcount > 0
             if deleted:
+                now = utcnow()
+                for other, d in self._load_details(conn).items():
+                    kept = [f for f in d.follow_ups if f["faq_id"] != faq_id]
+                    if len(kept) != len(d.follow_ups):
+                        conn.execute(update(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == other)
+                                     .values(follow_ups=kept, updated_at=now))
                 bump_revision(conn, self.kb)
             return deleted
+
+    def prompting_to(self, faq_id: str) -> list[str]:
+        """The FAQs whose follow-ups name `faq_id` (what deleting it would change), in faq_id order."""
+        if not storable(faq_id):
+            return []
+        with self._read() as conn:
+            details = self._load_details(conn)
+        return sorted(f for f, d in details.items() if any(x["faq_id"] == faq_id for x in d.follow_ups))
+
+    def _check_targets(self, conn: Connection, follow_ups: list[dict[str, str]] | None) -> None:
+        """KbValidationError naming each follow-up whose FAQ is not in the KB."""
+        targets = sorted({f["faq_id"] for f in follow_ups or ()})
+        if not targets:
+            return
+        have = {f for (f,) in conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(self.kb),
+                                                                         faqs_t.c.faq_id.in_(targets)))}
+        missing = [(i, f["faq_id"]) for i, f in enumerate(follow_ups or ()) if f["faq_id"] not in have]
+        if missing:
+            raise KbValidationError([f"follow_ups[{i}].faq_id {f!r} is not an FAQ of this KB" for i, f in missing])
+
+
+def _json_value(value: Any, default: Any) -> Any:
+    # type_coerce(..., Text) hands SQLite's JSON text through undecoded; psycopg2 already decodes it
+    if value is None:
+        return default
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _details(meta: Any, source: str | None, follow_ups: Any, context_only: Any) -> FaqDetails:
+    return FaqDetails(metadata=_json_value(meta, {}), source=source, follow_ups=_json_value(follow_ups, []),
+                      context_only=bool(context_only))
+
+
+def _detail_columns(details: FaqDetails) -> dict[str, Any]:
+    """An FAQ's fields as faqs-table values."""
+    return {"metadata": dict(details.metadata), "source": details.source,
+            "follow_ups": [dict(f) for f in details.follow_ups], "context_only": details.context_only}

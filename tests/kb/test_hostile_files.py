@@ -112,7 +112,8 @@ FORMULA_ROWS = [
     {"faq_id": "=cmd", "question": "+ plus question"},
     {"faq_id": "+1", "question": "-minus question", "answer": "\tTab first", "tags": ["plain"]},
     {"faq_id": "-x", "question": "@at question", "answer": "\rCR first\r\nthen more"},
-    {"faq_id": "@sum", "question": "\tTabbed question", "answer": "+plus answer"},
+    {"faq_id": "@sum", "question": "\tTabbed question", "answer": "+plus answer", "source": "=HYPERLINK(\"x\")",
+     "metadata": {"=k": "-v"}},
     {"faq_id": "'=already", "question": "'=quoted question", "answer": "''-two quotes"},
     {"faq_id": "plain", "question": "It's plain", "answer": "'Quoted' but not a formula", "tags": ["'x"]},
 ]
@@ -126,7 +127,7 @@ def test_csv_export_escapes_formulas_and_cli_round_trip_is_lossless(faq_env, tmp
     assert run_cli(capsys, "kb", "export", str(export))[0] == 0
     with open(export, encoding="utf-8", newline="") as fh:
         cells = [cell for row in csv.reader(fh) for cell in row]
-    assert len(cells) == 4 * (len(FORMULA_ROWS) + 1)
+    assert len(cells) == 8 * (len(FORMULA_ROWS) + 1)  # faq_id, question, answer, tags and the 4 FAQ fields
     assert not [c for c in cells if c.startswith(FORMULA_LEADS)], cells
     assert "'=cmd" in cells and "'\tTab first" in cells and "''=already" in cells and "It's plain" in cells
 
@@ -135,6 +136,7 @@ def test_csv_export_escapes_formulas_and_cli_round_trip_is_lossless(faq_env, tmp
     with FaqStore(faq_env.db_url) as store:
         original, copy = store.snapshot(), store.for_kb("copy").snapshot()
     assert copy.faqs == original.faqs
+    assert copy.details == original.details and original.details["@sum"].source == '=HYPERLINK("x")'
     assert [(v.faq_id, v.question) for v in copy.variants] == [(v.faq_id, v.question) for v in original.variants]
     assert original.faqs["+1"] == ("\tTab first", ["plain"]) and original.faqs["-x"][0] == "\rCR first\r\nthen more"
     assert original.faqs["=cmd"][1] == ["=t", "-neg", "@at", "+p", "'=quoted"]

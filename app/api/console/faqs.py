@@ -1,5 +1,6 @@
 """The console's FAQ list (search, pages) and editor: new, edit and delete, through the admin API's store
-calls and request models, then `service.refresh` so /match sees the change at once.
+calls and request models, then `service.refresh` so /match sees the change at once. The editor writes the
+FAQ fields as text: metadata one `key=value` per line, follow-ups one `faq_id | text` per line.
 
 A save or delete names the FAQ version (`updated_at`) the form was opened on: one that changed since is
 refused (409) with the user's text kept, so nobody overwrites an edit they have not seen.
@@ -51,11 +52,55 @@ async def faqs(request: Request, kb: str) -> Response:
                   pages=pages)
 
 
+class FormProblems(ValueError):
+    """Lines of the form's text fields that do not have the shape the field asks for: {field: problem}."""
+
+    def __init__(self, problems: dict[str, str]):
+        super().__init__("; ".join(problems.values()))
+        self.problems = problems
+
+
+def _pairs(text: str, separator: str, name: str, shape: str, problems: dict[str, str]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if separator not in line:
+            problems.setdefault(name, f"{name} line {n}: expected {shape}")
+            continue
+        left, right = line.split(separator, 1)
+        pairs.append((left, right))
+    return pairs
+
+
 def _faq_fields(fields: dict[str, str]) -> dict[str, Any]:
-    """The form's text as the API's JSON shape: phrasings one per line, tags separated by commas."""
+    """The form's text as the API's JSON shape: phrasings one per line, tags separated by commas, metadata
+    one `key=value` and follow-ups one `faq_id | text` per line. Raises FormProblems for lines of neither
+    shape; the values themselves are the request model's and the store's to check."""
     questions = [line.strip() for line in fields.get("questions", "").splitlines() if line.strip()]
     tags = [t.strip() for t in fields.get("tags", "").split(",") if t.strip()]
-    return {"answer": fields.get("answer", ""), "questions": questions, "tags": tags}
+    problems: dict[str, str] = {}
+    metadata: dict[str, str] = {}
+    for key, value in _pairs(fields.get("metadata", ""), "=", "metadata", "key=value", problems):
+        if key in metadata:  # the store names both keys when they differ only in case or spaces
+            problems.setdefault("metadata", f"metadata: the key {key!r} is given twice")
+        metadata[key] = value
+    follow_ups = [{"faq_id": faq_id.strip(), "text": text.strip()}
+                  for faq_id, text in _pairs(fields.get("follow_ups", ""), "|", "follow_ups", "faq_id | text", problems)]
+    context_only = fields.get("context_only", "")
+    if context_only not in ("", "on"):
+        problems["context_only"] = "context_only: must be on or absent"
+    if problems:
+        raise FormProblems(problems)
+    return {"answer": fields.get("answer", ""), "questions": questions, "tags": tags, "metadata": metadata,
+            "source": fields.get("source", "").strip() or None, "follow_ups": follow_ups,
+            "context_only": context_only == "on"}
+
+
+def _extra(body: Any) -> dict[str, Any]:
+    """The FAQ fields of a validated form as the store takes them."""
+    return {"metadata": body.metadata, "source": body.source, "follow_ups": [f.model_dump() for f in body.follow_ups],
+            "context_only": body.context_only}
 
 
 @router.get("/kbs/{kb}/faqs/new")
@@ -75,9 +120,11 @@ async def create_faq(request: Request, kb: str) -> Response:
         body = FaqCreate.model_validate({"faq_id": fields.get("faq_id", "").strip(), **_faq_fields(fields)})
     except ValidationError as exc:
         return render(request, "faq_form.html", 422, errors=pydantic_problems(exc), **page)
+    except FormProblems as exc:
+        return render(request, "faq_form.html", 422, errors=exc.problems, **page)
 
     def write() -> Any:
-        return state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags)
+        return state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags, **_extra(body))
 
     try:
         await run_in_threadpool(write)
@@ -112,7 +159,9 @@ async def edit_faq_page(request: Request, kb: str) -> Response:
     if faq is None:
         return problem_page(request, 404, f"no FAQ {faq_id!r} in KB {kb!r}", session=session)
     values = {"faq_id": faq.faq_id, "answer": faq.answer, "questions": "\n".join(faq.questions),
-              "tags": ", ".join(faq.tags), "version": _version(faq)}
+              "tags": ", ".join(faq.tags), "metadata": "\n".join(f"{k}={v}" for k, v in faq.metadata.items()),
+              "source": faq.source or "", "follow_ups": "\n".join(f"{f['faq_id']} | {f['text']}" for f in faq.follow_ups),
+              "context_only": "on" if faq.context_only else "", "version": _version(faq)}
     return render(request, "faq_form.html", session=session, kb=kb, creating=False, values=values, errors={})
 
 
@@ -128,6 +177,8 @@ async def save_faq(request: Request, kb: str) -> Response:
         body = FaqReplace.model_validate(_faq_fields(fields))
     except ValidationError as exc:
         return render(request, "faq_form.html", 422, errors=pydantic_problems(exc), **page)
+    except FormProblems as exc:
+        return render(request, "faq_form.html", 422, errors=exc.problems, **page)
     seen = fields.get("version", "")
 
     def write() -> tuple[str, Any]:
@@ -138,7 +189,7 @@ async def save_faq(request: Request, kb: str) -> Response:
             if _version(stored) != seen:
                 return "changed", stored
             return "saved", state.store.update_faq(faq_id, answer=body.answer, questions=body.questions,
-                                                   tags=body.tags)
+                                                   tags=body.tags, **_extra(body))
 
     try:
         outcome, faq = await run_in_threadpool(write)
@@ -166,6 +217,8 @@ async def delete_faq(request: Request, kb: str) -> Response:
     faq_id = _faq_id(request, fields, session)
     seen = fields.get("version", "")
 
+    prompting: list[str] = []
+
     def remove() -> str:
         with _write_lock:
             stored = state.store.get_faq(faq_id)
@@ -173,6 +226,7 @@ async def delete_faq(request: Request, kb: str) -> Response:
                 return "gone"
             if _version(stored) != seen:  # deleting what the user has not seen would lose that edit
                 return "changed"
+            prompting.extend(state.store.prompting_to(faq_id))
             return "deleted" if state.store.delete_faq(faq_id) else "gone"
 
     outcome = await run_in_threadpool(remove)
@@ -182,5 +236,7 @@ async def delete_faq(request: Request, kb: str) -> Response:
         return problem_page(request, 409, f"FAQ {faq_id!r} was saved by someone else after you opened it: nothing "
                                           "was deleted. Open it again to see the saved version.", session=session)
     await run_in_threadpool(service.refresh, state)
-    await flash(session, f"Deleted FAQ {faq_id!r}.")
+    also = (f" It is no longer a follow-up of {', '.join(repr(f) for f in prompting[:10])}"
+            f"{' and others' if len(prompting) > 10 else ''}." if prompting else "")
+    await flash(session, f"Deleted FAQ {faq_id!r}.{also}")
     return redirect(kb_url(kb, "/faqs"))

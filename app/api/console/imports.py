@@ -47,9 +47,11 @@ class PendingImport:
     revision: int
 
     def as_json(self) -> dict[str, Any]:
-        """What the session row keeps (records as [faq_id, question, answer, tags])."""
+        """What the session row keeps (records as [faq_id, question, answer, tags, metadata, source,
+        follow_ups, context_only], KbRecord's own field order)."""
         return {"id": self.id, "kb": self.kb, "name": self.name, "sync": self.sync, "revision": self.revision,
-                "records": [[r.faq_id, r.question, r.answer, r.tags] for r in self.records]}
+                "records": [[r.faq_id, r.question, r.answer, r.tags, r.metadata, r.source, r.follow_ups,
+                             r.context_only] for r in self.records]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> PendingImport | None:
@@ -112,7 +114,7 @@ def check_upload(name: str, suffix: str, data: bytes) -> tuple[list[KbRecord] | 
         path = Path(folder) / f"upload{suffix}"
         path.write_bytes(data)
         try:
-            return read_kb(path), []
+            return read_kb(path, name=name), []
         except KbValidationError as exc:
             return None, [e.replace(str(path), name, 1) for e in exc.errors]
 

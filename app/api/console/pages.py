@@ -124,7 +124,8 @@ async def form(request: Request) -> dict[str, str]:
 
 def form_values(fields: dict[str, str]) -> dict[str, str]:
     """The FAQ form's fields as the form shows them again (new, edit, and a review cluster's draft)."""
-    return {name: fields.get(name, "") for name in ("faq_id", "answer", "questions", "tags", "version")}
+    return {name: fields.get(name, "") for name in ("faq_id", "answer", "questions", "tags", "metadata", "source",
+                                                    "follow_ups", "context_only", "version")}
 
 
 def _field_of(location: str) -> str:
@@ -147,7 +148,8 @@ def store_problems(exc: Exception) -> dict[str, str]:
     problems: dict[str, str] = {}
     for message in list(getattr(exc, "errors", None) or [str(exc)]):
         name = _field_of(message)
-        if name not in ("faq_id", "answer", "questions", "question", "tags"):
+        if name not in ("faq_id", "answer", "questions", "question", "tags", "metadata", "source", "follow_ups",
+                        "context_only"):
             name = "form"
         name = "questions" if name == "question" else name
         problems[name] = f"{problems[name]}; {message}" if name in problems else message

@@ -58,6 +58,14 @@ class InvalidFaq(HTTPException):
         self.problems = problems
 
 
+def _fields(body: Any, names: Any) -> dict[str, Any]:
+    """The named FAQ fields of a request body as the store takes them (follow-ups as plain dicts)."""
+    out = {name: getattr(body, name) for name in names}
+    if out.get("follow_ups") is not None:
+        out["follow_ups"] = [f.model_dump() for f in out["follow_ups"]]
+    return out
+
+
 def _invalid_faq(exc: Exception) -> InvalidFaq:
     return InvalidFaq(list(getattr(exc, "errors", None) or [str(exc)]))
 
@@ -83,7 +91,8 @@ def create_faq(body: FaqCreate, state: KbState = Depends(get_state)) -> FaqOutMo
     from app.store import FaqExists, KbValidationError
 
     try:
-        faq = state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags)
+        faq = state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags,
+                                     **_fields(body, ("metadata", "source", "follow_ups", "context_only")))
     except FaqExists as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=f"FAQ {body.faq_id!r} already exists: use PUT or PATCH") from exc
     except KbValidationError as exc:
@@ -115,12 +124,17 @@ def _update(state: KbState, faq_id: str, **fields: Any) -> FaqOutModel:
 
 @router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
 def replace_faq(faq_id: FaqIdPath, body: FaqReplace, state: KbState = Depends(get_state)) -> FaqOutModel:
-    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
+    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags,
+                   **_fields(body, ("metadata", "source", "follow_ups", "context_only")))
 
 
 @router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Change some fields of an FAQ")
 def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: KbState = Depends(get_state)) -> FaqOutModel:
-    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags)
+    # a source left out is kept; `"source": null` clears it
+    given = [f for f in ("metadata", "follow_ups", "context_only") if getattr(body, f) is not None]
+    if "source" in body.model_fields_set:
+        given.append("source")
+    return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags, **_fields(body, given))
 
 
 @router.delete("/faqs/{faq_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)

@@ -200,3 +200,80 @@ def test_openapi_documents_our_error_body(admin):
     assert r.status_code == 422, r.text
     [err] = r.json()["detail"]
     assert set(err) == {"field", "message"} and err["field"] == "limit" and "500" in err["message"], err
+
+
+def test_faq_fields_through_crud_match_and_delete(admin):
+    """metadata, source, follow_ups and context_only: written by POST/PUT/PATCH, returned by GET, carried by
+    every /match entry after the KB refresh (FAQs of the build included), and pruned from follow-ups when the
+    FAQ they name is deleted."""
+    client, store, manifest = admin
+    fields = {"metadata": {" Lang ": "en", "Team": " billing "}, "source": "https://help.example.com/refunds",
+              "follow_ups": [{"faq_id": "cancel_order", "text": "Cancel  the order\ninstead?"},
+                             {"faq_id": "payment_methods", "text": "How did you pay?"}]}
+    # an FAQ of the build, edited through PATCH only in these fields: a change, served after the refresh
+    before = store.revision()
+    r = client.patch("/admin/faqs/refund", headers=AUTH, json=fields)
+    assert r.status_code == 200, r.text
+    want = {"metadata": {"lang": "en", "team": "billing"}, "source": "https://help.example.com/refunds",
+            "follow_ups": [{"faq_id": "cancel_order", "text": "Cancel the order instead?"},
+                           {"faq_id": "payment_methods", "text": "How did you pay?"}], "context_only": False}
+    assert {k: r.json()[k] for k in want} == want and store.revision() == before + 1
+    assert {k: client.get("/admin/faqs/refund", headers=AUTH).json()[k] for k in want} == want
+    assert client.patch("/admin/faqs/refund", headers=AUTH, json=fields).status_code == 200
+    assert store.revision() == before + 1, "the same fields again change nothing"
+    body = client.post("/match", json={"query": "I want my money back", "threshold": 0.0}).json()
+    assert body["index_version"] == manifest["version"]
+    best = body["matches"][0]
+    assert best["faq_id"] == "refund" and best["tags"] == []
+    assert {k: best[k] for k in ("metadata", "source", "follow_ups")} == {k: want[k] for k in ("metadata", "source", "follow_ups")}
+    assert body["answer"]["follow_ups"] == want["follow_ups"]
+    batch = client.post("/match/batch", json={"queries": [{"query": "I want my money back"}]}).json()
+    assert batch["results"][0]["matches"][0]["metadata"] == want["metadata"]
+
+    # POST with every field; PUT resets what it leaves out; PATCH "source": null clears the source
+    new = {"faq_id": "gift_cards", "answer": "Gift cards never expire.", "questions": ["Do gift cards expire?"],
+           "tags": ["cards"], "metadata": {"k": "v"}, "source": "terms.pdf",
+           "follow_ups": [{"faq_id": "refund", "text": "Refunds?"}], "context_only": True}
+    r = client.post("/admin/faqs", headers=AUTH, json=new)
+    assert r.status_code == 201 and r.json()["context_only"] is True and r.json()["source"] == "terms.pdf"
+    r = client.patch("/admin/faqs/gift_cards", headers=AUTH, json={"source": None, "context_only": False})
+    assert r.json()["source"] is None and r.json()["metadata"] == {"k": "v"} and r.json()["context_only"] is False
+    r = client.put("/admin/faqs/gift_cards", headers=AUTH, json={"answer": "Never.", "questions": ["Expiry?"]})
+    assert (r.json()["metadata"], r.json()["follow_ups"], r.json()["tags"]) == ({}, [], [])
+
+    # deleting an FAQ takes it out of the follow-ups that name it, in the same write
+    assert store.prompting_to("cancel_order") == ["refund"]
+    assert client.delete("/admin/faqs/cancel_order", headers=AUTH).status_code == 204
+    assert client.get("/admin/faqs/refund", headers=AUTH).json()["follow_ups"] == [want["follow_ups"][1]]
+    best = client.post("/match", json={"query": "I want my money back"}).json()["matches"][0]
+    assert best["follow_ups"] == [want["follow_ups"][1]]
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"metadata": {f"k{i}": "v" for i in range(51)}}, "metadata"),
+    ({"metadata": {"k" * 101: "v"}}, "longer than 100 characters"),
+    ({"metadata": {"k": "v" * 501}}, "longer than 500 characters"),
+    ({"metadata": {"Lang": "en", "lang ": "fr"}}, "'Lang' and 'lang '"),
+    ({"metadata": {"k": 1}}, "metadata"),
+    ({"source": ""}, "source is empty"),
+    ({"source": "s" * 501}, "source is longer than 500 characters"),
+    ({"follow_ups": [{"faq_id": f"f{i}", "text": "t"} for i in range(21)]}, "follow_ups"),
+    ({"follow_ups": [{"faq_id": "shipping_time", "text": "t" * 201}]}, "follow_ups[0].text is longer than 200 characters"),
+    ({"follow_ups": [{"faq_id": "shipping_time", "text": "a"}, {"faq_id": "shipping_time", "text": "b"}]},
+     "already follow_ups[0]"),
+    ({"follow_ups": [{"faq_id": "nowhere", "text": "t"}]}, "follow_ups[0].faq_id 'nowhere' is not an FAQ"),
+    ({"follow_ups": [{"faq_id": "x", "text": "t"}]}, "the FAQ itself"),
+    ({"follow_ups": [{"faq_id": "shipping_time"}]}, "text"),
+    ({"context_only": "yes"}, "context_only"),
+])
+def test_faq_fields_bad_input_is_a_422_naming_the_field(admin, fields, named):
+    client, store, _ = admin
+    before = store.revision()
+    for method, path, body in [("POST", "/admin/faqs", {"faq_id": "x", "answer": "a", "questions": ["q"], **fields}),
+                               ("PATCH", "/admin/faqs/refund", fields)]:
+        if method == "PATCH" and "itself" in named:
+            continue
+        r = client.request(method, path, headers=AUTH, json=body)
+        assert r.status_code == 422, (method, r.text)
+        assert named in r.text, r.text
+    assert client.get("/admin/faqs/x", headers=AUTH).status_code == 404 and store.revision() == before

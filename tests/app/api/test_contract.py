@@ -55,7 +55,10 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     faq_ids = [m["faq_id"] for m in matches]
     assert len(faq_ids) == len(set(faq_ids)) == 8, "one entry per FAQ"
     assert faq_ids[0] == "reset_password"
-    assert all(set(m) == {"faq_id", "question", "answer", "score"} for m in matches)
+    assert all(set(m) == {"faq_id", "question", "answer", "score", "metadata", "tags", "source", "follow_ups"}
+               for m in matches)
+    assert (top_fields := {k: matches[0][k] for k in ("metadata", "tags", "source", "follow_ups")}) == {
+        "metadata": {}, "tags": [], "source": None, "follow_ups": []}, top_fields
     scores = [m["score"] for m in matches]
     assert scores == sorted(scores, reverse=True)
     assert all(0.0 <= s <= 1.0 for s in scores)
@@ -91,7 +94,7 @@ def test_threshold_decides_the_answer(service):
     client, _, _, settings = service
     query = "can I pay by PayPal"
     best = client.post("/match", json={"query": query, "threshold": 0.0}).json()
-    assert best["answer"] == {k: best["matches"][0][k] for k in ("faq_id", "answer", "score")}
+    assert best["answer"] == {k: v for k, v in best["matches"][0].items() if k != "question"}
     score = best["matches"][0]["score"]
     assert 0.0 < score < 1.0
     just_above = client.post("/match", json={"query": query, "threshold": min(1.0, score + 1e-6)}).json()

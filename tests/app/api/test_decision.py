@@ -51,7 +51,8 @@ def test_match_answers_with_the_models_probability_and_decision(built, encoder):
         assert off["decision"] in ("abstain", "clarify") and off["answer"] is None
         assert off["matches"][0]["score"] < 0.5
         # an old client's view: `answer` null and the matches still there
-        assert off["matches"] and set(off["matches"][0]) == {"faq_id", "question", "answer", "score"}
+        assert off["matches"] and set(off["matches"][0]) == {"faq_id", "question", "answer", "score", "metadata",
+                                                             "tags", "source", "follow_ups"}
 
 
 def test_a_request_threshold_still_wins(built, encoder):  # noqa: F811

@@ -524,7 +524,8 @@ def test_the_explanation_matches_once_and_leaves_match_as_it_was(served):
     app.state.service.query_log.flush()
     assert [row["query"] for row in store.read_query_log()].count(query) == 1
     body = client.post("/match", json={"query": query}).json()
-    assert set(body["matches"][0]) == {"faq_id", "question", "answer", "score"}
+    assert set(body["matches"][0]) == {"faq_id", "question", "answer", "score", "metadata", "tags", "source",
+                                       "follow_ups"}
 
 
 @pytest.mark.parametrize("query", ["<script>alert(1)</script> refund", "refund \u202e please", "\u00a0refund\u2003now\u00a0",
@@ -536,3 +537,44 @@ def test_hostile_questions_are_explained_not_a_500(served, query):
     if r.status_code == 200:
         assert "<script>alert" not in r.text
         assert 'id="weights"' in r.text or 'id="weights-skipped"' in r.text, r.text
+
+
+def test_the_editor_writes_metadata_source_follow_ups_and_context_only(served):
+    store = served[1]
+    client, csrf = sign_in(served, ROOT)
+    fields = {"csrf": csrf, "faq_id": "gifts", "answer": "Gift cards never expire.", "questions": "Do gift cards expire?",
+              "metadata": "Lang = en\nteam=billing\n", "source": " terms.pdf ",
+              "follow_ups": "refund | Want a refund instead?\n\nshipping_time|How long is shipping?",
+              "context_only": "on"}
+    r = client.post("/console/kbs/default/faqs/new", data=fields, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    faq = store.get_faq("gifts")
+    assert (faq.metadata, faq.source, faq.follow_ups, faq.context_only) == (
+        {"lang": "en", "team": "billing"}, "terms.pdf",
+        [{"faq_id": "refund", "text": "Want a refund instead?"}, {"faq_id": "shipping_time", "text": "How long is shipping?"}],
+        True)
+    page = client.get("/console/kbs/default/faqs/edit?id=gifts").text
+    assert "lang=en\nteam=billing" in page and "refund | Want a refund instead?" in page
+    assert 'id="context_only" name="context_only" checked' in page and 'value="terms.pdf"' in page
+    version = re.search(r'name="version" value="([^"]+)"', page).group(1)
+    save = {"csrf": csrf, "id": "gifts", "version": version, "answer": "Gift cards never expire.",
+            "questions": "Do gift cards expire?", "metadata": "", "source": "", "follow_ups": "refund | Refund?"}
+    assert client.post("/console/kbs/default/faqs/edit", data=save, follow_redirects=False).status_code == 303
+    faq = store.get_faq("gifts")
+    assert (faq.metadata, faq.source, faq.follow_ups, faq.context_only) == (
+        {}, None, [{"faq_id": "refund", "text": "Refund?"}], False)
+
+    # lines of the wrong shape, and values the store's rules refuse, are shown next to their field
+    for bad, field in [({"metadata": "no equals sign"}, "metadata"), ({"metadata": "A=1\na =2"}, "metadata"),
+                       ({"follow_ups": "refund Refund?"}, "follow_ups"), ({"follow_ups": "nowhere | t"}, "follow_ups"),
+                       ({"follow_ups": "gifts2 | me"}, "follow_ups"), ({"source": "s" * 501}, "source"),
+                       ({"context_only": "yes"}, "context_only")]:
+        r = client.post("/console/kbs/default/faqs/new", data={**fields, "faq_id": "gifts2", **bad})
+        assert r.status_code == 422 and f'id="{field}-error"' in r.text, (bad, r.text)
+    assert store.get_faq("gifts2") is None
+    # deleting an FAQ takes it out of the follow-ups naming it, and the page says so
+    store.create_faq("gifts3", "Three.", ["A third gift question"], follow_ups=[{"faq_id": "gifts", "text": "t"}])
+    version = re.search(r'name="version" value="([^"]+)"', client.get("/console/kbs/default/faqs/edit?id=gifts").text)
+    r = client.post("/console/kbs/default/faqs/delete", data={"csrf": csrf, "id": "gifts", "version": version.group(1)})
+    assert r.status_code == 200 and "It is no longer a follow-up of &#39;gifts3&#39;." in r.text, r.text
+    assert store.get_faq("gifts3").follow_ups == [] and store.delete_faq("gifts3")

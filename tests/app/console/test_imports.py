@@ -194,3 +194,26 @@ def test_the_upload_limit_is_a_setting(tmp_path, encoder):  # noqa: F811
         assert r.status_code == 413 and "FAQ_MAX_UPLOAD_BYTES" in r.text
         assert dry_run(client, csrf, "small.jsonl", jsonl(*rows[:50])).status_code == 200
     store.close()
+
+
+def test_the_faq_fields_survive_the_dry_run_apply_and_export(served, tmp_path):
+    store = served[1]
+    client, csrf = sign_in(served, ROOT)
+    data = jsonl({"faq_id": "vouchers", "question": "Do vouchers expire?", "answer": "Never.",
+                  "metadata": {"Lang": "en"}, "source": "terms.pdf", "context_only": True,
+                  "follow_ups": [{"faq_id": "refund", "text": "Refund instead?"}]})
+    missing = jsonl({"faq_id": "x", "question": "q", "answer": "a", "follow_ups": [{"faq_id": "nope", "text": "t"}]})
+    r = dry_run(client, csrf, "bad.jsonl", missing)  # the KB is checked at the dry run, with the file's line
+    assert r.status_code == 422 and "bad.jsonl:1: follow_ups[0].faq_id &#39;nope&#39; is not an FAQ" in r.text, r.text
+    r = dry_run(client, csrf, "fields.jsonl", data)
+    assert r.status_code == 200, r.text
+    import_id = re.search(r'name="import_id" value="([^"]+)"', r.text).group(1)
+    assert client.post(PAGE + "/apply", data={"csrf": csrf, "import_id": import_id}).status_code == 200
+    faq = store.get_faq("vouchers")
+    assert (faq.metadata, faq.source, faq.follow_ups, faq.context_only) == (
+        {"lang": "en"}, "terms.pdf", [{"faq_id": "refund", "text": "Refund instead?"}], True)
+    line = next(json.loads(x) for x in client.get("/console/kbs/default/export").text.splitlines()
+                if json.loads(x)["faq_id"] == "vouchers")
+    assert (line["metadata"], line["source"], line["follow_ups"], line["context_only"]) == (
+        {"lang": "en"}, "terms.pdf", [{"faq_id": "refund", "text": "Refund instead?"}], True)
+    assert store.delete_faq("vouchers")

@@ -34,7 +34,7 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_and_downgrade(any_url):
     assert runner.current(any_url) is None
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0004"
+    assert runner.current(any_url) == runner.head() == "0005"
     assert table_names(any_url) == TABLES
     engine = make_engine(any_url)
     try:
@@ -79,20 +79,20 @@ def test_cascade_and_unique_constraints_exist(any_url):
 
 def test_db_cli(faq_env, capsys):
     assert main(["db", "current"]) == 0
-    assert "empty, no migration applied (head is 0004)" in capsys.readouterr().out
+    assert "empty, no migration applied (head is 0005)" in capsys.readouterr().out
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().endswith(": at 0004 (head)")
+    assert capsys.readouterr().out.strip().endswith(": at 0005 (head)")
     assert main(["db", "downgrade", "base"]) == 0
     assert "empty" in capsys.readouterr().out
     assert table_names(faq_env.db_url) == set()
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0004)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0005)")
     assert table_names(faq_env.db_url) == TABLES_0001
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0004 (head)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0005 (head)")
     assert main(["db", "downgrade", "-1"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0003 (head is 0004)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0004 (head is 0005)")
 
 
 def test_the_code_expects_the_latest_revision():
@@ -222,3 +222,45 @@ def test_downgrade_below_0002_is_refused_while_another_kb_exists(any_url):
     runner.downgrade(any_url, "0001")
     assert runner.current(any_url) == "0001"
     assert _counts_and_variants(any_url)[0] == {"faqs": 1, "question_variants": 1, "index_builds": 0, "query_log": 0}
+
+
+# ---------------------------------------------------------------- 0005 on a database with data
+
+def test_0005_adds_the_faq_fields_with_defaults_and_keeps_every_row(any_url):
+    from app.store import FaqStore
+
+    runner.upgrade(any_url, "0004")
+    engine = make_engine(any_url)
+    try:
+        with engine.begin() as conn:
+            for faq_id, answer, tags in OLD_FAQS:
+                conn.execute(text("INSERT INTO faqs (kb, faq_id, answer, tags, created_at, updated_at) "
+                                  "VALUES ('default', :f, :a, :t, '2026-11-01 10:00:00', '2026-11-01 10:00:00')"),
+                             {"f": faq_id, "a": answer, "t": json.dumps(tags)})
+            for vid, faq_id, question in OLD_VARIANTS:
+                conn.execute(text("INSERT INTO question_variants (id, kb, faq_id, question, created_at, updated_at) "
+                                  "VALUES (:i, 'default', :f, :q, '2026-11-01 10:00:00', '2026-11-01 10:00:00')"),
+                             {"i": vid, "f": faq_id, "q": question})
+    finally:
+        engine.dispose()
+    before = _counts_and_variants(any_url)
+
+    runner.upgrade(any_url)
+    assert runner.current(any_url) == "0005" and _counts_and_variants(any_url) == before
+    with FaqStore(any_url) as store:
+        faq = store.get_faq("refund")
+        assert (faq.answer, faq.tags, faq.questions) == ("Refunds within 14 days.", ["billing", "refund"],
+                                                         ["Can I get a refund?", "money back please"])
+        assert (faq.metadata, faq.source, faq.follow_ups, faq.context_only) == ({}, None, [], False)
+        store.update_faq("refund", metadata={"Lang": "en"}, source="policy.pdf",
+                         follow_ups=[{"faq_id": "contact", "text": "Still stuck?"}], context_only=True)
+        faq = store.get_faq("refund")
+        assert (faq.metadata, faq.source, faq.follow_ups, faq.context_only) == (
+            {"lang": "en"}, "policy.pdf", [{"faq_id": "contact", "text": "Still stuck?"}], True)
+
+    runner.downgrade(any_url, "0004")  # the columns go; every FAQ and phrasing stays
+    assert runner.current(any_url) == "0004" and _counts_and_variants(any_url) == before
+    runner.upgrade(any_url)
+    with FaqStore(any_url) as store:
+        faq = store.get_faq("refund")
+        assert faq.questions == ["Can I get a refund?", "money back please"] and faq.metadata == {}
