@@ -4,7 +4,8 @@
       -> candidate generation per arm: ANN (Annoy + delta segment + tombstones) or BM25 (index/candidates.py)
       -> answer evidence (builds whose KB has real answers, index/answers.py): FAQs recalled through their
          answers too, each FAQ's cosine mixed with its answer's: (1 - w) * phrasing + w * answer
-      -> FAQ grouping and pooling, scored by the build's calibration: p = sigmoid(a * cos + b)
+      -> FAQ grouping and pooling, scored by the build's calibration: p = sigmoid(a * cos + b); FAQs marked
+         `context_only` (answered only as the follow-up of an FAQ that prompts to them) are dropped here
       -> re-ranking stages (the `+rerank` arms): each re-scores the top `rerank_k` FAQs (app/stages)
       -> decision: answer = the best FAQ when its probability >= threshold, else none
 
@@ -266,12 +267,15 @@ class Pipeline:
         # are known to score below it; BM25 candidates carry no such bound: pool over what was scored
         counts = variant_counts(retriever) if pool > 1 else None
         decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight, build) is not None
+        hidden = getattr(retriever, "context_only", frozenset())
         for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
             reranked = uses_stages(request.arm)
             depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
             grouped = group_hits(hits, answers, calibration, depth,
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
+            if hidden:  # before the stages and the decision: they judge only what may be answered
+                grouped = [m for m in grouped if m.faq_id not in hidden]
             if reranked:
                 # the stages pool with the build's cosine curve, not the decision model's probability: a
                 # convex pool of two calibrated probabilities is under-confident (docs/results.md); a stage

@@ -228,6 +228,16 @@ class Retriever:
             self.__dict__["_variants_by_faq"] = by_faq
         return by_faq.get(faq_id, [])
 
+    @property
+    def context_only(self) -> frozenset[str]:
+        """The FAQs answered only as the follow-up of an FAQ that prompts to them: never a candidate of a
+        query matched without that context. Computed once per retriever (each snapshot makes a new one)."""
+        hidden = self.__dict__.get("_context_only")
+        if hidden is None:
+            hidden = self.__dict__["_context_only"] = frozenset(
+                f for f, d in self.details.items() if getattr(d, "context_only", False))
+        return hidden
+
     # --- introspection ----------------------------------------------------------------------------
     @property
     def n_delta(self) -> int:

@@ -277,3 +277,20 @@ def test_faq_fields_bad_input_is_a_422_naming_the_field(admin, fields, named):
         assert r.status_code == 422, (method, r.text)
         assert named in r.text, r.text
     assert client.get("/admin/faqs/x", headers=AUTH).status_code == 404 and store.revision() == before
+
+
+def test_a_context_only_faq_is_never_answered_without_its_context(admin):
+    client, _, _ = admin
+    assert top(client, "How long does shipping take?", 1) == ["shipping_time"]
+    r = client.post("/admin/faqs", headers=AUTH, json={
+        "faq_id": "cancel_how_long", "answer": "A cancellation is confirmed within one hour.",
+        "questions": ["How long does that take?"], "context_only": True})
+    assert r.status_code == 201, r.text
+    client.patch("/admin/faqs/cancel_order", headers=AUTH, json={
+        "follow_ups": [{"faq_id": "cancel_how_long", "text": "How long does that take?"}]})
+    for query in ("How long does that take?", "how long does it take"):
+        body = client.post("/match", json={"query": query, "top_k": 10}).json()
+        assert "cancel_how_long" not in [m["faq_id"] for m in body["matches"]], body
+    # the flag lifted, it is a candidate like any other FAQ
+    assert client.patch("/admin/faqs/cancel_how_long", headers=AUTH, json={"context_only": False}).status_code == 200
+    assert top(client, "How long does that take?", 1) == ["cancel_how_long"]
