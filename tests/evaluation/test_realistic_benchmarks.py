@@ -1,12 +1,13 @@
 """Well-formedness of the realistic FAQ benchmarks (evaluation/data/*): KB and dev/test queries."""
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.data_files import read_jsonl
 
 DATA = Path(__file__).resolve().parents[2] / "evaluation/data"
 SPLITS = ("dev", "test")
@@ -19,22 +20,11 @@ def name(request) -> str:
     return request.param
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        assert line.strip(), f"{path.name}:{n}: blank line"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:  # pragma: no cover - the message is the point
-            pytest.fail(f"{path.name}:{n}: invalid JSON: {e}")
-        assert isinstance(row, dict), f"{path.name}:{n}: not an object"
-        rows.append(row)
-    return rows
 
 
 @pytest.fixture(scope="module")
 def kb(name) -> list[dict]:
-    return _read_jsonl(DATA / name / "faq.jsonl")
+    return read_jsonl(DATA / name / "faq.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +37,7 @@ def faqs(kb) -> dict[str, list[dict]]:
 
 @pytest.fixture(scope="module")
 def queries(name) -> dict[str, list[dict]]:
-    return {split: _read_jsonl(DATA / name / f"{split}.jsonl") for split in SPLITS}
+    return {split: read_jsonl(DATA / name / f"{split}.jsonl") for split in SPLITS}
 
 
 def test_kb_rows_have_the_right_keys_and_types(kb):

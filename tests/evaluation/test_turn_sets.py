@@ -2,11 +2,12 @@
 (evaluation/data/*/follow_ups.jsonl) written for the four realistic FAQ benchmarks."""
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.data_files import read_jsonl
 
 DATA = Path(__file__).resolve().parents[2] / "evaluation/data"
 SETS = ("campus_it", "council", "energy", "grocery")
@@ -15,17 +16,6 @@ SPLITS = {"dev", "test"}
 FEWEST_EXCHANGES = 80
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        assert line.strip(), f"{path}:{n}: blank line"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:  # pragma: no cover - the message is the point
-            pytest.fail(f"{path}:{n}: invalid JSON: {e}")
-        assert isinstance(row, dict), f"{path}:{n}: not an object"
-        rows.append(row)
-    return rows
 
 
 @pytest.fixture(scope="module", params=SETS)
@@ -35,17 +25,17 @@ def name(request) -> str:
 
 @pytest.fixture(scope="module")
 def faq_ids(name) -> set[str]:
-    return {row["faq_id"] for row in _read_jsonl(DATA / name / "faq.jsonl")}
+    return {row["faq_id"] for row in read_jsonl(DATA / name / "faq.jsonl")}
 
 
 @pytest.fixture(scope="module")
 def turns(name) -> list[dict]:
-    return _read_jsonl(DATA / name / "turns.jsonl")
+    return read_jsonl(DATA / name / "turns.jsonl")
 
 
 @pytest.fixture(scope="module")
 def follow_ups(name) -> list[dict]:
-    return _read_jsonl(DATA / name / "follow_ups.jsonl")
+    return read_jsonl(DATA / name / "follow_ups.jsonl")
 
 
 def test_turn_rows_have_the_right_shape(turns, faq_ids, name):
