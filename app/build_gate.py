@@ -40,7 +40,8 @@ def labelled_queries(store: Any, dev: str | None = None, feedback: bool = True,
                      since: Any = None) -> list[tuple[str, str | None]]:
     """Labelled queries from a `dev` file (JSONL/CSV: query, faq_id or null) and the query log's feedback.
     Raises LabelsUnusable saying what is wrong with the file."""
-    from kb.records import KbFormatError, read_queries
+    from kb.records import KbFormatError
+    from kb.files import read_queries
 
     labels: list[tuple[str, str | None]] = []
     if dev:

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.pipeline import MatchQuery
     from app.settings import Settings
     from evaluation.scratch import scratch_pipeline
-    from kb.records import read_queries
+    from kb.files import read_queries
 
     texts = [q.query for q in read_queries(args.queries)]
     replay = zipf_replay(texts, args.requests, args.zipf, args.respell, args.seed)

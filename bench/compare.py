@@ -633,7 +633,8 @@ def _guarded(name: str, kind: str, run) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from kb.records import KbValidationError, kb_groups, read_kb, read_queries
+    from kb.records import KbValidationError, kb_groups
+    from kb.files import read_kb, read_queries
 
     try:  # fail before minutes of building, not after
         groups = kb_groups(read_kb(args.kb))

@@ -46,7 +46,7 @@ def measure(n: int) -> dict:
     from app.mining import mine_report
     from app.settings import Settings
     from app.traffic import charts, summarize, window_bounds
-    from kb.records import read_kb
+    from kb.files import read_kb
     from migrations.runner import migrated_store
 
     with tempfile.TemporaryDirectory(prefix="console-scale-") as tmp:

@@ -110,7 +110,7 @@ def demo_build(url: str, work: Path, encoder: Any, prefix: str, kb_file: Path = 
     from app.settings import Settings
     from index.build import build_index
     from index.elasticsearch.vectors import EsBuildRegistry, EsVectorStore
-    from kb.records import read_kb
+    from kb.files import read_kb
     from migrations.runner import migrated_store
 
     settings = Settings(data_dir=work, database_url=f"sqlite:///{(work / 'bench.db').as_posix()}", es_url=url,
@@ -139,7 +139,7 @@ def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, querie
     from evaluation.metrics import all_metrics, outcomes_from_results
     from index.artifacts import BuildRegistry
     from index.retriever import Retriever
-    from kb.records import read_queries
+    from kb.files import read_queries
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     settings, store, registry, manifest = demo_build(url, work, encoder, prefix, kb_file)
@@ -200,7 +200,7 @@ def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, querie
 def swap_under_load(url: str, work: Path, encoder: Any, clients: int = 4) -> dict:
     """Searches without pause while versions are built, activated, rolled back and pruned."""
     from index.elasticsearch.vectors import VectorStoreUnavailable
-    from kb.records import read_queries
+    from kb.files import read_queries
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     settings, store, registry, first = demo_build(url, work, encoder, prefix)

@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from bench.compare import Server, free_port, write_report  # noqa: E402
 from bench.load import percentiles  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
-from kb.records import read_queries  # noqa: E402
+from kb.files import read_queries  # noqa: E402
 
 TOKEN = "hostile-bench-admin-token-of-32-chars"
 SCENARIOS = ("batches", "abandon", "import", "slowbody", "slowheaders", "sigterm")

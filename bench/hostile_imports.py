@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO))
 from bench.compare import Server, free_port  # noqa: E402
 from app.store import FaqStore  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
-from kb.records import KbFormatError, read_kb  # noqa: E402
+from kb.records import KbFormatError  # noqa: E402
+from kb.files import read_kb  # noqa: E402
 
 TOKEN = "hostile-imports-bench-token-0123456789"
 HEADER = "faq_id,question,answer,tags\n"

@@ -36,7 +36,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kb.records import KbValidationError, read_queries  # noqa: E402
+from kb.records import KbValidationError  # noqa: E402
+from kb.files import read_queries  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "load.json"
 #: the pipeline's stages in a /match response's `timings_ms`; `total` also holds the wait in the queue

@@ -43,7 +43,8 @@ ENERGY = REPO / "evaluation" / "data" / "energy"
 def load_requests(n_candidates: int, seed: int):
     """(query, candidates) per call from the Brightwater FAQ, and every FAQ's texts."""
     from index.candidates import FaqMatch
-    from kb.records import group_records, read_kb, read_queries
+    from kb.records import group_records
+    from kb.files import read_kb, read_queries
 
     specs, _ = group_records([(str(i), r) for i, r in enumerate(read_kb(ENERGY / "faq.jsonl"))])
     faqs = [(f, s.questions[0], s.answer) for f, s in specs.items()]

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from evaluation.match import keep_first_variants  # noqa: E402
-from kb.records import read_kb, write_kb  # noqa: E402
+from kb.files import read_kb, write_kb  # noqa: E402
 DEFAULT_OUT = REPO / "bench" / "results" / "msem_ablation.json"
 #: the paper-faithful word representation (GloVe ++ char-CNN) at compact sizes, so 7 runs fit on a CPU
 BASE = {"word_repr": "glove_char", "hidden": 150, "ffn_dim": 600, "pool_da": 150, "out_dim": 300}

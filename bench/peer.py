@@ -35,7 +35,8 @@ from pydantic import BaseModel, Field
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kb.records import group_records, read_kb  # noqa: E402  (needs REPO on the path)
+from kb.records import group_records  # noqa: E402  (needs REPO on the path)
+from kb.files import read_kb  # noqa: E402  (needs REPO on the path)
 
 # texts -> (n, d) float32 rows of unit length
 EncodeFn = Callable[[Sequence[str]], np.ndarray]

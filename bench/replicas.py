@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from bench.compare import Server, free_port, rss_mb  # noqa: E402
 from bench.hostile import Clients, faq, fresh_database  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
-from kb.records import read_queries  # noqa: E402
+from kb.files import read_queries  # noqa: E402
 
 TOKEN = "replicas-bench-admin-token-of-32-chars"
 POLL_S = 2.0
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # 4. nothing lost
         exported = export_kb(env, workdir / "export.jsonl")
-        from kb.records import read_kb
+        from kb.files import read_kb
 
         expected: dict[str, set[str]] = {}
         for record in read_kb(args.kb):

@@ -83,12 +83,12 @@ class FixedPadding:
 def requests_from(kb: Path | None, queries: Path | None, n: int, k: int, seed: int) -> list[tuple[str, list[str]]]:
     rng = random.Random(seed)
     if kb and queries:
-        from kb.records import read_kb, read_queries
+        from kb.files import read_kb, read_queries
 
         questions = [r.question for r in read_kb(kb)]
         qs = [q.query for q in read_queries(queries)]
     else:  # the packaged demo FAQ
-        from kb.records import read_kb
+        from kb.files import read_kb
 
         questions = [r.question for r in read_kb(REPO / "app" / "demo" / "faq.jsonl")]
         qs = questions

@@ -65,7 +65,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from app.stages import SiameseStage, load_siamese_stage
     from index.candidates import FaqMatch
-    from kb.records import read_kb, read_queries
+    from kb.files import read_kb, read_queries
 
     by_faq: dict[str, list[str]] = {}
     for r in read_kb(args.kb):

@@ -148,7 +148,8 @@ def fmt(value, digits: int = 1) -> str:
 # ---------------------------------------------------------------- data
 
 def _pool_from_files(kb_path: Path, queries_path: Path) -> dict:
-    from kb.records import kb_groups, read_kb, read_queries
+    from kb.records import kb_groups
+    from kb.files import read_kb, read_queries
 
     records = read_kb(kb_path)
     groups = kb_groups(records)

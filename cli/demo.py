@@ -74,7 +74,8 @@ def _check_dev(kb: str, dev: str) -> str | None:
     """What is wrong with the --dev file (missing, unreadable, no in-scope query, faq_ids the KB lacks), as
     `faq train msem --dev` says it; None when it is fine, or when the KB itself does not read (`kb import`
     then says why)."""
-    from kb.records import KbValidationError, read_kb
+    from kb.records import KbValidationError
+    from kb.files import read_kb
     from training.loop import TrainError
     from training.msem import read_dev_queries
 

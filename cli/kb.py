@@ -1,4 +1,4 @@
-"""`faq kb ...`: import, export and summarise a knowledge base (file formats: kb/records.py), and manage the
+"""`faq kb ...`: import, export and summarise a knowledge base (file formats: kb/files.py), and manage the
 KBs themselves: list, create, delete, their stored settings and their access tokens. Every command acts
 on the KB `--kb NAME` names, else FAQ_KB (cli/scope.py)."""
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
-from kb.records import (
-    DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records, read_kb, write_kb,
-)
+from kb.records import DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records
+from kb.files import read_kb, write_kb
 from app.settings import get_settings
 from app.mining import mine_report, write_mined
 from app.store import ImportReport, KbNotFound

@@ -253,7 +253,7 @@ def run_eval_ab(
     from app.stages import load_stages
     from evaluation.scratch import scratch_pipeline
     from index.lexical import resolve_engine
-    from kb.records import read_kb, read_queries
+    from kb.files import read_kb, read_queries
 
     say = say or (lambda msg: print(msg, file=sys.stderr))
     base = settings or get_settings()

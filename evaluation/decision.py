@@ -65,7 +65,7 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
     from app.settings import get_settings
     from evaluation.scratch import scratch_pipeline
     from index.decision import KbView, read_background, replay, reference_key
-    from kb.records import read_queries
+    from kb.files import read_queries
 
     kb_path, splits = kb_files(name, data)
     work = Path(tempfile.mkdtemp(prefix="faq-decision-"))

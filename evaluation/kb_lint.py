@@ -26,7 +26,8 @@ import numpy as np
 
 from index.build import encode_in_batches
 from kb.lint import DEFAULT_THRESHOLD, lint_kb
-from kb.records import KbRecord, read_kb
+from kb.records import KbRecord
+from kb.files import read_kb
 
 DEMO_KB = Path(__file__).resolve().parents[1] / "app" / "demo" / "faq.jsonl"
 CORRUPTIONS = ("swap", "truncate", "missing")

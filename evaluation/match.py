@@ -139,7 +139,7 @@ def run_eval_match(
     from app.stages import load_stages
     from evaluation.scratch import scratch_pipeline
     from index.calibration import calibration_for
-    from kb.records import read_kb, read_queries
+    from kb.files import read_kb, read_queries
 
     base = settings or get_settings()
     spec = model or encoder_spec(base)

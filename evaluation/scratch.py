@@ -96,7 +96,7 @@ def scratch_pipeline(
     from index.artifacts import BuildRegistry
     from index.build import build_index
     from index.retriever import Retriever
-    from kb.records import read_kb
+    from kb.files import read_kb
     from migrations.runner import migrated_store
     from models.encoders.base import SharedEncoder
 

@@ -69,7 +69,7 @@ def demo_console() -> Iterator[DemoConsole]:
     from app.settings import Settings
     from index.artifacts import BuildRegistry
     from index.build import build_index
-    from kb.records import read_kb
+    from kb.files import read_kb
     from migrations.runner import migrated_store
     from models.encoders.pretrained import MiniLMEncoder
 
@@ -116,7 +116,7 @@ def demo_traffic(demo: DemoConsole, requests: int = 420, days: int = 7, seed: in
     from sqlalchemy import bindparam, update
 
     from app.store.base import qlog_t
-    from kb.records import read_kb
+    from kb.files import read_kb
 
     rng = random.Random(seed)
     phrasings = [(r.faq_id, r.question) for r in read_kb(DEMO_KB)]

@@ -157,7 +157,8 @@ def average_precision(scores: Sequence[float] | np.ndarray, labels: Sequence[int
 def kb_lists(path: str | Path, seed: int = 0, dev_share: float = 0.1,
              phrasing_pairs: bool = True) -> tuple[list[QaList], list[QaList]]:
     """A KB file -> (train lists, dev lists); see the module docstring."""
-    from kb.records import group_records, read_kb
+    from kb.records import group_records
+    from kb.files import read_kb
 
     records = read_kb(path)
     specs, problems = group_records([(str(i), r) for i, r in enumerate(records)])

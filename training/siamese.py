@@ -25,7 +25,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from kb.records import kb_groups, read_kb, read_queries
+from kb.records import kb_groups
+from kb.files import read_kb, read_queries
 from models.calibration import Calibration
 from models.matchers.siamese import SiameseConfig, SiameseMatcher, SiameseScorer, load_siamese, log_loss
 from training.loop import CHECKPOINT_FILE, TrainError, Trainer, config_overrides

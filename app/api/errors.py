@@ -37,7 +37,7 @@ from app.api.workers import DeadlineExceeded, Overloaded
 from app.pipeline import NoIndexError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
-from kb.records import huge_number_problem, nesting_problem
+from kb.files import huge_number_problem, nesting_problem
 
 log = logging.getLogger(__name__)
 

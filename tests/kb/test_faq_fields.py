@@ -8,7 +8,8 @@ import pytest
 
 from app.store import FaqStore
 from cli.main import main
-from kb.records import FaqDetails, KbFormatError, KbRecord, check_faq, KbValidationError, read_kb
+from kb.records import FaqDetails, KbFormatError, KbRecord, check_faq, KbValidationError
+from kb.files import read_kb
 
 ROWS = [
     {"faq_id": "order", "question": "Where is my order?", "answer": "See Orders.", "tags": ["orders"],

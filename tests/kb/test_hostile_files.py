@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from app.store import FaqStore
 from cli.main import main
-from kb.records import (KbFormatError, KbRecord, check_record, csv_escape, csv_unescape, group_records, read_kb,
-                        read_queries, write_kb)
+from kb.records import KbFormatError, KbRecord, check_record, group_records
+from kb.files import csv_escape, csv_unescape, read_kb, read_queries, write_kb
 from tests.helpers.hostile_files import HOSTILE_FILES, csv_files, jsonl_files
 
 FUZZ = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

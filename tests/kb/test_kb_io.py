@@ -1,4 +1,4 @@
-"""KB/query file formats (kb/records.py) and the `faq kb` commands, run in-process."""
+"""KB/query file formats (kb/files.py) and the `faq kb` commands, run in-process."""
 from __future__ import annotations
 
 import io
@@ -7,14 +7,8 @@ import json
 import pytest
 
 from cli.main import main
-from kb.records import (
-    KbFormatError,
-    KbRecord,
-    QueryRecord,
-    read_kb,
-    read_queries,
-    write_kb,
-)
+from kb.records import KbFormatError, KbRecord, QueryRecord
+from kb.files import read_kb, read_queries, write_kb
 from app.store import FaqStore
 
 ROWS = [

@@ -98,7 +98,7 @@ def test_fusion_weight_is_chosen_on_dev_queries_only(tmp_path):
     """After training, w is re-chosen on the --dev queries from one encode; config.json gets the best (ties
     keep the trained w), the weights stay as they are. Without --dev the held-out KB phrasings are
     measured for information and the trained w stays (they are written like the KB, not like users)."""
-    from kb.records import read_kb, read_queries
+    from kb.files import read_kb, read_queries
     from training.msem import FUSION_GRID, prepare_data, tune_fusion
     from tests.helpers.msem import WIDE, WIDE_USER_QUERIES, write_queries
 

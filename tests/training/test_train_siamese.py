@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kb.records import kb_groups, read_kb
+from kb.records import kb_groups
+from kb.files import read_kb
 from models.matchers.siamese import SiameseConfig, load_siamese
 from training.loop import CHECKPOINT_FILE, TrainError
 from training.siamese import TrainConfig, query_pairs, train_siamese

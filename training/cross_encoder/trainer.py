@@ -24,7 +24,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from kb.records import kb_groups, read_kb
+from kb.records import kb_groups
+from kb.files import read_kb
 from models.scoring import fit_platt, sigmoid
 from models.matchers.cross_encoder import (
     RerankerConfig, build_module, encode_pairs, export_onnx, load_tokenizer, save_reranker,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from kb.records import kb_groups, read_kb
+from kb.records import kb_groups
+from kb.files import read_kb
 from training.loop import TrainError
 from training.pairs import IntentClasses, Bm25Neighbours, Pair, build_intent_classes, split_pairs
 
@@ -157,7 +158,8 @@ def read_dev_queries(dev_path: str | Path, records: Sequence[Any], where: str = 
     """Read the --dev queries and check them against the KB `records` they are matched against: a
     missing file, an unreadable one or a faq_id the KB lacks raises TrainError naming the file (before any
     training; `faq quickstart --dev` checks with this too)."""
-    from kb.records import KbValidationError, read_queries
+    from kb.records import KbValidationError
+    from kb.files import read_queries
 
     if not Path(dev_path).is_file():
         raise TrainError(f"--dev {dev_path}: no such file (labelled user queries, JSONL {{query, faq_id}})")

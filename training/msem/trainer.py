@@ -453,7 +453,7 @@ def train_msem(
     Several KB files train together (e.g. a general model on several datasets): with more than one, each
     file's faq_ids are prefixed with its folder name (`clinc150/book_flight`) so that FAQs of different
     files never merge. Several pair files are concatenated."""
-    from kb.records import read_kb
+    from kb.files import read_kb
     from training.pairs import read_pair_file
 
     cfg = train_config or TrainConfig()

@@ -157,7 +157,8 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
     refinement that does not help users' wording is not kept (`refine.json` `fine_tune.kept`)."""
     from safetensors.numpy import load_file
 
-    from kb.records import is_placeholder, read_kb
+    from kb.records import is_placeholder
+    from kb.files import read_kb
     from models.encoders.load import load_encoder
     from models.encoders.query import TOP_LAYERS_FILE, WEIGHTS_FILE, read_config
     from training.query_encoder.student import StudentTrainer

@@ -74,7 +74,8 @@ SOURCES: dict[str, Callable[[Path], Iterable[str]]] = {
 def corpus_sentences(data_dir: str | Path | None, kb_files: Sequence[str | Path] = ()) -> tuple[list[str], dict]:
     """Distinct sentences (first occurrence order) and how many each source gave. A missing dataset folder
     is skipped and reported; a KB file gives its phrasings and real answers."""
-    from kb.records import is_placeholder, read_kb
+    from kb.records import is_placeholder
+    from kb.files import read_kb
 
     seen: dict[str, None] = {}
     counts: dict[str, int] = {}

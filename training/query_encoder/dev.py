@@ -65,7 +65,8 @@ class DevSet:
 def read_dev_set(kb_file: str | Path, dev_file: str | Path) -> DevSet:
     """The KB's phrasings and answers, and the dev file's in-scope queries (out-of-scope ones and labels
     the KB lacks are skipped: they have no right FAQ to rank first)."""
-    from kb.records import is_placeholder, read_kb, read_queries
+    from kb.records import is_placeholder
+    from kb.files import read_kb, read_queries
 
     records = read_kb(kb_file)
     faq_ids: list[str] = []

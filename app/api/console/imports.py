@@ -1,7 +1,7 @@
 """The console's import and export: upload a KB file (JSONL or CSV), see what it would change (a dry run,
 with every bad line as `file:line: reason`), then apply it; download the KB as JSONL.
 
-An upload is read by `kb.records.read_kb`, the reader of `faq kb import`, so the console accepts exactly
+An upload is read by `kb.files.read_kb`, the reader of `faq kb import`, so the console accepts exactly
 what the CLI accepts: a file with any bad line imports nothing. The checked records wait in the user's
 console session (its database row, so any replica can apply it; FAQ_MAX_UPLOAD_BYTES bounds them) between the dry run and the
 apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
@@ -27,7 +27,8 @@ from app.api import service
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.console.sessions import ConsoleSession
-from kb.records import KbRecord, KbValidationError, field_problem, read_kb, write_records
+from kb.records import KbRecord, KbValidationError, field_problem
+from kb.files import read_kb, write_records
 
 MAX_PARTS = 10
 MAX_FILENAME_CHARS = 200

@@ -22,7 +22,7 @@ from app.api import schemas
 from app.api.main import create_app
 from app.api.schemas import STORABLE
 from app.db.models import QueryLog
-from kb.records import write_kb
+from kb.files import write_kb
 from tests.helpers.api import build, make_settings, make_store
 
 TOKEN = "text-admin-token-of-32-characters"

@@ -170,7 +170,7 @@ def test_export_downloads_what_import_reads(served, tmp_path):
     client, _ = sign_in(served, ROOT)
     r = client.get("/console/kbs/default/export")
     assert r.status_code == 200 and 'attachment; filename="default.jsonl"' == r.headers["content-disposition"]
-    from kb.records import read_kb
+    from kb.files import read_kb
 
     path = tmp_path / "default.jsonl"
     path.write_bytes(r.content)

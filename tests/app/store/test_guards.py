@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from app.store import FeedbackAlreadyRecorded, FeedbackSessionMismatch
-from kb.records import KbFormatError, KbRecord, KbValidationError, check_record, read_kb, text_problem, write_kb
+from kb.records import KbFormatError, KbRecord, KbValidationError, check_record, text_problem
+from kb.files import read_kb, write_kb
 from tests.helpers.store import KB
 
 NUL, SURROGATE = "\x00", "\ud800"
