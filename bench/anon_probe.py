@@ -32,7 +32,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port, write_report  # noqa: E402
+from bench.compare import Server, free_port  # noqa: E402
+from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
 ADMIN = "anon-probe-admin-token-0123456789abcdef"

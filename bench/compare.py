@@ -355,14 +355,6 @@ class RssSampler:
         return peak
 
 
-def write_report(out: Path, report: dict, markdown: str) -> None:
-    """A bench's two reports: `out` with a .json suffix and with .md; the Markdown is printed too."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    out.with_suffix(".md").write_text(markdown)
-    print(markdown)
-
-
 class Server:
     """A server in its own process group, so stopping it also stops anything it started."""
 

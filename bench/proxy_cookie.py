@@ -33,7 +33,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port, write_report  # noqa: E402
+from bench.compare import Server, free_port  # noqa: E402
+from bench.reports import write_report  # noqa: E402
 from bench.replicas import Proxy  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
