@@ -59,6 +59,13 @@ class MatchQuery:
     top_k: int = 5
     threshold: float | None = 0.5  # None: the decider's (FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD)
     arm: str = "ann"  # app.arms.ARMS
+    filter: Any = None  # kb.filters.FaqFilter: only the FAQs it keeps are candidates (None: every FAQ)
+
+    def selection(self, retriever: RetrieverLike) -> Any:
+        """The retriever's index/selection.py `Selection` of this query's filter, or None without one."""
+        if self.filter is None or self.filter.is_empty:
+            return None
+        return retriever.select(self.filter)
 
 
 @dataclass
@@ -187,7 +194,8 @@ class Pipeline:
 
     # -- the query cache -------------------------------------------------------------------------
     def _cache_key(self, request: MatchQuery, options: tuple) -> tuple:
-        return (cache_text(request.query), request.arm, request.top_k, request.threshold, options)
+        flt = None if request.filter is None or request.filter.is_empty else request.filter.key()
+        return (cache_text(request.query), request.arm, request.top_k, request.threshold, flt, options)
 
     def cached(self, requests: Sequence[MatchQuery], retriever: RetrieverLike) -> list[MatchResult | None]:
         """Each request's result from the query cache (as this request's: its own text, `cached` set,
@@ -238,7 +246,8 @@ class Pipeline:
         """Retrieve, group and score already-encoded queries (one search call for all of them)."""
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
-        hits_per_query = self.retrieve(requests, vecs, retriever)
+        selections = [r.selection(retriever) for r in requests]
+        hits_per_query = self.retrieve(requests, vecs, retriever, selections)
         # after the search: a retriever that cannot search leaves the served build of the last one in place
         served = self.served(retriever)
         build = served.decisions
@@ -253,7 +262,9 @@ class Pipeline:
                 if base_arm(request.arm) == "ann":  # the lexical arms keep BM25's candidates, scored the same way
                     floors[i] = min((h.cosine for h in hits), default=None)
                     top_k = max(request.top_k, self.rerank_k) if uses_stages(request.arm) else request.top_k
-                    hits = hits_per_query[i] = answer_hits(retriever, answer_vectors, cosines[i], vecs[i], hits, top_k)
+                    only = None if selections[i] is None else selections[i].faq_ids
+                    hits = hits_per_query[i] = answer_hits(retriever, answer_vectors, cosines[i], vecs[i], hits, top_k,
+                                                           only)
                 row_of = answer_vectors.row_of
                 answer_cos[i] = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
@@ -268,7 +279,7 @@ class Pipeline:
         counts = variant_counts(retriever) if pool > 1 else None
         decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight, build) is not None
         hidden = getattr(retriever, "context_only", frozenset())
-        for request, hits, a_cos, floor in zip(requests, hits_per_query, answer_cos, floors):
+        for request, hits, a_cos, floor, selection in zip(requests, hits_per_query, answer_cos, floors, selections):
             reranked = uses_stages(request.arm)
             depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
             grouped = group_hits(hits, answers, calibration, depth,
@@ -276,6 +287,8 @@ class Pipeline:
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
             if hidden:  # before the stages and the decision: they judge only what may be answered
                 grouped = [m for m in grouped if m.faq_id not in hidden]
+            if selection is not None:  # the search kept to the filter already; this is the guarantee
+                grouped = [m for m in grouped if m.faq_id in selection.faq_ids]
             if reranked:
                 # the stages pool with the build's cosine curve, not the decision model's probability: a
                 # convex pool of two calibrated probabilities is under-confident (docs/results.md); a stage
@@ -427,9 +440,23 @@ class Pipeline:
             raise LexicalUnavailable("no lexical index configured for this pipeline")
         return self.builds.files(retriever).lexical(retriever, self.lexical)
 
-    def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike) -> list[list[Any]]:
-        """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates."""
-        hits: list[list[Any]] = [[] for _ in requests]
+    def retrieve(self, requests: Sequence[MatchQuery], vecs: np.ndarray, retriever: RetrieverLike,
+                 selections: Sequence[Any] | None = None) -> list[list[Any]]:
+        """Variant hits (with cosine) per query from its arm's recall stage: ANN, or BM25 candidates; each
+        query inside its filter's selection (one search call per distinct filter)."""
+        selections = list(selections) if selections is not None else [None] * len(requests)
+        groups: dict[Any, list[int]] = {}
+        for i, selection in enumerate(selections):
+            groups.setdefault(None if selection is None else selection.key, []).append(i)
+        if len(groups) > 1:
+            hits: list[list[Any]] = [[] for _ in requests]
+            for rows in groups.values():
+                sub = self.retrieve([requests[i] for i in rows], vecs[rows], retriever, [selections[i] for i in rows])
+                for i, found in zip(rows, sub):
+                    hits[i] = found
+            return hits
+        selection = selections[0] if selections else None
+        hits = [[] for _ in requests]
         ann_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "ann"]
         lexical_rows = [i for i, r in enumerate(requests) if base_arm(r.arm) == "lexical"]
         if len(ann_rows) + len(lexical_rows) != len(requests):
@@ -441,12 +468,14 @@ class Pipeline:
                    else requests[i] for i in ann_rows]
             sub_vecs = vecs if len(ann_rows) == len(requests) else vecs[ann_rows]
             k = max(retrieve_depth(r.top_k) for r in sub)
-            for i, found in zip(ann_rows, deepen(retriever, sub_vecs, [r.top_k for r in sub], retriever.search(sub_vecs, k), k)):
+            first = retriever.search(sub_vecs, k) if selection is None else retriever.search(sub_vecs, k, selection)
+            for i, found in zip(ann_rows, deepen(retriever, sub_vecs, [r.top_k for r in sub], first, k, selection)):
                 hits[i] = found
         if lexical_rows:
             index = self.lexical_index(retriever)
             k = max([self.lexical_k] + [requests[i].top_k for i in lexical_rows])
-            found = lexical_hits(index, retriever, [requests[i].query for i in lexical_rows], vecs[lexical_rows], k)
+            found = lexical_hits(index, retriever, [requests[i].query for i in lexical_rows], vecs[lexical_rows], k,
+                                 None if selection is None else selection.faq_ids)
             for i, row_hits in zip(lexical_rows, found):
                 hits[i] = row_hits
         return hits

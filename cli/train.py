@@ -572,6 +572,12 @@ def _register_query_encoder(tr_sub: argparse._SubParsersAction) -> None:
                    "ranks them best, and the starting point counts as an epoch")
     p.add_argument("--from", dest="init_from", help="refine this query encoder on the --kb files' phrasings and "
                    "answers alone (needs --dev: kept only if it ranks the dev queries better)")
+    p.add_argument("--typos", type=float, default=0.0, help="share of training sentences given one user-like slip "
+                   "each time they are drawn, still aimed at the clean text's teacher vector (default 0)")
+    p.add_argument("--write-teacher-pack", help="also write the corpus and the teacher's vectors (the --dev KBs' "
+                   "texts included) to this file, for a fine-tuning on a machine without the teacher")
+    p.add_argument("--teacher-pack", help="train from such a file instead of --data/--kb's corpus; the teacher is "
+                   "never loaded")
     p.add_argument("--max-minutes", type=float, help="time budget of the fine-tuning")
     p.add_argument("--stop-after-minutes", type=float, help="pause the fine-tuning after this long (--resume goes on)")
     p.add_argument("--resume", action="store_true", help="continue a paused or cut fine-tuning from --out")
@@ -601,9 +607,10 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
                                          teacher=args.teacher, base=args.base, ridge=args.ridge,
                                          train_layers=args.train_layers, batch_size=args.batch_size,
                                          max_minutes=args.max_minutes, stop_after_minutes=args.stop_after_minutes,
-                                         epoch_sentences=args.epoch_sentences, **tuning),
+                                         epoch_sentences=args.epoch_sentences, typos=args.typos, **tuning),
                                      runtime=args.runtime, device=device, cache_dir=cache_dir, threads=args.threads,
-                                     resume=args.resume, dev_files=args.dev, init_from=args.init_from)
+                                     resume=args.resume, dev_files=args.dev, init_from=args.init_from,
+                                     teacher_pack=args.teacher_pack, write_teacher_pack=args.write_teacher_pack)
     except TrainingPaused as exc:
         print(f"paused: {exc}; continue with the same command and --resume", file=sys.stderr)
         return 0

@@ -88,6 +88,17 @@ class AnswerVectors:
         """(q, dim) unit query vectors -> (q, n_faqs) cosines with every answer."""
         return np.asarray(vecs, dtype=np.float32) @ self.vectors.T
 
+    def mask(self, faq_ids: frozenset[str]) -> np.ndarray:
+        """(n_faqs,) bool: the rows of `faq_ids` (a filter's FAQs), kept for the last few sets asked."""
+        cache = self.__dict__.setdefault("_masks", {})
+        found = cache.get(faq_ids)
+        if found is None:
+            if len(cache) >= 16:
+                cache.pop(next(iter(cache)))
+            found = cache[faq_ids] = np.fromiter((f in faq_ids for f in self.faq_ids), dtype=bool,
+                                                  count=len(self.faq_ids))
+        return found
+
     def top(self, cosines_row: np.ndarray, k: int) -> list[str]:
         """faq_ids of the `k` best answers in one row of `cosines` (best first)."""
         k = min(k, len(self.faq_ids))

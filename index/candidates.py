@@ -29,6 +29,10 @@ RETRIEVE_FACTOR = 4
 MAX_RETRIEVE_VARIANTS = 4096
 
 
+#: BM25 candidates a filtered lexical query asks for at most (the filter then keeps its own)
+MAX_FILTERED_LEXICAL_K = 2000
+
+
 def retrieve_depth(top_k: int) -> int:
     """How many variants to fetch so that grouping still leaves `top_k` distinct FAQs."""
     return max(RETRIEVE_FACTOR * top_k, MIN_RETRIEVE_VARIANTS)
@@ -42,7 +46,7 @@ class RetrieverLike(Protocol):
     answers: dict[str, tuple[str, list[str]]]
     answer_vectors: AnswerVectors | None
 
-    def search(self, vecs: np.ndarray, k: int) -> list[list[Any]]: ...
+    def search(self, vecs: np.ndarray, k: int, selection: Any = None) -> list[list[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,10 @@ class FaqMatch:
     first_score: float | None = None  # re-ranked arms: the first-stage probability the stages pooled with
 
 
-def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hits: list, k: int) -> list:
-    """Re-search, deeper, the queries whose `k` variants cover fewer than `top_k` FAQs.
+def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hits: list, k: int,
+           selection: Any = None) -> list:
+    """Re-search, deeper, the queries whose `k` variants cover fewer than `top_k` FAQs (inside `selection`,
+    the queries' filter, when given).
 
     A FAQ with many phrasings (CLINC150 has 100 per intent) can fill the whole first depth on its
     own; without this a `top_k=5` request could come back with a single FAQ.
@@ -81,7 +87,9 @@ def deepen(retriever: RetrieverLike, vecs: np.ndarray, top_ks: Sequence[int], hi
     while pending and depth < MAX_RETRIEVE_VARIANTS:
         enough = (max(top_ks[i] for i in pending) - 1) * most + 1 if most else 0
         depth = min(max(depth * 4, enough), MAX_RETRIEVE_VARIANTS)
-        for i, deeper in zip(pending, retriever.search(vecs[pending], depth)):
+        deeper_hits = (retriever.search(vecs[pending], depth) if selection is None
+                       else retriever.search(vecs[pending], depth, selection=selection))
+        for i, deeper in zip(pending, deeper_hits):
             hits[i] = deeper
         pending = [i for i in pending if short(i, depth)]
     return hits
@@ -140,16 +148,19 @@ def group_hits(
 
 
 def answer_hits(retriever: Any, answer_vectors: AnswerVectors, cosines_row: np.ndarray, query_vec: np.ndarray,
-                hits: list[Any], top_k: int) -> list[Any]:
+                hits: list[Any], top_k: int, only: frozenset[str] | None = None) -> list[Any]:
     """`hits` plus the phrasings of the FAQs with the best answers that `hits` does not reach (at least
     ANSWER_RECALL of them, `top_k` when more), scored exactly from the stored vectors, best first.
-    Every phrasing of such a FAQ is added, so its pooled cosine is exact."""
+    Every phrasing of such a FAQ is added, so its pooled cosine is exact. `only`: the FAQs a filter keeps
+    (the best answers among them)."""
     from index.retriever import Hit
 
     have = {h.faq_id for h in hits}
     extra: list[Any] = []
+    if only is not None:
+        cosines_row = np.where(answer_vectors.mask(only), cosines_row, -np.inf)
     for faq_id in answer_vectors.top(cosines_row, max(ANSWER_RECALL, top_k)):
-        if faq_id in have:
+        if faq_id in have or (only is not None and faq_id not in only):
             continue
         variants = retriever.faq_variants(faq_id)
         if not variants:
@@ -162,19 +173,27 @@ def answer_hits(retriever: Any, answer_vectors: AnswerVectors, cosines_row: np.n
     return sorted(list(hits) + extra, key=lambda h: -h.cosine)
 
 
-def lexical_hits(lexical: Any, retriever: Any, queries: Sequence[str], vecs: np.ndarray, k: int) -> list[list[Any]]:
+def lexical_hits(lexical: Any, retriever: Any, queries: Sequence[str], vecs: np.ndarray, k: int,
+                 only: frozenset[str] | None = None) -> list[list[Any]]:
     """BM25 top-`k` FAQs per query -> their variant hits scored by cosine with the query vector.
 
     The cosines come from the retriever's stored vectors (`Retriever.vectors_of`), i.e. exactly what
     the `ann` arm would compute for those variants; variants deleted or edited since the build are not
     live in the retriever and are dropped (the lexical index holds the KB as of the build).
     Returns `index.retriever.Hit`s (cosine set), best cosine first, ready for `group_hits`.
+    `only`: the FAQs a filter keeps; BM25 is then asked deeper, in proportion to how few FAQs the filter
+    keeps, and its candidates outside the filter are dropped.
     """
     from index.retriever import Hit
 
+    if only is not None:
+        n_faqs = max(len(retriever.answers), 1)
+        k = min(max(k, int(np.ceil(k * n_faqs / max(len(only), 1)))), n_faqs, MAX_FILTERED_LEXICAL_K)
     per_query = lexical.search(list(queries), k=k)
     out: list[list[Any]] = []
     for row, candidates in enumerate(per_query):
+        if only is not None:
+            candidates = [h for h in candidates if h.faq_id in only]
         if not candidates:
             out.append([])
             continue

@@ -28,6 +28,7 @@ import numpy as np
 from index import artifacts
 from index.ann import AnnIndex
 from index.answers import AnswerVectors
+from index.selection import Selection, resolve
 from kb.records import is_placeholder
 
 
@@ -44,6 +45,11 @@ class Hit:
 #: the product costs about a millisecond per query, less than Annoy at the search_k that recall@10 >= 0.99
 #: needs, and its recall is 1 (bench/ann_params.py, docs/results.md).
 EXACT_MAX_CELLS = 16_000_000
+#: an Annoy build scores a filter's phrasings exactly from their stored vectors when they hold at most this
+#: many cells (16 MB of fp32: 5k mpnet phrasings), keeping the vectors of SELECTED_VECTOR_SETS filters at
+#: once; a larger selection is searched through Annoy, asked deeper until enough of it comes back
+SELECTED_MAX_CELLS = 4_000_000
+SELECTED_VECTOR_SETS = 4
 
 
 class Retriever:
@@ -248,6 +254,16 @@ class Retriever:
         return self._n_tombstones
 
     @property
+    def tombstones(self) -> np.ndarray:
+        """(n_build_variants,) bool: build variants deleted or edited since the build (read-only)."""
+        return self._tombstones
+
+    @property
+    def delta_rows(self) -> list[tuple[int, str, str]]:
+        """(variant_id, faq_id, question) of the phrasings added or edited since the build."""
+        return self._delta_rows
+
+    @property
     def n_build_variants(self) -> int:
         return len(self._ids)
 
@@ -310,8 +326,9 @@ class Retriever:
         return vectors, found
 
     # --- search -------------------------------------------------------------------------------------
-    def search(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
-        """Per query, the k most similar live variants (Annoy minus tombstones, plus delta), best first."""
+    def search(self, vecs: np.ndarray, k: int, selection: Selection | None = None) -> list[list[Hit]]:
+        """Per query, the k most similar live variants (Annoy minus tombstones, plus delta), best first;
+        with a `selection` (`select(filter)`), only its FAQs' variants, searched exactly (index/selection.py)."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         vecs = np.asarray(vecs, dtype=np.float32)
@@ -319,8 +336,9 @@ class Retriever:
             vecs = vecs[None, :]
         if vecs.ndim != 2 or vecs.shape[1] != self.dim:
             raise ValueError(f"query vectors: expected shape (q, {self.dim}), got {vecs.shape}")
-        delta_scores = vecs @ self._delta_vecs.T if self.n_delta else None
-        built = self._search_built(vecs, k)
+        rows = np.arange(self.n_delta) if selection is None else selection.delta_rows
+        delta_scores = vecs @ self._delta_vecs[rows].T if len(rows) else None
+        built = self._search_built(vecs, k) if selection is None else self._search_selected(vecs, k, selection)
         results = []
         for row in range(len(vecs)):
             hits = built[row]
@@ -328,11 +346,15 @@ class Retriever:
                 scores = delta_scores[row]
                 top = np.argsort(-scores, kind="stable")[:k]
                 for j in top.tolist():
-                    vid, faq_id, question = self._delta_rows[j]
+                    vid, faq_id, question = self._delta_rows[int(rows[j])]
                     hits.append(Hit(vid, faq_id, question, float(scores[j])))
                 hits.sort(key=lambda h: -h.cosine)
             results.append(hits[:k])
         return results
+
+    def select(self, flt: Any) -> Selection:
+        """The FAQs, build items and delta rows that `flt` (kb.filters.FaqFilter) keeps; cached per filter."""
+        return resolve(self, flt)
 
     def _search_built(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Per query, the k most similar live build variants, best first, from wherever the build is searched."""
@@ -342,24 +364,67 @@ class Retriever:
             return self._search_exact(vecs, k)
         return [self._search_annoy(vec, k) for vec in vecs]
 
-    def _search_backend(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
+    def _search_selected(self, vecs: np.ndarray, k: int, selection: Selection) -> list[list[Hit]]:
+        """`_search_built` inside a selection: exact in the matrix product, the selected rows' vectors when
+        they fit one, else Annoy asked deeper in proportion until k selected variants come back."""
+        items = selection.items
+        if not len(items):
+            return [[] for _ in vecs]
+        if self._backend is not None:
+            return self._search_backend(vecs, k, selection)
+        if self._exact is not None:
+            return [self._top_items(items, scores, k) for scores in vecs @ self._exact[items].T]
+        if len(items) * self.dim <= SELECTED_MAX_CELLS:
+            matrix = self.__dict__.setdefault("_selected_vectors", {}).get(selection.key)
+            if matrix is None:
+                store = self.__dict__["_selected_vectors"]
+                if len(store) >= SELECTED_VECTOR_SETS:
+                    store.pop(next(iter(store)))
+                matrix = store[selection.key] = self._ann.item_vectors(items.tolist())
+            return [self._top_items(items, scores, k) for scores in vecs @ matrix.T]
+        keep = np.zeros(len(self._ids), dtype=bool)
+        keep[items] = True
+        out = []
+        for vec in vecs:
+            fetch = min(len(self._ids), int(np.ceil(2 * k * len(self._ids) / len(items))) + self._n_tombstones)
+            while True:
+                found, cosines = self._ann.search_one(vec, fetch, -1)
+                hits = [Hit(int(self._ids[i]), self._faq_ids[i], self._questions[i], float(c))
+                        for i, c in zip(found, cosines) if keep[i]]
+                if len(hits) >= min(k, len(items)) or fetch >= len(self._ids):
+                    break
+                fetch = min(len(self._ids), fetch * 2)
+            out.append(hits[:k])
+        return out
+
+    def _top_items(self, items: np.ndarray, scores: np.ndarray, k: int) -> list[Hit]:
+        want = min(k, len(items))
+        top = np.argpartition(-scores, want - 1)[:want]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [Hit(int(self._ids[items[j]]), self._faq_ids[items[j]], self._questions[items[j]], float(scores[j]))
+                for j in top.tolist()]
+
+    def _search_backend(self, vecs: np.ndarray, k: int, selection: Selection | None = None) -> list[list[Hit]]:
         """The backend's candidates re-ranked by their exact cosine: its own scores may come from quantized
-        vectors, and everything downstream (pooling, calibration, thresholds) was fitted on exact ones."""
-        want = min(k, len(self._ids) - self._n_tombstones)
+        vectors, and everything downstream (pooling, calibration, thresholds) was fitted on exact ones.
+        A selection goes to the backend as the FAQ ids its search is filtered to."""
+        want = min(k, len(self._ids) - self._n_tombstones if selection is None else len(selection.items))
         if want <= 0:
             return [[] for _ in vecs]
         dead = self.__dict__.get("_dead_ids")
         if dead is None:  # once per retriever (immutable)
             dead = self._ids[self._tombstones].tolist()
             self.__dict__["_dead_ids"] = dead
+        only = None if selection is None else sorted(selection.faq_ids)
         out = []
-        for vec, (vids, matrix) in zip(vecs, self._backend.search(vecs, want, exclude=dead)):
+        for vec, (vids, matrix) in zip(vecs, self._backend.search(vecs, want, exclude=dead, faq_ids=only)):
             if matrix is None:  # ids only: the build folder's copy of the same vectors
                 matrix = self.vectors_of(vids.tolist())[0]
             hits = []
             for vid, cosine in zip(vids.tolist(), (matrix @ vec).tolist() if len(vids) else []):
                 item = self._item_of.get(int(vid))
-                if item is not None and not self._tombstones[item]:  # also when the backend could not exclude it
+                if item is not None and not self._tombstones[item] and (only is None or self._faq_ids[item] in
+                                                                         selection.faq_ids):
                     hits.append(Hit(int(vid), self._faq_ids[item], self._questions[item], float(cosine)))
             hits.sort(key=lambda h: -h.cosine)
             out.append(hits[:k])

@@ -103,6 +103,14 @@ def format_validation_errors(errors: list[dict]) -> list[dict[str, str]]:
     out = []
     for error in errors:
         field = "body" if error.get("type") == "json_invalid" else _field_name(error.get("loc", ()))
+        cause = (error.get("ctx") or {}).get("error")
+        part, reason = getattr(cause, "field", None), getattr(cause, "reason", None)
+        if isinstance(part, str) and isinstance(reason, str):
+            # a grammar's own error (kb/filters.py FilterError) names the part inside the field: filter.any[0].tag
+            loc = error.get("loc", ())
+            head = str(loc[-1]) if loc else ""
+            out.append({"field": field + part[len(head):] if part.startswith(head) else field, "message": reason})
+            continue
         out.append({"field": field, "message": _message(error)})
     return out
 

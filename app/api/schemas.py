@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from app.arms import ARMS
+from kb.filters import FaqFilter, parse_filter
 from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
 
 MAX_QUERY_CHARS = 1000
@@ -83,8 +84,21 @@ class MatchRequest(_Strict):
         "sticky per session_id, else FAQ_DEFAULT_ARM)")
     session_id: OptionalText = Field(default=None, max_length=MAX_SESSION_CHARS,
                                      description="the user's session: keeps one A/B arm for the whole session")
+    filter: dict[str, Any] | None = Field(
+        default=None, description='only FAQs that pass: {"all": [C...], "any": [C...], "none": [C...]}, a condition C '
+        'being {"key": K, "value": V} (metadata), {"tag": T} or {"source": S}; docs/filters.md')
 
     _query_not_blank = field_validator("query")(_not_blank)
+
+    @field_validator("filter")
+    @classmethod
+    def _valid_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            parse_filter(value)  # a FilterError names the part at fault (errors.py reads its field)
+        return value
+
+    def parsed_filter(self) -> FaqFilter | None:
+        return None if self.filter is None else parse_filter(self.filter)
 
     @field_validator("arm")
     @classmethod

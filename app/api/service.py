@@ -69,6 +69,7 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
             top_k=item.top_k if item.top_k is not None else settings.default_top_k,
             threshold=item.threshold,
             arm=arm,
+            filter=item.parsed_filter(),
         )
         for item, arm in zip(items, arms)
     ]

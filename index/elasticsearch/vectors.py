@@ -61,6 +61,8 @@ OVERSAMPLE = 2
 MIN_NUM_CANDIDATES = 100
 #: Elasticsearch refuses num_candidates (and so k) above this
 MAX_NUM_CANDIDATES = 10_000
+#: FAQ ids a kNN filter names at most (Elasticsearch refuses a terms query over index.max_terms_count, 65,536)
+MAX_FILTER_TERMS = 60_000
 #: tombstoned variant ids sent as a `must_not` filter; beyond this many the search over-fetches by their
 #: number instead (a request body of 10k ids is already ~100 kB; a rebuild folds tombstones away)
 MAX_EXCLUDED_IDS = 10_000
@@ -383,10 +385,12 @@ class EsPhrasingSearch:
     def index_name(self) -> str:
         return self.store.index_name(self.version)
 
-    def search(self, vecs: np.ndarray, want: int, exclude: Sequence[int] = ()) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    def search(self, vecs: np.ndarray, want: int, exclude: Sequence[int] = (),
+               faq_ids: Sequence[str] | None = None) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Per query, (variant_ids, their stored vectors or None without `with_vectors`) of about OVERSAMPLE *
         `want` nearest phrasings of this version, minus the `exclude`d variant ids, in Elasticsearch's order
-        (approximate: re-rank them)."""
+        (approximate: re-rank them). `faq_ids`: only those FAQs' phrasings, in the kNN `filter`, so the
+        engine searches inside them (a filter of few documents is searched exhaustively)."""
         vecs = np.asarray(vecs, dtype=np.float32)
         if vecs.ndim == 1:
             vecs = vecs[None, :]
@@ -401,6 +405,8 @@ class EsPhrasingSearch:
                                           {"term": {"kind": "phrasing"}}]}
         if excluded:
             flt["must_not"] = [{"terms": {"variant_id": [int(v) for v in excluded]}}]
+        if faq_ids is not None and len(faq_ids) <= MAX_FILTER_TERMS:  # more: the caller's own check filters
+            flt["filter"].append({"terms": {"faq_id": [str(f) for f in faq_ids]}})
         body: list[dict] = []
         for vec in vecs:
             body.append({"index": self.index_name})

@@ -161,11 +161,13 @@ class MiniLMText:
         items: Sequence[Sequence[int]] | None = None,
         device: str | torch.device = "cpu",
         max_len: int | None = None,
+        remember: bool = True,
     ) -> dict[str, torch.Tensor]:
         """`MSEM.forward` keyword inputs {token_states (B,T,384) float32, mask (B,T) bool}.
 
         With the cache on, cached sentences skip the tokenizer and the transformer; `items` (from
         `prepare`) may then be None, in which case `max_len` is needed for the sentences not cached.
+        `remember=False` computes the texts not cached without adding them (one-off variants of a text).
         """
         if items is not None and len(items) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(items)} items")
@@ -185,7 +187,9 @@ class MiniLMText:
                 todo_items = [items[i] for i in todo]
             for i, s in zip(todo, self.token_states(todo_items)):
                 if self.cache is not None:
-                    s = self.cache[texts[i]] = s.half()  # what training sees is what the cache holds
+                    s = s.half()  # what training sees is what the cache holds
+                    if remember:
+                        self.cache[texts[i]] = s
                 states[i] = s
         if len(states) == 0:
             raise ValueError("no sentences to batch")

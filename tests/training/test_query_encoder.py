@@ -166,3 +166,61 @@ def test_refinement_on_a_kb_is_kept_only_where_dev_queries_say_so(tmp_path, caps
     assert f"{report['dev_top1_start']:.3f} at the start" in capsys.readouterr().err
     vecs = load_encoder(str(out), runtime="torch", device="cpu", cache_dir=tmp_path / "cache").encode(["hi there"])
     assert vecs.shape == (1, json.loads((start / "config.json").read_text())["dim"])
+
+
+def test_teacher_pack_round_trip_is_near_lossless_and_refuses_damage(tmp_path):
+    import pytest
+
+    from training.loop import TrainError
+    from training.query_encoder.pack import pack_lookup, read_pack, write_pack
+
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((50, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = [f"question number {i}" for i in range(50)]
+    path = tmp_path / "t.pack"
+    meta = write_pack(path, texts, vectors, teacher_id="t", runtime="torch", n_corpus=40)
+    got, back, read_meta = read_pack(path)
+    assert got == texts and read_meta == meta and meta["n_corpus"] == 40
+    assert np.min(np.sum(back * vectors, axis=1)) > 0.9999
+    assert np.allclose(pack_lookup(path, got, back)(["question number 3"]), back[3:4])
+    with pytest.raises(TrainError, match="lacks 1 text"):
+        pack_lookup(path, got, back)(["not in it"])
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(TrainError, match="not a teacher pack"):
+        read_pack(path)
+
+
+def test_a_pack_trains_the_student_without_the_teacher(tmp_path, capsys, query_encoder_work, monkeypatch):
+    """The pack written beside a fit carries the dev KB's texts too, so a fine-tuning from it (with user-like
+    slips) runs where the teacher cannot be loaded, and the folder still names the teacher it was fitted to."""
+    pack = tmp_path / "teacher.pack"
+    assert faq(["train", "query-encoder", "--out", str(tmp_path / "ridge"), "--kb", DEMO, "--work",
+                str(query_encoder_work), "--teacher", "msem", "--runtime", "torch", "--dev", QUERIES,
+                "--write-teacher-pack", str(pack)]) == 0
+    teacher_id = json.loads((tmp_path / "ridge" / "config.json").read_text())["teacher"]
+    import models.encoders.load as load
+
+    real = load.load_encoder
+    monkeypatch.setattr(load, "load_encoder",
+                        lambda spec, **kw: (_ for _ in ()).throw(AssertionError("teacher loaded"))
+                        if spec == "msem" else real(spec, **kw))
+    out = tmp_path / "student"
+    assert faq(["train", "query-encoder", "--out", str(out), "--teacher-pack", str(pack), "--kb", DEMO, "--dev",
+                QUERIES, "--work", str(tmp_path / "w"), "--runtime", "torch", "--train-layers", "1", "--epochs", "1",
+                "--typos", "0.5", "--device", "cpu"]) == 0
+    assert "dev top-1:" in capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    assert config["teacher"] == teacher_id and config["train_layers"] == 1
+
+
+def test_slips_change_one_word_of_a_query_at_most():
+    from training.query_encoder.slips import slip
+
+    rng = np.random.default_rng(0)
+    text = "How long does delivery take to Scotland?"
+    for _ in range(200):
+        out = slip(text, rng)
+        changed = [a for a, b in zip(text.rstrip("?").split(), out.rstrip("?").split()) if a != b]
+        assert len(changed) <= 1 and abs(len(out) - len(text)) <= 1
+    assert slip("ok", rng) == "ok"

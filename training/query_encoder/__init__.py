@@ -34,6 +34,7 @@ import numpy as np
 from training.loop import TrainError
 from training.query_encoder.corpus import corpus_sentences
 from training.query_encoder.dev import pair_dev_files, read_dev_set
+from training.query_encoder.pack import pack_lookup, read_pack, write_pack
 from training.query_encoder.vectors import agreement, base_agreement, cached_vectors, fit_projection
 
 __all__ = ["QueryEncoderConfig", "agreement", "cached_vectors", "corpus_sentences", "fit_projection",
@@ -64,6 +65,7 @@ class QueryEncoderConfig:
     stop_after_minutes: float | None = None
     epoch_sentences: int | None = None  # an "epoch" of this many sentences: dev is measured that often
     answer_weight: float = 0.6  # how dev queries rank FAQs (the service's FAQ_ANSWER_WEIGHT)
+    typos: float = 0.0  # share of training sentences given one user-like slip per draw (target: the clean text's)
 
     def validate(self) -> None:
         if self.ridge < 0:
@@ -79,6 +81,8 @@ class QueryEncoderConfig:
                 raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.epoch_sentences is not None and self.epoch_sentences < self.batch_size:
             raise TrainError(f"epoch_sentences must be >= batch_size ({self.batch_size}), got {self.epoch_sentences}")
+        if not 0 <= self.typos <= 1:
+            raise TrainError(f"typos must be in [0, 1], got {self.typos}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise TrainError(f"max_minutes must be > 0, got {self.max_minutes}")
 
@@ -87,10 +91,13 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
                         work: str | Path, config: QueryEncoderConfig | None = None, runtime: str = "auto",
                         device: str | None = None, cache_dir: str | Path | None = None,
                         threads: int | None = None, resume: bool = False,
-                        dev_files: Sequence[str | Path] = (), init_from: str | Path | None = None) -> dict:
+                        dev_files: Sequence[str | Path] = (), init_from: str | Path | None = None,
+                        teacher_pack: str | Path | None = None, write_teacher_pack: str | Path | None = None) -> dict:
     """Corpus -> cached teacher and base vectors -> ridge projection -> (with `train_layers`, the base's top
     layers and the projection fine-tuned) -> the folder in `out` (+ `training.json`). With `init_from`: a
-    KB refinement of that folder (`refine_query_encoder`)."""
+    KB refinement of that folder (`refine_query_encoder`). `write_teacher_pack` also saves the corpus and
+    the teacher's vectors (the dev KBs' texts included) in one file; `teacher_pack` trains from such a file
+    instead of the corpus and never loads the teacher (pack.py)."""
     from models.encoders.load import load_encoder
     from models.encoders.query import save_query_encoder
 
@@ -100,18 +107,30 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
         return refine_query_encoder(out, init_from, kb_files=kb_files, dev_files=dev_files, work=work, config=cfg,
                                     runtime=runtime, device=device, cache_dir=cache_dir, threads=threads,
                                     resume=resume)
-    if dev_files and not cfg.train_layers:
+    if dev_files and not cfg.train_layers and write_teacher_pack is None:
         raise TrainError("--dev picks the fine-tuning's epoch: give --train-layers N too")
     pairs = pair_dev_files(kb_files, dev_files)
-    texts, counts = corpus_sentences(data_dir, kb_files)
+    work = Path(work)
+    t0 = time.perf_counter()
+    if teacher_pack is not None:
+        packed, packed_vectors, meta = read_pack(teacher_pack)
+        texts, tv = packed[:meta["n_corpus"]], packed_vectors[:meta["n_corpus"]]
+        counts = {f"pack:{Path(teacher_pack).name}": len(texts)}
+        teacher_id, teacher_runtime = meta["teacher"], meta["runtime"]
+        lookup = pack_lookup(teacher_pack, packed, packed_vectors)
+    else:
+        texts, counts = corpus_sentences(data_dir, kb_files)
     if len(texts) < 100:
         raise TrainError(f"only {len(texts)} sentences: give --data (../shared/data) and/or --kb files")
     log.info("corpus: %d sentences (%s)", len(texts), ", ".join(f"{k} {v}" for k, v in counts.items()))
-    t0 = time.perf_counter()
-    teacher = load_encoder(cfg.teacher, device=device, runtime=runtime, threads=threads, cache_dir=cache_dir)
+    if teacher_pack is None:
+        teacher = load_encoder(cfg.teacher, device=device, runtime=runtime, threads=threads, cache_dir=cache_dir)
+        teacher_id, teacher_runtime = teacher.id, teacher.runtime
+        tv = cached_vectors(teacher, texts, work / f"teacher-{_slug(teacher.id)}-{teacher.runtime}")
+        lookup = _known_first(texts, tv, teacher)
+        if write_teacher_pack is not None:
+            _write_pack(write_teacher_pack, texts, tv, teacher, [read_dev_set(kb, dev) for kb, dev in pairs])
     base = load_encoder(cfg.base, device=device, runtime=runtime, threads=threads, cache_dir=cache_dir)
-    work = Path(work)
-    tv = cached_vectors(teacher, texts, work / f"teacher-{_slug(teacher.id)}-{teacher.runtime}")
     bv = cached_vectors(base, texts, work / f"base-{_slug(base.id)}-{base.runtime}")
     encode_s = time.perf_counter() - t0
     rng = np.random.default_rng(cfg.seed)
@@ -121,21 +140,21 @@ def train_query_encoder(out: str | Path, *, data_dir: str | Path | None, kb_file
     weight, bias = fit_projection(bv[train], tv[train], cfg.ridge)
     report = {
         "config": asdict(cfg), "sentences": len(texts), "sources": counts, "held_out": int(n_held),
-        "teacher_id": teacher.id, "base_id": base.id, "runtime": {"teacher": teacher.runtime, "base": base.runtime},
+        "teacher_id": teacher_id, "base_id": base.id, "runtime": {"teacher": teacher_runtime, "base": base.runtime},
         "held_out_mapped": agreement(bv[held] @ weight + bias, tv[held], seed=cfg.seed),
         "held_out_base_as_is": {"nearest_agreement": base_agreement(bv[held], tv[held], cfg.seed)},
         "encode_s": round(encode_s, 1),
     }
     if not cfg.train_layers:
-        save_query_encoder(out, weight, bias, base=cfg.base, teacher=teacher.id,
+        save_query_encoder(out, weight, bias, base=cfg.base, teacher=teacher_id,
                            fit={"method": "ridge", "ridge": cfg.ridge, "sentences": int(len(train)),
                                 "held_out_mean_cosine": report["held_out_mapped"]["mean_cosine"]})
     else:  # the fit only starts the fine-tuning, whose best epoch is the folder (kept across --resume)
         from training.query_encoder.student import StudentTrainer
 
-        dev_sets = [read_dev_set(kb, dev).attach(_known_first(texts, tv, teacher)) for kb, dev in pairs]
+        dev_sets = [read_dev_set(kb, dev).attach(lookup) for kb, dev in pairs]
         trainer = StudentTrainer(out, cfg, texts=texts, teacher_vectors=tv, train_idx=train, held_idx=held,
-                                 weight=weight, bias=bias, teacher_id=teacher.id, device=device, cache_dir=cache_dir,
+                                 weight=weight, bias=bias, teacher_id=teacher_id, device=device, cache_dir=cache_dir,
                                  resume=resume, dev_sets=dev_sets)
         report["fine_tune"] = trainer.run()
         report["held_out_mapped"] = report["fine_tune"]["held_out"]
@@ -206,6 +225,16 @@ def refine_query_encoder(out: str | Path, init_from: str | Path, *, kb_files: Se
               "fine_tune": summary}
     (Path(out) / "refine.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return report
+
+
+def _write_pack(path: str | Path, texts: list[str], tv: np.ndarray, teacher: Any, dev_sets: list) -> None:
+    known = set(texts)
+    extra = list(dict.fromkeys(t for d in dev_sets for t in d.texts() if t not in known))
+    vectors = np.concatenate([tv, teacher.encode(extra)]) if extra else tv
+    meta = write_pack(path, texts + extra, vectors, teacher_id=teacher.id, runtime=teacher.runtime,
+                      n_corpus=len(texts))
+    log.info("teacher pack %s: %d corpus texts + %d dev KB texts, %.1f MB", path, meta["n_corpus"], len(extra),
+             Path(path).stat().st_size / 1e6)
 
 
 def _known_first(texts: Sequence[str], vectors: np.ndarray, teacher: Any) -> Callable[[list[str]], np.ndarray]:

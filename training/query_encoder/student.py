@@ -5,7 +5,8 @@ a sentence where the teacher (mpnet) puts it.
       -> trainable copies of layers 7-N..6 -> masked mean pool -> L2 -> x W + b -> L2 -> s (B, 768)
     loss = mean(1 - cos(s, t)) + contrastive * CE(s tᵀ / temperature, diagonal)     t: teacher vectors (B, 768)
 
-The first term pulls each query onto the teacher's vector of the same text; the in-batch term ranks it
+The first term pulls each query onto the teacher's vector of the same text (with `typos`, a share of the
+texts carry a user-like slip each time they are drawn, slips.py, and still aim at the clean text's vector); the in-batch term ranks it
 above the teacher's vectors of the other sentences in the batch, which is how it is used (a query against
 the FAQ side's vectors). The pooling is sentence-transformers' (every wordpiece, [CLS] and [SEP] too), so
 the served base (the packaged MiniLM with these layers, models/encoders/query.py) computes the same
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from training.loop import TrainError, Trainer
+from training.query_encoder.slips import slip
 from training.query_encoder.vectors import agreement
 
 log = logging.getLogger(__name__)
@@ -99,9 +101,9 @@ class StudentTrainer(Trainer):
         return {"top": self.top.state_dict(), "projection": self.projection.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "start_metric": getattr(self, "start_metric", None)}
 
-    def forward(self, texts: Sequence[str]) -> torch.Tensor:
+    def forward(self, texts: Sequence[str], remember: bool = True) -> torch.Tensor:
         """Sentences -> (B, 768) L2-normalised, through the cached frozen states and the trainable layers."""
-        inputs = self.text.batch_inputs(list(texts), device=self.device, max_len=self.cfg.max_len)
+        inputs = self.text.batch_inputs(list(texts), device=self.device, max_len=self.cfg.max_len, remember=remember)
         x, mask = inputs["token_states"], inputs["mask"]  # (B, T, 384), (B, T)
         for layer in self.top:
             x = layer(x, mask)
@@ -128,8 +130,12 @@ class StudentTrainer(Trainer):
         batches = [order[i:i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
         losses = []
         bar = self.progress(len(batches), "batch")
+        slipped = np.random.default_rng([self.cfg.seed, self.epoch])
         for idx in self.in_time(batches):
-            s = self.forward([self.texts[i] for i in idx])
+            texts = [self.texts[i] for i in idx]
+            if cfg.typos:  # the teacher's vector of the clean text stays the target (slips.py)
+                texts = [slip(t, slipped) if slipped.random() < cfg.typos else t for t in texts]
+            s = self.forward(texts, remember=not cfg.typos)
             t = self.teacher[idx].to(self.device)
             loss = (1.0 - (s * t).sum(-1)).mean()
             if cfg.contrastive and self.groups is not None:
