@@ -268,3 +268,29 @@ def test_searches_never_fail_while_the_alias_swaps_back_and_forth(kb_store, mini
             thread.join(timeout=30)
     assert failures == [] and done["served"] > 0 and done["alias"] > 0
     assert registry.current() == second == es_store.current_version()
+
+
+def test_a_filtered_knn_search_equals_the_in_process_one(store, index_kb_records, minilm_encoder, tmp_path, es_store):
+    """The filter's FAQ ids go to Elasticsearch as the kNN `filter`: the engine returns the best phrasings
+    inside it, however few, and they are the in-process exact search's."""
+    from dataclasses import replace
+
+    from kb.filters import parse_filter
+
+    faqs = sorted({r.faq_id for r in index_kb_records})
+    kept = set(faqs[::5])
+    records, seen = [], set()
+    for r in index_kb_records:
+        first = r.faq_id not in seen
+        seen.add(r.faq_id)
+        records.append(replace(r, metadata={"area": "kept" if r.faq_id in kept else "other"} if first else None))
+    store.import_records(records)
+    registry = EsBuildRegistry(tmp_path / "indexes", es_store)
+    build(store, minilm_encoder, registry)
+    flt = parse_filter({"all": [{"key": "area", "value": "KEPT"}]})
+    remote, local = served(registry, store, minilm_encoder), in_process(registry, store, minilm_encoder)
+    vecs = minilm_encoder.encode(QUERIES)
+    for k in (1, 5, 50):
+        for a, b in zip(remote.search(vecs, k, remote.select(flt)), local.search(vecs, k, local.select(flt))):
+            assert_same_hits(a, b)
+            assert {h.faq_id for h in a} <= kept and len(a) == min(k, len(local.select(flt).items))
