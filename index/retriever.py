@@ -273,6 +273,11 @@ class Retriever:
         return self._ann
 
     @property
+    def build_variant_ids(self) -> np.ndarray:
+        """The build variants' variant_ids, in build order (Annoy item -> variant_id)."""
+        return self._ids
+
+    @property
     def build_faq_ids(self) -> list[str]:
         """The build variants' faq_ids, in build order (tombstoned ones included)."""
         return self._faq_ids

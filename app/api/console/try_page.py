@@ -3,6 +3,7 @@ and counted the same), why it matched (explain.py), and its feedback: right, wro
 (`service.record_feedback`, as `POST /feedback`)."""
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -22,6 +23,7 @@ from app.pipeline import NoIndexError
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
+from kb.files import nesting_problem
 from kb.records import field_problem
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ router = page_router()
 async def try_page(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)
-    return render(request, "try.html", session=session, kb=kb, query="", top_k="", errors={}, result=None)
+    return render(request, "try.html", session=session, kb=kb, query="", top_k="", filter="", errors={}, result=None)
 
 
 @router.post("/kbs/{kb}/try")
@@ -41,8 +43,16 @@ async def try_question(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
     query, top_k = fields.get("query", ""), fields.get("top_k", "").strip()
-    page = {"session": session, "kb": kb, "query": query, "top_k": top_k, "result": None}
+    flt = fields.get("filter", "").strip()
+    page = {"session": session, "kb": kb, "query": query, "top_k": top_k, "filter": flt, "result": None}
     values: dict[str, Any] = {"query": query}
+    if flt:
+        try:
+            values["filter"] = json.loads(flt)
+        except RecursionError:
+            return render(request, "try.html", 422, errors={"filter": f"filter: {nesting_problem()}"}, **page)
+        except ValueError as exc:
+            return render(request, "try.html", 422, errors={"filter": f"filter: not JSON ({exc})"}, **page)
     if top_k:
         if not top_k.isascii() or not top_k.isdigit():
             return render(request, "try.html", 422, errors={"top_k": "must be an integer"}, **page)

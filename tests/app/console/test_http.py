@@ -261,6 +261,8 @@ def test_bad_query_input_is_a_4xx_naming_the_field(served, path, field):
     ({"query": "x" * 1001}, 422, "query"), ({"query": "refund", "top_k": "abc"}, 422, "top_k"),
     ({"query": "refund", "top_k": "99"}, 422, "top_k"), ({"query": "refund", "top_k": "0"}, 422, "top_k"),
     ({"query": "refund", "top_k": "9" * 40}, 422, "top_k"), ({"query": "refund", "top_k": "-1"}, 422, "top_k"),
+    ({"query": "refund", "filter": "{not json"}, 422, "filter"), ({"query": "refund", "filter": "[" * 5000}, 422, "filter"),
+    ({"query": "refund", "filter": '{"all": [{"tag": ""}]}'}, 422, "filter"),
 ])
 def test_bad_question_input_is_shown_next_to_the_field(served, fields, status, field):
     client, csrf = sign_in(served, ROOT)
@@ -485,6 +487,18 @@ def test_two_sign_in_pages_open_at_once_both_work(served):
 def weights_of(html: str) -> dict[str, float]:
     return {word: float(weight) for weight, word in
             re.findall(r'<span class="word w\d" data-weight="(-?[0-9.]+)" title="[^"]*">([^<]+)</span>', html)}
+
+
+def test_try_takes_a_filter(served):
+    client, csrf = sign_in(served, ROOT)
+    flt = '{"none": [{"tag": "nothing-has-it"}], "all": [{"source": "nowhere"}]}'
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "how do I get a refund", "filter": flt})
+    assert r.status_code == 200 and 'data-faq-id="' not in r.text and 'id="decision" class="decision-abstain"' in r.text
+    assert "nothing-has-it" in r.text, "the filter stays in its field"
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "how do I get a refund", "filter": "{}"})
+    assert 'data-faq-id="refund"' in r.text
+    r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "refund", "filter": '{"all": [{"tag": ""}]}'})
+    assert "filter.all[0].tag" in r.text.split('id="filter-error"', 1)[1].split("</p>", 1)[0]
 
 
 def test_try_shows_why_it_matched(served):
