@@ -273,6 +273,18 @@ class Retriever:
         return self._ann
 
     @property
+    def item_faqs(self) -> tuple[list[str], np.ndarray]:
+        """(the build's distinct faq_ids, (n_build_variants,) each item's row among them): a filter is
+        resolved per FAQ, then spread to the items in one step. Shared by every with_kb() copy."""
+        found = self.__dict__.get("_item_faqs")
+        if found is None:
+            names = sorted(set(self._faq_ids))
+            row = {f: i for i, f in enumerate(names)}
+            found = (names, np.fromiter((row[f] for f in self._faq_ids), dtype=np.int64, count=len(self._faq_ids)))
+            self.__dict__["_item_faqs"] = found
+        return found
+
+    @property
     def build_variant_ids(self) -> np.ndarray:
         """The build variants' variant_ids, in build order (Annoy item -> variant_id)."""
         return self._ids
@@ -377,8 +389,8 @@ class Retriever:
             return [[] for _ in vecs]
         if self._backend is not None:
             return self._search_backend(vecs, k, selection)
-        if self._exact is not None:
-            return [self._top_items(items, scores, k) for scores in vecs @ self._exact[items].T]
+        if self._exact is not None:  # the whole product costs less than copying the selected rows out
+            return [self._top_items(items, scores[items], k) for scores in self._exact_scores(vecs)]
         if len(items) * self.dim <= SELECTED_MAX_CELLS:
             matrix = self.__dict__.setdefault("_selected_vectors", {}).get(selection.key)
             if matrix is None:
@@ -438,17 +450,7 @@ class Retriever:
     def _search_exact(self, vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Every query against every live build vector in one matrix product: for a small build this
         is faster than Annoy at the search_k its recall needs, and exact."""
-        keys = [v.tobytes() for v in vecs]
-        recent: dict[bytes, np.ndarray] = getattr(self._recent, "rows", {})
-        todo = [i for i, key in enumerate(keys) if key not in recent]
-        fresh = vecs[todo] @ self._exact.T if todo else None  # (len(todo), n)
-        scores = np.empty((len(vecs), len(self._ids)), dtype=np.float32)
-        for row, key in enumerate(keys):
-            if key in recent:
-                scores[row] = recent[key]
-        if fresh is not None:
-            scores[todo] = fresh
-        self._recent.rows = {key: scores[row] for row, key in enumerate(keys)}
+        scores = self._exact_scores(vecs)
         scores = scores.copy() if self._n_tombstones else scores
         if self._n_tombstones:
             scores[:, self._tombstones] = -np.inf
@@ -464,6 +466,22 @@ class Retriever:
             out.append([Hit(int(self._ids[i]), self._faq_ids[i], self._questions[i], float(c))
                         for i, c in zip(items, cosines)])
         return out
+
+    def _exact_scores(self, vecs: np.ndarray) -> np.ndarray:
+        """(q, n_build_variants) cosines with every build vector, tombstoned ones included; the last call's
+        rows are remembered per thread (`deepen` asks again for the same queries)."""
+        keys = [v.tobytes() for v in vecs]
+        recent: dict[bytes, np.ndarray] = getattr(self._recent, "rows", {})
+        todo = [i for i, key in enumerate(keys) if key not in recent]
+        fresh = vecs[todo] @ self._exact.T if todo else None  # (len(todo), n)
+        scores = np.empty((len(vecs), len(self._ids)), dtype=np.float32)
+        for row, key in enumerate(keys):
+            if key in recent:
+                scores[row] = recent[key]
+        if fresh is not None:
+            scores[todo] = fresh
+        self._recent.rows = {key: scores[row] for row, key in enumerate(keys)}
+        return scores
 
     def _search_annoy(self, vec: np.ndarray, k: int) -> list[Hit]:
         n_live = len(self._ids) - self._n_tombstones

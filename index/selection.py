@@ -54,8 +54,9 @@ def resolve(retriever: Any, flt: Any) -> Selection:
     if fields is None:
         fields = retriever.__dict__["_faq_fields"] = faq_fields(retriever)
     faq_ids = flt.select(fields)
-    items = np.flatnonzero(np.fromiter((f in faq_ids for f in retriever.build_faq_ids), dtype=bool,
-                                       count=len(retriever.build_faq_ids)) & ~retriever.tombstones)
+    names, item_faq = retriever.item_faqs  # each build item's FAQ as a row of `names`
+    kept = np.fromiter((f in faq_ids for f in names), dtype=bool, count=len(names))
+    items = np.flatnonzero(kept[item_faq] & ~retriever.tombstones) if len(item_faq) else np.zeros(0, np.int64)
     delta = np.asarray([row for row, (_, f, _) in enumerate(retriever.delta_rows) if f in faq_ids], dtype=np.int64)
     selection = Selection(faq_ids, items, delta, key)
     if len(cache) >= MAX_SELECTIONS:
