@@ -30,6 +30,7 @@ from app.decision import Decider
 from app.query_cache import QueryCache, cache_text
 from app.served_build import OpenBuilds, ServedBuild
 from app.stages.base import Stage
+from app.turns import NO_TURN, Turn, plan_turn
 from index.answers import nearest_weight
 from index.calibration import calibration_for
 from index.candidates import (
@@ -60,6 +61,7 @@ class MatchQuery:
     threshold: float | None = 0.5  # None: the decider's (FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD)
     arm: str = "ann"  # app.arms.ARMS
     filter: Any = None  # kb.filters.FaqFilter: only the FAQs it keeps are candidates (None: every FAQ)
+    turn: Turn | None = None  # the previous turn (app/turns.py)
 
     def selection(self, retriever: RetrieverLike) -> Any:
         """The retriever's index/selection.py `Selection` of this query's filter, or None without one."""
@@ -80,6 +82,7 @@ class MatchResult:
     options: list[FaqMatch] = field(default_factory=list)  # clarify: the plausible FAQs
     threshold: float = 0.5  # the threshold the decision used
     expected_precision: float | None = None  # the build's expected precision at that threshold
+    context: dict = field(default_factory=lambda: NO_TURN.report())  # what the previous turn changed (app/turns.py)
 
 
 #: one group of `Pipeline.run`: its queries, the retriever that answers them, and when they were submitted
@@ -195,7 +198,8 @@ class Pipeline:
     # -- the query cache -------------------------------------------------------------------------
     def _cache_key(self, request: MatchQuery, options: tuple) -> tuple:
         flt = None if request.filter is None or request.filter.is_empty else request.filter.key()
-        return (cache_text(request.query), request.arm, request.top_k, request.threshold, flt, options)
+        turn = None if request.turn is None else request.turn.key()
+        return (cache_text(request.query), request.arm, request.top_k, request.threshold, flt, turn, options)
 
     def cached(self, requests: Sequence[MatchQuery], retriever: RetrieverLike) -> list[MatchResult | None]:
         """Each request's result from the query cache (as this request's: its own text, `cached` set,
@@ -247,6 +251,7 @@ class Pipeline:
         started = started if started is not None else time.perf_counter()
         t1 = time.perf_counter()
         selections = [r.selection(retriever) for r in requests]
+        plans = [plan_turn(r.turn, r.query, retriever) for r in requests]
         hits_per_query = self.retrieve(requests, vecs, retriever, selections)
         # after the search: a retriever that cannot search leaves the served build of the last one in place
         served = self.served(retriever)
@@ -279,14 +284,16 @@ class Pipeline:
         counts = variant_counts(retriever) if pool > 1 else None
         decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight, build) is not None
         hidden = getattr(retriever, "context_only", frozenset())
-        for request, hits, a_cos, floor, selection in zip(requests, hits_per_query, answer_cos, floors, selections):
+        for request, hits, a_cos, floor, selection, plan in zip(requests, hits_per_query, answer_cos, floors, selections,
+                                                                plans):
             reranked = uses_stages(request.arm)
             depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
             grouped = group_hits(hits, answers, calibration, depth,
                                  pool=pool, counts=counts if base_arm(request.arm) == "ann" else None,
                                  answer_cos=a_cos, answer_weight=weight, floor=floor)
-            if hidden:  # before the stages and the decision: they judge only what may be answered
-                grouped = [m for m in grouped if m.faq_id not in hidden]
+            shut = hidden - plan.prompted if plan.prompted else hidden
+            if shut:  # before the stages and the decision: they judge only what may be answered
+                grouped = [m for m in grouped if m.faq_id not in shut]
             if selection is not None:  # the search kept to the filter already; this is the guarantee
                 grouped = [m for m in grouped if m.faq_id in selection.faq_ids]
             if reranked:
@@ -305,22 +312,32 @@ class Pipeline:
         ref = decider.reference(retriever, pool, weight, build) if self.scoring == "model" else None
         table = decider.table(retriever, pool, weight, build) if ref is not None else None
         results: list[MatchResult] = []
-        for request, matches in zip(requests, ranked):
+        for request, matches, plan, selection in zip(requests, ranked, plans, selections):
             staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
             if ref is not None and not staged:
                 matches = decider.rescore(request.query, matches, retriever, ref, build)[: request.top_k]
             decision = decider.decide(matches, decider.threshold(request.threshold, table),
                                       None if staged else table)
             answer = matches[0] if decision.kind == "answer" else None
+            kind, options, expected = decision.kind, list(decision.options), decision.expected_precision
+            if plan.clicked is not None and (selection is None or plan.clicked in selection.faq_ids):
+                # a prompt sent back names its FAQ: certain, whatever the search thought of the words
+                found = next((m for m in matches if m.faq_id == plan.clicked), None)
+                answer = FaqMatch(faq_id=plan.clicked, question=plan.prompt or request.query,
+                                  answer=retriever.answers[plan.clicked][0], score=1.0,
+                                  cosine=found.cosine if found else 1.0)
+                matches = [answer] + [m for m in matches if m.faq_id != plan.clicked][: request.top_k - 1]
+                kind, options, expected = "answer", [], None
             results.append(
                 MatchResult(
                     query=request.query,
                     matches=matches,
                     answer=answer,
-                    decision=decision.kind,
-                    options=list(decision.options),
+                    decision=kind,
+                    options=options,
                     threshold=decision.threshold,
-                    expected_precision=decision.expected_precision,
+                    expected_precision=expected,
+                    context=plan.report(),
                     index_version=str(retriever.version),
                     timings_ms={
                         "encode": round(encode_ms, 3),

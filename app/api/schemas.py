@@ -69,6 +69,23 @@ def _not_blank(value: str) -> str:
 
 
 # -- /match -------------------------------------------------------------------------------------
+class MatchContext(_Strict):
+    """The previous turn of the conversation (docs/context.md)."""
+
+    previous_faq_id: OptionalText = Field(default=None, min_length=1, max_length=MAX_ID_CHARS,
+                                          description="the FAQ answered (or picked) in the previous turn")
+    previous_query: OptionalText = Field(default=None, min_length=1, max_length=MAX_QUERY_CHARS,
+                                         description="the user's previous message")
+
+
+class ContextOut(BaseModel):
+    applied: Literal["none", "follow_up", "prompted", "unknown_previous"] = Field(
+        description="follow_up: the query was one of the previous FAQ's prompts, its FAQ is the answer; prompted: "
+                    "the previous FAQ's context-only follow-ups were candidates; unknown_previous: previous_faq_id "
+                    "is not an FAQ of the KB (deleted?), matched without context; none: no context given")
+    note: str | None = None
+
+
 class MatchRequest(_Strict):
     query: Text = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the user's question")
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K, description="FAQs to return (default 5)")
@@ -84,6 +101,7 @@ class MatchRequest(_Strict):
         "sticky per session_id, else FAQ_DEFAULT_ARM)")
     session_id: OptionalText = Field(default=None, max_length=MAX_SESSION_CHARS,
                                      description="the user's session: keeps one A/B arm for the whole session")
+    context: MatchContext | None = Field(default=None, description="the previous turn: previous_faq_id, previous_query")
     filter: dict[str, Any] | None = Field(
         default=None, description='only FAQs that pass: {"all": [C...], "any": [C...], "none": [C...]}, a condition C '
         'being {"key": K, "value": V} (metadata), {"tag": T} or {"source": S}; docs/filters.md')
@@ -165,6 +183,8 @@ class MatchResponse(BaseModel):
                                   "re-ranking stage made the score")
     timings_ms: Timings
     cached: bool = Field(default=False, description="answered from the query cache (same query, options and index)")
+    context: ContextOut = Field(default_factory=lambda: ContextOut(applied="none"),
+                                description="what the request's context changed")
 
 
 class BatchMatchResponse(BaseModel):

@@ -21,6 +21,7 @@ from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.arms import arm_split, resolve_arm, uses_stages
 from app.pipeline import MatchQuery, MatchResult
+from app.turns import Turn
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
             threshold=item.threshold,
             arm=arm,
             filter=item.parsed_filter(),
+            turn=None if item.context is None else Turn(item.context.previous_faq_id, item.context.previous_query),
         )
         for item, arm in zip(items, arms)
     ]
@@ -124,6 +126,7 @@ def _response(arm: str, result: MatchResult, retriever: Any = None) -> MatchResp
             "expected_precision": result.expected_precision,
             "timings_ms": result.timings_ms,
             "cached": result.cached,
+            "context": result.context,
         }
     )
 
