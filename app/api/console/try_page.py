@@ -35,7 +35,8 @@ router = page_router()
 async def try_page(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)
-    return render(request, "try.html", session=session, kb=kb, query="", top_k="", filter="", errors={}, result=None)
+    return render(request, "try.html", session=session, kb=kb, query="", top_k="", filter="", previous_faq_id="",
+                  errors={}, result=None)
 
 
 @router.post("/kbs/{kb}/try")
@@ -43,9 +44,12 @@ async def try_question(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
     query, top_k = fields.get("query", ""), fields.get("top_k", "").strip()
-    flt = fields.get("filter", "").strip()
-    page = {"session": session, "kb": kb, "query": query, "top_k": top_k, "filter": flt, "result": None}
+    flt, previous = fields.get("filter", "").strip(), fields.get("previous_faq_id", "").strip()
+    page = {"session": session, "kb": kb, "query": query, "top_k": top_k, "filter": flt, "previous_faq_id": previous,
+            "result": None}
     values: dict[str, Any] = {"query": query}
+    if previous:  # the next turn of a conversation: a follow-up button, or a question asked after an answer
+        values["context"] = {"previous_faq_id": previous}
     if flt:
         try:
             values["filter"] = json.loads(flt)

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.console.pages import COOKIE
-from tests.helpers.api import make_settings, two_built_kbs
+from tests.helpers.api import bearer, make_settings, two_built_kbs
 from tests.helpers.console import assert_headers, csrf_of, sign_in
 
 ROOT = "console-root-token-of-32-characters"
@@ -499,6 +499,27 @@ def test_try_takes_a_filter(served):
     assert 'data-faq-id="refund"' in r.text
     r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "refund", "filter": '{"all": [{"tag": ""}]}'})
     assert "filter.all[0].tag" in r.text.split('id="filter-error"', 1)[1].split("</p>", 1)[0]
+
+
+def test_try_shows_follow_up_buttons_and_goes_on_with_context(served):
+    client, csrf = sign_in(served, ROOT)
+    api = served[3]
+    prompt = {"faq_id": "cancel_order", "text": "Cancel the order instead?"}
+    assert api.patch("/admin/faqs/refund", headers=bearer(ROOT), json={"follow_ups": [prompt]}).status_code == 200
+    try:
+        r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "I want my money back"})
+        buttons = r.text.split('id="follow-ups"', 1)[1].split("</form>", 1)[0]
+        assert 'name="previous_faq_id" value="refund"' in buttons and 'value="Cancel the order instead?"' in buttons
+        r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": prompt["text"],
+                                                          "previous_faq_id": "refund"})
+        assert r.status_code == 200 and 'id="decision" class="decision-answer"' in r.text
+        assert '<tr data-faq-id="cancel_order">' in r.text and "follow_up" in r.text.split('id="context"', 1)[1][:300]
+        r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "refund?", "previous_faq_id": "gone"})
+        assert r.status_code == 200 and "unknown_previous" in r.text
+        r = client.post("/console/kbs/default/try", data={"csrf": csrf, "query": "refund?", "previous_faq_id": "x" * 300})
+        assert r.status_code == 422 and 'id="context-error"' in r.text
+    finally:
+        api.patch("/admin/faqs/refund", headers=bearer(ROOT), json={"follow_ups": []})
 
 
 def test_try_shows_why_it_matched(served):
