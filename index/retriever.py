@@ -401,11 +401,15 @@ class Retriever:
             return [self._top_items(items, scores, k) for scores in vecs @ matrix.T]
         keep = np.zeros(len(self._ids), dtype=bool)
         keep[items] = True
+        share = len(items) / len(self._ids)
+        # the build's search_k buys its recall over every item; a filter keeping a share of them needs the
+        # search to look that much wider for the same recall among its own
+        search_k = -1 if self.search_k == -1 else int(min(self.search_k / share, self.search_k * 64))
         out = []
         for vec in vecs:
-            fetch = min(len(self._ids), int(np.ceil(2 * k * len(self._ids) / len(items))) + self._n_tombstones)
+            fetch = min(len(self._ids), int(np.ceil(2 * k / share)) + self._n_tombstones)
             while True:
-                found, cosines = self._ann.search_one(vec, fetch, -1)
+                found, cosines = self._ann.search_one(vec, fetch, search_k)
                 hits = [Hit(int(self._ids[i]), self._faq_ids[i], self._questions[i], float(c))
                         for i, c in zip(found, cosines) if keep[i]]
                 if len(hits) >= min(k, len(items)) or fetch >= len(self._ids):
