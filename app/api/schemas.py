@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from app.arms import ARMS
 from kb.filters import FaqFilter, parse_filter
@@ -42,6 +42,18 @@ def _storable(value: Any) -> Any:
 
 #: the validator every client-sent string carries (Annotated[str, STORABLE], also on query/path params)
 STORABLE = BeforeValidator(_storable)
+
+
+def _filter_grammar(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        parse_filter(value)  # a FilterError names the part at fault (errors.py reads its field)
+    return value
+
+
+#: a filter checked against its grammar (kb/filters.py), which holds every string in it to `text_problem`
+FILTER_GRAMMAR = AfterValidator(_filter_grammar)
+#: validators that check every string inside a structured field themselves, as STORABLE does for one string
+CHECKS_ITS_TEXT = (FILTER_GRAMMAR,)
 Text = Annotated[str, STORABLE]
 OptionalText = Annotated[str | None, STORABLE]
 
@@ -102,18 +114,11 @@ class MatchRequest(_Strict):
     session_id: OptionalText = Field(default=None, max_length=MAX_SESSION_CHARS,
                                      description="the user's session: keeps one A/B arm for the whole session")
     context: MatchContext | None = Field(default=None, description="the previous turn: previous_faq_id, previous_query")
-    filter: dict[str, Any] | None = Field(
+    filter: Annotated[dict[str, Any] | None, FILTER_GRAMMAR] = Field(
         default=None, description='only FAQs that pass: {"all": [C...], "any": [C...], "none": [C...]}, a condition C '
         'being {"key": K, "value": V} (metadata), {"tag": T} or {"source": S}; docs/filters.md')
 
     _query_not_blank = field_validator("query")(_not_blank)
-
-    @field_validator("filter")
-    @classmethod
-    def _valid_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            parse_filter(value)  # a FilterError names the part at fault (errors.py reads its field)
-        return value
 
     def parsed_filter(self) -> FaqFilter | None:
         return None if self.filter is None else parse_filter(self.filter)

@@ -3,6 +3,8 @@ added since the build; search inside it is exact (the Annoy path too); a malform
 the part at fault, and changes nothing."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -93,15 +95,21 @@ def test_a_batch_mixes_filters_and_a_new_faq_is_filtered_too(served):
     ({"none": [{"tag": "a", "source": "b"}]}, "filter.none[0]", "exactly one of"),
     ({"all": [{"tag": f"t{i}"} for i in range(51)]}, "filter", "50"),
     ({"all": "team"}, "filter.all", "list"),
+    ({"all": [{"tag": "a\x00b"}]}, "filter.all[0].tag", "NUL"),
+    ({"any": [{"key": "team", "value": "x\ud800"}]}, "filter.any[0].value", "surrogate"),
+    ({"all": [{"tag\ud800": "x"}]}, "filter.all[0]", "tag"),
 ])
 def test_a_malformed_filter_is_a_422_naming_the_part(served, flt, field, words):
     client, store, _ = served
     before = store.revision()
-    r = client.post("/match", json={"query": "refund?", "filter": flt})
+    def post(path, body):  # json.dumps escapes a lone surrogate as \ud800, as a client's JSON would carry it
+        return client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+
+    r = post("/match", {"query": "refund?", "filter": flt})
     assert r.status_code == 422, r.text
     [err] = r.json()["detail"]
     assert err["field"] == field and words in err["message"], err
-    r = client.post("/match/batch", json={"queries": [{"query": "refund?"}, {"query": "refund?", "filter": flt}]})
+    r = post("/match/batch", {"queries": [{"query": "refund?"}, {"query": "refund?", "filter": flt}]})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == field.replace("filter", "queries[1].filter", 1)
     assert client.post("/match", json={"query": "refund?", "filter": "team=orders"}).status_code == 422
     assert store.revision() == before

@@ -171,7 +171,7 @@ def bad_value(kind: str, limit: int | None, prefix: str = "", suffix: str = "") 
 
 def _checked(annotation, metadata=()) -> bool:
     """Whether every str inside a field's type carries STORABLE."""
-    if STORABLE in metadata:
+    if STORABLE in metadata or any(check in metadata for check in schemas.CHECKS_ITS_TEXT):
         return True
     if get_origin(annotation) is Annotated:
         return _checked(get_args(annotation)[0], get_args(annotation)[1:])
