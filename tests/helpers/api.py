@@ -2,6 +2,7 @@
 store and Annoy build, and a second KB `shop` beside it (`two_built_kbs`)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from app.settings import Settings
@@ -80,3 +81,18 @@ def two_built_kbs(data_dir, encoder, admin_token: str):
     shop.import_records(shop_records())
     build(shop, encoder, settings.for_kb("shop"))
     return settings, store
+
+
+@contextmanager
+def serving(data_dir: Path, encoder, records: list[KbRecord], admin_token: str | None = None):
+    """(client, store, settings): `records` stored and built in `data_dir`, served in process."""
+    from fastapi.testclient import TestClient
+
+    from app.api.main import create_app
+
+    settings = make_settings(data_dir, admin_token=admin_token)
+    store = make_store(settings, records)
+    build(store, encoder, settings)
+    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+        yield client, store, settings
+

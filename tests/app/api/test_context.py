@@ -4,11 +4,9 @@ context and said so, and a malformed context is a 422 naming the field."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.api.main import create_app
 from app.store import KbRecord
-from tests.helpers.api import KB, build, make_settings, make_store
+from tests.helpers.api import KB, serving
 
 TOKEN = "s3cret-admin-token-of-32-characters"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -29,10 +27,7 @@ def records() -> list[KbRecord]:
 
 @pytest.fixture
 def served(tmp_path, encoder):  # noqa: F811
-    settings = make_settings(tmp_path, admin_token=TOKEN)
-    store = make_store(settings, records())
-    build(store, encoder, settings)
-    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+    with serving(tmp_path, encoder, records(), TOKEN) as (client, store, settings):
         yield client, store
 
 

@@ -7,14 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from app.api.main import create_app
 from app.store import KbRecord
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
 from kb.filters import parse_filter
-from tests.helpers.api import KB, build, make_settings, make_store
+from tests.helpers.api import KB, build, make_settings, make_store, serving
 
 TOKEN = "s3cret-admin-token-of-32-characters"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -37,10 +35,7 @@ def records() -> list[KbRecord]:
 
 @pytest.fixture
 def served(tmp_path, encoder):  # noqa: F811
-    settings = make_settings(tmp_path, admin_token=TOKEN)
-    store = make_store(settings, records())
-    build(store, encoder, settings)
-    with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
+    with serving(tmp_path, encoder, records(), TOKEN) as (client, store, settings):
         yield client, store, settings
 
 
