@@ -353,8 +353,9 @@ class Retriever:
             vecs = vecs[None, :]
         if vecs.ndim != 2 or vecs.shape[1] != self.dim:
             raise ValueError(f"query vectors: expected shape (q, {self.dim}), got {vecs.shape}")
-        rows = np.arange(self.n_delta) if selection is None else selection.delta_rows
-        delta_scores = vecs @ self._delta_vecs[rows].T if len(rows) else None
+        rows = None if selection is None else selection.delta_rows  # None: every delta row, no copy
+        delta = self._delta_vecs if rows is None else self._delta_vecs[rows]
+        delta_scores = vecs @ delta.T if len(delta) else None
         built = self._search_built(vecs, k) if selection is None else self._search_selected(vecs, k, selection)
         results = []
         for row in range(len(vecs)):
@@ -363,7 +364,7 @@ class Retriever:
                 scores = delta_scores[row]
                 top = np.argsort(-scores, kind="stable")[:k]
                 for j in top.tolist():
-                    vid, faq_id, question = self._delta_rows[int(rows[j])]
+                    vid, faq_id, question = self._delta_rows[j if rows is None else int(rows[j])]
                     hits.append(Hit(vid, faq_id, question, float(scores[j])))
                 hits.sort(key=lambda h: -h.cosine)
             results.append(hits[:k])
