@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from app.chitchat.responder import SmallTalk
 from app.decision import Decider
 from app.pipeline import Pipeline
 from app.served_build import OpenBuilds
@@ -154,4 +155,14 @@ def build_pipeline(settings: Settings, encoder: Any, retriever: Callable[[], Ret
                         target_precision=settings.target_precision, default_threshold=settings.default_threshold),
         scoring=settings.scoring,
         builds=builds,
+        small_talk=small_talk_for(settings, encoder),
     )
+
+
+def small_talk_for(settings: Settings, encoder: Any) -> SmallTalk | None:
+    """The KB's small talk (its persona and edited answers), read with the detector of the encoder that
+    encodes its queries; None when the KB turned small talk off."""
+    if not settings.small_talk:
+        return None
+    return SmallTalk(getattr(encoder, "id", None), getattr(encoder, "dim", None), settings.small_talk_persona,
+                     settings.small_talk_answers)

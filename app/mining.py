@@ -54,8 +54,9 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     faqs: dict[str, tuple[str, list[str], list[str]]] = {}
     for r in store.faqs.export_records():
         faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
+    # small talk ("thanks", "hi") was answered as such: it is neither a phrasing of an FAQ nor a gap in the KB
     log = [LoggedQuery(r["query"], r["faq_id"], r["score"], r["feedback_correct"], r["feedback_faq_id"])
-           for r in store.query_log.read_query_log(since)]
+           for r in store.query_log.read_query_log(since) if r.get("decision") != "chitchat"]
     stats = MiningStats()
     kb = {f: v[2] for f, v in faqs.items()}
     agree = siamese_agreement(siamese, kb) if siamese is not None else None

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from app.chitchat.responder import SmallTalk
 from app.arms import base_arm, uses_stages
 from app.decision import Decider
 from app.query_cache import QueryCache, cache_text
@@ -83,6 +84,7 @@ class MatchResult:
     threshold: float = 0.5  # the threshold the decision used
     expected_precision: float | None = None  # the build's expected precision at that threshold
     context: dict = field(default_factory=lambda: NO_TURN.report())  # what the previous turn changed (app/turns.py)
+    chitchat: dict | None = None  # decision "chitchat": {"kind", "answer"} (app/chitchat)
 
 
 #: one group of `Pipeline.run`: its queries, the retriever that answers them, and when they were submitted
@@ -110,8 +112,10 @@ class Pipeline:
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
                  stages: Sequence[Stage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
                  answer_weight: float = 0.0, cache_size: int = 0, decider: Decider | None = None,
-                 scoring: str = "model", builds: OpenBuilds | None = None):
+                 scoring: str = "model", builds: OpenBuilds | None = None, small_talk: SmallTalk | None = None):
         self.encoder = encoder
+        # "hi", "thanks", "are you a bot?": answered as small talk, not matched (app/chitchat); None: off
+        self.small_talk = small_talk
         # scores (the cross-KB decision model) and answer / clarify / abstain; None: calibrated cosines only
         self.decider = decider if decider is not None else Decider(None)
         self.scoring = scoring  # "model" | "calibration" (app/settings.py)
@@ -232,7 +236,8 @@ class Pipeline:
         return (self.answer_weight, self.pool_variants, self.rerank_k, self.lexical_k, self.scoring,
                 id(self.decider.model), self.decider.oos_share, self.decider.target_precision,
                 id(self.decider.traffic),
-                tuple((s.id, getattr(s, "weight", None)) for s in self.stages))
+                tuple((s.id, getattr(s, "weight", None)) for s in self.stages),
+                None if self.small_talk is None else self.small_talk.key())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
@@ -312,7 +317,9 @@ class Pipeline:
         ref = decider.reference(retriever, pool, weight, build) if self.scoring == "model" else None
         table = decider.table(retriever, pool, weight, build) if ref is not None else None
         results: list[MatchResult] = []
-        for request, matches, plan, selection in zip(requests, ranked, plans, selections):
+        talk = self.small_talk.replies([r.query for r in requests], vecs) if self.small_talk is not None else \
+            [None] * len(requests)
+        for request, matches, plan, selection, reply in zip(requests, ranked, plans, selections, talk):
             staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
             if ref is not None and not staged:
                 matches = decider.rescore(request.query, matches, retriever, ref, build)[: request.top_k]
@@ -328,6 +335,8 @@ class Pipeline:
                                   cosine=found.cosine if found else 1.0)
                 matches = [answer] + [m for m in matches if m.faq_id != plan.clicked][: request.top_k - 1]
                 kind, options, expected = "answer", [], None
+            elif reply is not None:  # answered in the KB's voice; the FAQs stay listed for the curious
+                answer, kind, options, expected = None, "chitchat", [], None
             results.append(
                 MatchResult(
                     query=request.query,
@@ -338,6 +347,7 @@ class Pipeline:
                     threshold=decision.threshold,
                     expected_precision=expected,
                     context=plan.report(),
+                    chitchat=None if reply is None or kind != "chitchat" else reply.as_dict(),
                     index_version=str(retriever.version),
                     timings_ms={
                         "encode": round(encode_ms, 3),

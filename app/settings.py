@@ -20,6 +20,41 @@ ARMS: tuple[str, ...] = get_args(Arm)
 Runtime = Literal["auto", "onnx-int8", "onnx", "torch"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
 LexicalEngine = Literal["auto", "tantivy", "elasticsearch"]
+#: the shipped small-talk answers' voices (app/chitchat/answers.json)
+Persona = Literal["professional", "friendly", "witty"]
+#: a KB's own small-talk answers: at most this many per kind, each at most this long
+MAX_SMALL_TALK_ANSWERS, MAX_SMALL_TALK_CHARS = 20, 1000
+
+
+def small_talk_answers(value: object) -> dict[str, list[str]] | None:
+    """A KB's own small-talk answers, `{kind: [answer, ...]}` (a JSON string from the command line or
+    FAQ_SMALL_TALK_ANSWERS is read as such); an empty list keeps the shipped ones for that kind."""
+    import json
+
+    from app.chitchat.answers import KINDS
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as exc:
+            raise ValueError(f"small_talk_answers: not JSON ({exc.msg})") from None
+        if value is None:
+            return None
+    if not isinstance(value, dict):
+        raise ValueError('small_talk_answers: a JSON object {"kind": ["answer", ...]}')
+    out = {}
+    for kind, answers in value.items():
+        if kind not in KINDS:
+            raise ValueError(f"small_talk_answers: unknown kind {kind!r}; the kinds are {', '.join(KINDS)}")
+        if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise ValueError(f"small_talk_answers.{kind}: a list of non-empty strings")
+        if len(answers) > MAX_SMALL_TALK_ANSWERS or any(len(a) > MAX_SMALL_TALK_CHARS for a in answers):
+            raise ValueError(f"small_talk_answers.{kind}: at most {MAX_SMALL_TALK_ANSWERS} answers of at most "
+                             f"{MAX_SMALL_TALK_CHARS} characters")
+        out[kind] = [a.strip() for a in answers]
+    return out
 LEXICAL_ENGINES: tuple[str, ...] = get_args(LexicalEngine)
 
 
@@ -87,6 +122,14 @@ class KbSettings(BaseModel):
     keep_versions: int | None = Field(default=None, ge=1, le=100)
     default_arm: Arm | None = None
     ab_split: str | None = Field(default=None, max_length=500)
+    small_talk: bool | None = None
+    small_talk_persona: Persona | None = None
+    small_talk_answers: dict[str, list[str]] | None = None
+
+    @field_validator("small_talk_answers", mode="before")
+    @classmethod
+    def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
+        return small_talk_answers(value)
 
     @field_validator("ab_split")
     @classmethod
@@ -162,6 +205,17 @@ class Settings(BaseSettings):
     target_precision: float | None = Field(default=None, gt=0.0, lt=1.0)
     # The share of out-of-scope questions the expected-precision table assumes of the traffic.
     oos_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    # Small talk ("hi", "thanks", "are you a bot?"): answered with `decision: "chitchat"` in the persona's
+    # voice (app/chitchat/answers.json), or the KB's own answers per kind (a JSON object {kind: [answer, ...]});
+    # false: matched as any other query
+    small_talk: bool = True
+    small_talk_persona: Persona = "professional"
+    small_talk_answers: dict[str, list[str]] | None = None
+
+    @field_validator("small_talk_answers", mode="before")
+    @classmethod
+    def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
+        return small_talk_answers(value)
     # The decision model file; unset: the one `faq index calibrate` fitted on this KB's own labels
     # (<data_dir>/decision_model.json) when there is one, else the cross-KB model shipped in index/.
     decision_model: Path | None = None

@@ -1,8 +1,8 @@
 """A KB's traffic over time, per A/B arm, from its query log: what the console's Traffic page shows.
 
 `summarize(rows, window, now)` buckets logged /match queries (hourly over 24 h, daily over 7 or 30 days)
-and counts, per arm and bucket and per arm in total: requests, answer / clarify / abstain rates,
-feedback, accuracy and latency percentiles. `chart(traffic, metric)` turns one metric into SVG geometry
+and counts, per arm and bucket and per arm in total: requests, answer / clarify / abstain / small-talk
+rates, feedback, accuracy and latency percentiles. `chart(traffic, metric)` turns one metric into SVG geometry
 (points in a fixed viewBox, axis ticks, one polyline per run of non-empty buckets).
 
 The numbers mean what `faq eval online` (evaluation/online.py) means by them, which this module cannot
@@ -57,9 +57,9 @@ def percentile(ordered: Sequence[float], q: float) -> float | None:
 
 
 def outcome(row: Mapping[str, Any]) -> str:
-    """answer | clarify | abstain; a row without a decision is an answer when it names an FAQ."""
+    """answer | clarify | abstain | chitchat; a row without a decision is an answer when it names an FAQ."""
     decision = row.get("decision")
-    if decision in ("answer", "clarify", "abstain"):
+    if decision in ("answer", "clarify", "abstain", "chitchat"):
         return decision
     return "answer" if row.get("faq_id") is not None else "abstain"
 
@@ -84,6 +84,7 @@ class Stats:
     clarified: int = 0
     abstained: int = 0
     undecided: int = 0  # of `abstained`: no decision logged and no FAQ named
+    small_talk: int = 0  # answered as small talk: neither an answer nor an abstention
     feedback: int = 0
     judged: int = 0
     correct: int = 0
@@ -96,6 +97,8 @@ class Stats:
             self.answered += 1
         elif kind == "clarify":
             self.clarified += 1
+        elif kind == "chitchat":
+            self.small_talk += 1
         else:
             self.abstained += 1
             if row.get("decision") is None:
@@ -123,6 +126,10 @@ class Stats:
     @property
     def abstain_rate(self) -> float | None:
         return self._rate(self.abstained)
+
+    @property
+    def small_talk_rate(self) -> float | None:
+        return self._rate(self.small_talk)
 
     @property
     def accuracy(self) -> float | None:
@@ -237,6 +244,7 @@ class Metric:
 METRICS = {
     "answer-rate": Metric("answer-rate", "Answer rate", "answer_rate", "%"),
     "abstain-rate": Metric("abstain-rate", "Abstain rate", "abstain_rate", "%"),
+    "small-talk-rate": Metric("small-talk-rate", "Small-talk rate", "small_talk_rate", "%"),
     "accuracy": Metric("accuracy", "Feedback accuracy", "accuracy", "%"),
     "latency-p50": Metric("latency-p50", "Latency p50", "p50", "ms"),
 }

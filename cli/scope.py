@@ -41,9 +41,14 @@ def kb_name(args: argparse.Namespace) -> str:
 
 def setting_rule(field: str) -> str:
     """What KbSettings accepts for `field`, in words: 'a number >= 0 and <= 1'."""
+    from typing import Literal, get_args, get_origin
+
     info = KbSettings.model_fields[field]
     kinds = [a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)]
-    kind = {int: "a whole number", float: "a number", str: "text of"}.get(kinds[0] if kinds else str, "a value")
+    if kinds and get_origin(kinds[0]) is Literal:
+        return "one of " + ", ".join(get_args(kinds[0]))
+    kind = {int: "a whole number", float: "a number", str: "text of", bool: "true or false"}.get(
+        kinds[0] if kinds else str, "a value")
     bounds = []
     for rule in info.metadata:
         for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
@@ -63,6 +68,8 @@ def settings_problems(exc: ValidationError, what: str = "--set") -> list[str]:
         field = ".".join(str(part) for part in err["loc"]) or "settings"
         if err["type"] == "extra_forbidden" or field not in KbSettings.model_fields:
             lines.append(f"{what} {field}: not a KB setting; a KB can set {', '.join(KbSettings.model_fields)}")
+        elif err["type"] == "value_error":  # a field's own check says what is wrong in its own words
+            lines.append(f"{what} {field}={err.get('input')!r}: {err['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"{what} {field}={err.get('input')!r}: must be {setting_rule(field)}")
     return lines

@@ -1,5 +1,5 @@
 """`faq train ...`: model training (`faq train msem`, `faq train reranker`, `faq train mmaicm`, `faq train analogy`,
-`faq train siamese`, `faq train query-encoder`, `faq train decision`)."""
+`faq train siamese`, `faq train query-encoder`, `faq train decision`, `faq train smalltalk`)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from cli.train_smalltalk import register as register_smalltalk
 
 def _command_line() -> str | None:
     """The command as typed, for a model folder's training report (re-running it reproduces the folder)."""
@@ -87,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_siamese(tr_sub)
     _register_query_encoder(tr_sub)
     _register_decision(tr_sub)
+    register_smalltalk(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 

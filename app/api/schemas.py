@@ -90,6 +90,12 @@ class MatchContext(_Strict):
                                          description="the user's previous message")
 
 
+class ChitchatOut(BaseModel):
+    kind: Literal["greeting", "thanks", "goodbye", "bot_identity", "how_are_you", "praise", "complaint",
+                  "acknowledgement", "help"]
+    answer: str = Field(description="the reply in the KB's persona, or the KB's own answer for the kind")
+
+
 class ContextOut(BaseModel):
     applied: Literal["none", "follow_up", "prompted", "unknown_previous"] = Field(
         description="follow_up: the query was one of the previous FAQ's prompts, its FAQ is the answer; prompted: "
@@ -177,9 +183,11 @@ class MatchResponse(BaseModel):
     index_version: str
     answer: AnswerOut | None
     matches: list[MatchOut]
-    decision: Literal["answer", "clarify", "abstain"] = Field(
+    decision: Literal["answer", "clarify", "abstain", "chitchat"] = Field(
         description="answer: `answer` is the FAQ; clarify: no FAQ is sure enough but the `options` together are "
-                    "(ask the user which one they mean, and send the pick to /feedback as faq_id); abstain: none fits")
+                    "(ask the user which one they mean, and send the pick to /feedback as faq_id); abstain: none fits; "
+                    "chitchat: the message is small talk, `chitchat` holds its kind and the KB's reply")
+    chitchat: ChitchatOut | None = Field(default=None, description="decision chitchat: the kind and the reply")
     options: list[MatchOut] = Field(default_factory=list, description="clarify: the plausible FAQs, best first")
     threshold: float = Field(description="the score the answer needed")
     expected_precision: float | None = Field(

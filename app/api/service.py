@@ -127,6 +127,7 @@ def _response(arm: str, result: MatchResult, retriever: Any = None) -> MatchResp
             "timings_ms": result.timings_ms,
             "cached": result.cached,
             "context": result.context,
+            "chitchat": result.chitchat,
         }
     )
 

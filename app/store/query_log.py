@@ -158,9 +158,9 @@ class QueryLogStore(StorePart):
     def read_query_log(self, since: datetime | None = None, with_feedback: bool = False) -> list[dict[str, Any]]:
         """Logged queries (oldest first, optionally from `since` on; only those with feedback when
         `with_feedback`) with what they were answered and the feedback: keys query, faq_id, score,
-        feedback_correct, feedback_faq_id, created_at."""
+        feedback_correct, feedback_faq_id, created_at, decision."""
         stmt = select(qlog_t.c.query, qlog_t.c.faq_id, qlog_t.c.score, qlog_t.c.feedback_correct,
-                      qlog_t.c.feedback_faq_id, qlog_t.c.created_at)
+                      qlog_t.c.feedback_faq_id, qlog_t.c.created_at, qlog_t.c.decision)
         stmt = stmt.where(qlog_t.c.kb == self.kb)
         if since is not None:
             stmt = stmt.where(qlog_t.c.created_at >= utc(since))

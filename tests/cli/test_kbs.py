@@ -151,7 +151,8 @@ def test_kb_settings_round_trip_and_validation(two_kbs, capsys):
     assert code == 0
     assert out.splitlines()[0] == ("KB 'sales': default_threshold unset -> 0.7; encoder unset -> minilm; "
                                    "keep_versions unset -> 5")
-    assert "* default_threshold  0.7" in out and "  answer_weight      0.6" in out
+    assert "* default_threshold   0.7" in out and "  answer_weight       0.6" in out
+    assert "  small_talk_persona  professional" in out
     code, out, _ = run(capsys, "kb", "settings", "--kb", "sales", "--unset", "encoder", "--json")
     data = json.loads(out)
     assert code == 0 and data["stored"] == {"default_threshold": 0.7, "keep_versions": 5}
@@ -174,6 +175,12 @@ def test_kb_settings_round_trip_and_validation(two_kbs, capsys):
                                   "answer_weight, encoder, keep_versions"),
         (["--unset", "colour"], "--unset colour: not a KB setting"),
         (["--set", "keep_versions"], "--set 'keep_versions': expected KEY=VALUE"),
+        (["--set", "small_talk=maybe"], "--set small_talk='maybe': must be true or false"),
+        (["--set", "small_talk_persona=pirate"], "--set small_talk_persona='pirate': must be one of professional, "
+                                                 "friendly, witty"),
+        (["--set", 'small_talk_answers={"hello": ["hi"]}'], "--set small_talk_answers='{\"hello\": [\"hi\"]}': "
+                                                           "small_talk_answers: unknown kind 'hello'"),
+        (["--set", "small_talk_answers=[1"], "--set small_talk_answers='[1': small_talk_answers: not JSON"),
         (["--set", "keep_versions=2", "--unset", "keep_versions"], "keep_versions: both --set and --unset"),
     ]:
         code, _, err = run(capsys, "kb", "settings", "--kb", "sales", *argv)

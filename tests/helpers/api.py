@@ -84,13 +84,14 @@ def two_built_kbs(data_dir, encoder, admin_token: str):
 
 
 @contextmanager
-def serving(data_dir: Path, encoder, records: list[KbRecord], admin_token: str | None = None):
-    """(client, store, settings): `records` stored and built in `data_dir`, served in process."""
+def serving(data_dir: Path, encoder, records: list[KbRecord], admin_token: str | None = None, **overrides):
+    """(client, store, settings): `records` stored and built in `data_dir`, served in process with the
+    settings' `overrides`."""
     from fastapi.testclient import TestClient
 
     from app.api.main import create_app
 
-    settings = make_settings(data_dir, admin_token=admin_token)
+    settings = make_settings(data_dir, admin_token=admin_token, **overrides)
     store = make_store(settings, records)
     build(store, encoder, settings)
     with TestClient(create_app(settings, store=store, encoder=encoder)) as client:

@@ -1,0 +1,1 @@
+"""The small-talk detector (detector.py) and its shipped folders (detectors/)."""
