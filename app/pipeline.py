@@ -45,6 +45,8 @@ from index.candidates import (
     variant_counts,
 )
 from index.decision import WINDOW
+from index.turns import FEATURES, TurnCandidates, first_question, load_turn_model
+from index.turns import candidates as turn_candidates
 
 __all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError", "Pipeline",
            "run_pipelines"]
@@ -112,10 +114,13 @@ class Pipeline:
                  lexical: Callable[[RetrieverLike], Any] | None = None, lexical_k: int = 30,
                  stages: Sequence[Stage] = (), rerank_k: int = 20, pool_variants: int | None = 1,
                  answer_weight: float = 0.0, cache_size: int = 0, decider: Decider | None = None,
-                 scoring: str = "model", builds: OpenBuilds | None = None, small_talk: SmallTalk | None = None):
+                 scoring: str = "model", builds: OpenBuilds | None = None, small_talk: SmallTalk | None = None,
+                 turn_model: Any = None):
         self.encoder = encoder
         # "hi", "thanks", "are you a bot?": answered as small talk, not matched (app/chitchat); None: off
         self.small_talk = small_talk
+        # a turn whose previous FAQ is known: its candidates scored with that FAQ as evidence (index/turns.py)
+        self.turn_model = load_turn_model() if turn_model is None else (turn_model or None)
         # scores (the cross-KB decision model) and answer / clarify / abstain; None: calibrated cosines only
         self.decider = decider if decider is not None else Decider(None)
         self.scoring = scoring  # "model" | "calibration" (app/settings.py)
@@ -237,7 +242,7 @@ class Pipeline:
                 id(self.decider.model), self.decider.oos_share, self.decider.target_precision,
                 id(self.decider.traffic),
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages),
-                None if self.small_talk is None else self.small_talk.key())
+                None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
@@ -319,12 +324,17 @@ class Pipeline:
         results: list[MatchResult] = []
         talk = self.small_talk.replies([r.query for r in requests], vecs) if self.small_talk is not None else \
             [None] * len(requests)
-        for request, matches, plan, selection, reply in zip(requests, ranked, plans, selections, talk):
+        for i, (request, matches, plan, selection, reply) in enumerate(zip(requests, ranked, plans, selections, talk)):
             staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
+            in_context = None
             if ref is not None and not staged:
-                matches = decider.rescore(request.query, matches, retriever, ref, build)[: request.top_k]
+                matches = decider.rescore(request.query, matches, retriever, ref, build)
+                if plan.applied == "prompted" and self.turn_model is not None and plan.clicked is None:
+                    in_context = self.context_ranked(request, matches, plan, selection, retriever, vecs[i])
+                matches = (in_context if in_context is not None else matches)[: request.top_k]
+            # the build's table describes the query alone: a turn scored with its previous one has none
             decision = decider.decide(matches, decider.threshold(request.threshold, table),
-                                      None if staged else table)
+                                      None if staged or in_context is not None else table)
             answer = matches[0] if decision.kind == "answer" else None
             kind, options, expected = decision.kind, list(decision.options), decision.expected_precision
             if plan.clicked is not None and (selection is None or plan.clicked in selection.faq_ids):
@@ -346,7 +356,8 @@ class Pipeline:
                     options=options,
                     threshold=decision.threshold,
                     expected_precision=expected,
-                    context=plan.report(),
+                    context=plan.report() if in_context is None else {
+                        "applied": plan.applied, "note": f"scored with the previous FAQ {request.turn.previous_faq_id!r} as evidence"},
                     chitchat=None if reply is None or kind != "chitchat" else reply.as_dict(),
                     index_version=str(retriever.version),
                     timings_ms={
@@ -361,6 +372,44 @@ class Pipeline:
         for result in results:
             result.timings_ms.update(decide=round(decide_ms, 3), total=round(total_ms, 3))
         return results
+
+    # -- a turn in context --------------------------------------------------------------------------
+    def turn_candidates(self, query: str, previous: str, scored: Sequence[FaqMatch], retriever: RetrieverLike,
+                        vec: np.ndarray, selection: Any = None, shut: frozenset[str] = frozenset()
+                        ) -> TurnCandidates | None:
+        """The turn model's candidates for `query` after the FAQ `previous`, from the decision model's
+        scored window of the query alone; None when the build has no answer vectors to compare FAQs by."""
+        vectors = getattr(retriever, "answer_vectors", None)
+        if vectors is None or previous not in vectors.row_of:
+            return None
+        answer_cos = vectors.cosines(vec[None, :])[0]
+        prev_sim = vectors.vectors @ vectors.vectors[vectors.row_of[previous]]
+        alone = {m.faq_id: m.score for m in scored[:WINDOW]}
+        return turn_candidates(query, previous, alone, vectors.faq_ids, answer_cos, prev_sim,
+                               None if selection is None else selection.faq_ids, shut)
+
+    def context_ranked(self, request: MatchQuery, scored: list[FaqMatch], plan: Any, selection: Any,
+                       retriever: RetrieverLike, vec: np.ndarray) -> list[FaqMatch] | None:
+        """The candidates of a turn whose previous FAQ is known, scored by the turn model and best first."""
+        hidden = getattr(retriever, "context_only", frozenset())
+        shut = hidden - plan.prompted if plan.prompted else hidden
+        assert self.turn_model is not None and request.turn is not None
+        found = self.turn_candidates(request.query, request.turn.previous_faq_id, scored, retriever, vec,
+                                     selection, shut)
+        if found is None or not found.faq_ids:
+            return None
+        probs = self.turn_model.prob(found.x)
+        by_id = {m.faq_id: m for m in scored}
+        cos = found.x[:, FEATURES.index("answer_cos")]
+        out = []
+        for faq_id, p, c in zip(found.faq_ids, probs.tolist(), cos.tolist()):
+            m = by_id.get(faq_id)
+            if m is None:
+                m = FaqMatch(faq_id=faq_id, question=first_question(retriever, faq_id),
+                             answer=retriever.answers[faq_id][0], score=0.0, cosine=c, answer_cosine=c)
+            out.append(replace(m, score=float(p)))
+        out.sort(key=lambda m: -m.score)
+        return out
 
     def rank_group(self, group: Group, vecs: np.ndarray, encode_ms: float,
                    started: float) -> list[MatchResult] | BaseException:

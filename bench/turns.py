@@ -108,7 +108,9 @@ def main() -> None:
                         top = out["matches"][0]["faq_id"] if out.get("matches") else None
                         answered = out["answer"]["faq_id"] if out.get("answer") else None
                         want = second["faq_id"]
+                        score = out["matches"][0]["score"] if out.get("matches") else 0.0
                         rows.append({"set": name, "kind": ex["kind"], "way": way, "status": r.status_code, "ms": ms,
+                                     "score": score, "top_right": bool(want) and top == want,
                                      "top1": top == want if want else answered is None,
                                      "answered_right": answered == want})
     finally:
@@ -125,10 +127,26 @@ def summarise(rows: list[dict], sets: list[str], args: argparse.Namespace) -> di
             cell["n"] += 1
             cell["top1"] += r["top1"]
             cell["answered_right"] += r["answered_right"]
+    eces = {way: ece([r["score"] for r in rows if r["way"] == way], [r["top_right"] for r in rows if r["way"] == way])
+            for way in ("alone", "context")}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_info(), "sets": sets,
+            "ece_top_score": eces,
             "split": args.split, "encoder": args.encoder, "non_200": sum(r["status"] != 200 for r in rows),
             "cells": {f"{k}|{w}": {**v, "top1_rate": v["top1"] / v["n"], "answered_right_rate": v["answered_right"] / v["n"]}
                       for (k, w), v in sorted(table.items())}}
+
+
+def ece(scores: list[float], right: list[bool], bins: int = 10) -> float | None:
+    """Expected calibration error of the top match's score as the probability that it is the right FAQ."""
+    if not scores:
+        return None
+    total = 0.0
+    for b in range(bins):
+        inside = [(s, r) for s, r in zip(scores, right) if b / bins <= s < (b + 1) / bins or (b == bins - 1 and s == 1.0)]
+        if inside:
+            total += len(inside) / len(scores) * abs(sum(s for s, _ in inside) / len(inside)
+                                                     - sum(r for _, r in inside) / len(inside))
+    return total
 
 
 def markdown(report: dict) -> str:
@@ -148,6 +166,8 @@ def markdown(report: dict) -> str:
             continue
         lines.append(f"| {kind} | {get['alone']['n']} | {show(get['alone'])} | {show(get['context'])} | "
                      f"{show(get['click'], n=True)} |")
+    e = report["ece_top_score"]
+    lines += ["", f"ECE of the top match's score (10 bins): alone {e['alone']:.3f}, with context {e['context']:.3f}."]
     return "\n".join(lines) + "\n"
 
 

@@ -46,7 +46,7 @@ class SmallTalkConfig:
     l2: float = 1e-4
     min_count: int = 2  # a feature seen fewer times in training is dropped
     wrapped: int = 3000  # requests wrapped in small talk, as requests
-    fragments: int = 2000  # one to three request words, or random letters, as requests
+    fragments: int = 600  # one to three request words, or random letters, as requests
     none_weight: float = 1.0  # the requests' total weight relative to the small talk's
     embedding_scale: float = 10.0  # the encoder's vectors are multiplied by it (their weights' regulariser)
 

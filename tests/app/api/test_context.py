@@ -97,3 +97,16 @@ def test_a_malformed_context_is_a_422_naming_the_field(served, context, field):
     r = client.post("/match/batch", json={"queries": [{"query": "refund?", "context": context}]})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "queries[0]." + field, r.text
     assert store.revision() == before
+
+
+def test_an_elliptical_turn_is_scored_with_the_previous_faq_and_a_new_question_on_its_own(served):
+    client, _ = served
+    alone = ask(client, "how long does it take?")
+    turn = ask(client, "how long does it take?", previous_faq_id="refund", previous_query="I want my money back")
+    assert turn["context"]["applied"] == "prompted" and "as evidence" in turn["context"]["note"]
+    assert turn["expected_precision"] is None  # the build's table describes queries alone
+    ids = [m["faq_id"] for m in turn["matches"]]
+    assert "refund" in ids and "refund" not in [m["faq_id"] for m in alone["matches"][:1]]
+    switch = ask(client, "How do I change my email address?", previous_faq_id="refund")
+    assert switch["matches"][0]["faq_id"] == "change_email" and switch["decision"] == "answer"
+    assert sum(m["score"] for m in turn["matches"]) <= 1.0 + 1e-6
