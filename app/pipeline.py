@@ -282,6 +282,22 @@ class Pipeline:
                                                            only)
                 row_of = answer_vectors.row_of
                 answer_cos[i] = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
+        # a filter that hides the question's own FAQ must not make a weak candidate look certain: the FAQs
+        # outside it that beat the filter's best are its rivals in the decision model's features, then dropped
+        rival_rows = [i for i, (r, sel) in enumerate(zip(requests, selections))
+                      if sel is not None and base_arm(r.arm) == "ann" and not uses_stages(r.arm)
+                      and self.scoring == "model"]
+        open_hits: dict[int, tuple[list, dict[str, float] | None, float | None]] = {}
+        if rival_rows:
+            found = self.retrieve([replace(requests[i], filter=None) for i in rival_rows], vecs[rival_rows], retriever)
+            for i, hits in zip(rival_rows, found):
+                a_cos, floor = None, None
+                if weight > 0:
+                    floor = min((h.cosine for h in hits), default=None)
+                    hits = answer_hits(retriever, answer_vectors, cosines[i], vecs[i], hits, requests[i].top_k, None)
+                    row_of = answer_vectors.row_of
+                    a_cos = {f: float(cosines[i, row_of[f]]) for f in {h.faq_id for h in hits} if f in row_of}
+                open_hits[i] = (hits, a_cos, floor)
         retrieve_ms = (time.perf_counter() - t1) * 1000.0
 
         pool = self.served_pool(retriever)
@@ -294,8 +310,9 @@ class Pipeline:
         counts = variant_counts(retriever) if pool > 1 else None
         decided = self.scoring == "model" and self.decider.reference(retriever, pool, weight, build) is not None
         hidden = getattr(retriever, "context_only", frozenset())
-        for request, hits, a_cos, floor, selection, plan in zip(requests, hits_per_query, answer_cos, floors, selections,
-                                                                plans):
+        rivals: list[list[FaqMatch]] = [[] for _ in requests]
+        for i, (request, hits, a_cos, floor, selection, plan) in enumerate(zip(
+                requests, hits_per_query, answer_cos, floors, selections, plans)):
             reranked = uses_stages(request.arm)
             depth = max(request.top_k, self.rerank_k) if reranked else max(request.top_k, WINDOW if decided else 0)
             grouped = group_hits(hits, answers, calibration, depth,
@@ -306,6 +323,12 @@ class Pipeline:
                 grouped = [m for m in grouped if m.faq_id not in shut]
             if selection is not None:  # the search kept to the filter already; this is the guarantee
                 grouped = [m for m in grouped if m.faq_id in selection.faq_ids]
+            if i in open_hits and decided:
+                o_hits, o_cos, o_floor = open_hits[i]
+                best = grouped[0].score if grouped else 0.0
+                rivals[i] = [m for m in group_hits(o_hits, answers, calibration, RIVALS + 1, pool=pool, counts=counts,
+                                                   answer_cos=o_cos, answer_weight=weight, floor=o_floor)
+                             if m.faq_id not in selection.faq_ids and m.faq_id not in shut and m.score > best + RIVAL_MARGIN][:RIVALS]
             if reranked:
                 # the stages pool with the build's cosine curve, not the decision model's probability: a
                 # convex pool of two calibrated probabilities is under-confident (docs/results.md); a stage
@@ -328,7 +351,12 @@ class Pipeline:
             staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
             in_context = None
             if ref is not None and not staged:
-                matches = decider.rescore(request.query, matches, retriever, ref, build)
+                if rivals[i]:
+                    rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
+                    matches = [m for m in decider.rescore(request.query, rivaled, retriever, ref, build)
+                               if m.faq_id in selection.faq_ids]
+                else:
+                    matches = decider.rescore(request.query, matches, retriever, ref, build)
                 if plan.applied == "prompted" and self.turn_model is not None and plan.clicked is None:
                     in_context = self.context_ranked(request, matches, plan, selection, retriever, vecs[i])
                 matches = (in_context if in_context is not None else matches)[: request.top_k]
@@ -556,6 +584,13 @@ class Pipeline:
                 hits[i] = row_hits
         return hits
 
+
+#: the FAQs outside a filter that compete with its candidates in the decision model: at most this many, and
+#: only those whose first-stage score beats the filter's best by the margin (chosen on the realistic sets' dev
+#: queries, evaluation/filter_calibration.py: a filter usually keeps the right FAQ, so a near rival outside
+#: it says little, while a clearly better one says the question is about something the filter hides)
+RIVALS = 1
+RIVAL_MARGIN = 0.1
 
 #: `served_pool` for a build without answer evidence
 DEFAULT_POOL_WITHOUT_ANSWERS = 2

@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
+from statistics import median
 
 import httpx
 
@@ -131,6 +132,7 @@ def summarise(rows: list[dict], sets: list[str], args: argparse.Namespace) -> di
             for way in ("alone", "context")}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_info(), "sets": sets,
             "ece_top_score": eces,
+            "client_ms_p50": {way: median([r["ms"] for r in rows if r["way"] == way]) for way in ("alone", "context")},
             "split": args.split, "encoder": args.encoder, "non_200": sum(r["status"] != 200 for r in rows),
             "cells": {f"{k}|{w}": {**v, "top1_rate": v["top1"] / v["n"], "answered_right_rate": v["answered_right"] / v["n"]}
                       for (k, w), v in sorted(table.items())}}
@@ -167,7 +169,9 @@ def markdown(report: dict) -> str:
         lines.append(f"| {kind} | {get['alone']['n']} | {show(get['alone'])} | {show(get['context'])} | "
                      f"{show(get['click'], n=True)} |")
     e = report["ece_top_score"]
-    lines += ["", f"ECE of the top match's score (10 bins): alone {e['alone']:.3f}, with context {e['context']:.3f}."]
+    ms = report["client_ms_p50"]
+    lines += ["", f"ECE of the top match's score (10 bins): alone {e['alone']:.3f}, with context {e['context']:.3f}. "
+              f"Client latency p50 (one request at a time): alone {ms['alone']:.1f} ms, with context {ms['context']:.1f} ms."]
     return "\n".join(lines) + "\n"
 
 
