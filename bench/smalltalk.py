@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from app.chitchat.answers import KINDS  # noqa: E402
 from bench.anon_probe import faq  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
@@ -66,10 +65,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/smalltalk")
     args = ap.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="smalltalk-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
-    env.update({"FAQ_DATA_DIR": str(workdir), "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}",
-                "FAQ_ENCODER": args.encoder, "FAQ_ADMIN_TOKEN": ADMIN, "FAQ_KB_POLL_SECONDS": "0",
-                "FAQ_QUERY_CACHE_SIZE": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env = served_env(workdir, args.encoder, ADMIN)
     faq(env, "db", "upgrade")
     for name in SETS:
         faq(env, "kb", "import", str(DATA / name / "faq.jsonl"), "--kb", name)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.anon_probe import faq  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.compare import Server, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
@@ -70,10 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     sets = args.sets.split(",")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="turns-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
-    env.update({"FAQ_DATA_DIR": str(workdir), "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}",
-                "FAQ_ENCODER": args.encoder, "FAQ_ADMIN_TOKEN": ADMIN, "FAQ_KB_POLL_SECONDS": "0",
-                "FAQ_QUERY_CACHE_SIZE": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env = served_env(workdir, args.encoder, ADMIN)
     faq(env, "db", "upgrade")
     prompts = {}
     for name in sets:
