@@ -403,8 +403,8 @@ class Pipeline:
 
     # -- a turn in context --------------------------------------------------------------------------
     def turn_candidates(self, query: str, previous: str, scored: Sequence[FaqMatch], retriever: RetrieverLike,
-                        vec: np.ndarray, selection: Any = None, shut: frozenset[str] = frozenset()
-                        ) -> TurnCandidates | None:
+                        vec: np.ndarray, selection: Any = None, shut: frozenset[str] = frozenset(),
+                        prompted: frozenset[str] = frozenset()) -> TurnCandidates | None:
         """The turn model's candidates for `query` after the FAQ `previous`, from the decision model's
         scored window of the query alone; None when the build has no answer vectors to compare FAQs by."""
         vectors = getattr(retriever, "answer_vectors", None)
@@ -414,7 +414,7 @@ class Pipeline:
         prev_sim = vectors.vectors @ vectors.vectors[vectors.row_of[previous]]
         alone = {m.faq_id: m.score for m in scored[:WINDOW]}
         return turn_candidates(query, previous, alone, vectors.faq_ids, answer_cos, prev_sim,
-                               None if selection is None else selection.faq_ids, shut)
+                               None if selection is None else selection.faq_ids, shut, prompted)
 
     def context_ranked(self, request: MatchQuery, scored: list[FaqMatch], plan: Any, selection: Any,
                        retriever: RetrieverLike, vec: np.ndarray) -> list[FaqMatch] | None:
@@ -423,7 +423,7 @@ class Pipeline:
         shut = hidden - plan.prompted if plan.prompted else hidden
         assert self.turn_model is not None and request.turn is not None
         found = self.turn_candidates(request.query, request.turn.previous_faq_id, scored, retriever, vec,
-                                     selection, shut)
+                                     selection, shut, plan.prompted)
         if found is None or not found.faq_ids:
             return None
         probs = self.turn_model.prob(found.x)

@@ -75,7 +75,7 @@ def collect(encoder: str, work: Path, split: str, sets=SETS) -> list[dict]:
             plan = plan_turn(Turn(previous, t["first"]["query"]), t["second"]["query"], retriever)
             shut = hidden - plan.prompted if plan.prompted else hidden
             found = pipeline.turn_candidates(t["second"]["query"], previous, result.matches, retriever, vec,
-                                             None, shut)
+                                             None, shut, plan.prompted)
             out.append({"set": name, "kind": t["kind"], "gold": t["second"]["faq_id"], "previous": previous,
                         "alone": [(m.faq_id, m.score) for m in result.matches if m.faq_id not in shut],
                         "ids": [] if found is None else found.faq_ids,

@@ -28,7 +28,7 @@ FORMAT = "faq-turn-model/1"
 #: FAQs nearest the previous one (by their answers) that are candidates besides the query's own
 NEAR_PREVIOUS = 8
 #: what `candidates` reads of each candidate (the model's inputs are derived from them: DESIGN)
-FEATURES = ("alone", "answer_cos", "prev_sim", "is_prev", "top_alone", "short", "pronoun", "opener")
+FEATURES = ("alone", "answer_cos", "prev_sim", "is_prev", "top_alone", "short", "pronoun", "opener", "prompted")
 
 _WORDS = re.compile(r"[a-z0-9']+")
 PRONOUNS = frozenset({"it", "its", "it's", "that", "this", "they", "them", "those", "these", "there", "one", "ones",
@@ -55,15 +55,17 @@ class TurnCandidates:
 
 def candidates(query: str, previous: str, alone: Mapping[str, float], faq_ids: Sequence[str],
                answer_cos: np.ndarray, prev_sim: np.ndarray, allowed: frozenset[str] | None = None,
-               shut: frozenset[str] = frozenset()) -> TurnCandidates:
+               shut: frozenset[str] = frozenset(), prompted: frozenset[str] = frozenset()) -> TurnCandidates:
     """The candidates of one turn and their features. `alone`: faq_id -> the decision model's probability for
     the query alone (its scored window); `faq_ids` order the rows of `answer_cos` (the query's cosine with each
     FAQ's answer) and `prev_sim` (the previous FAQ's answer's cosine with each); `allowed` (a filter's FAQs)
-    and `shut` (context-only FAQs not prompted) limit them."""
+    and `shut` (context-only FAQs not prompted) limit them; `prompted`: the previous FAQ's follow-ups, which an
+    editor linked to it, are candidates too."""
     row_of = {f: i for i, f in enumerate(faq_ids)}
     order = [f for f in alone if f in row_of]
     near = np.argsort(-prev_sim, kind="stable")[: NEAR_PREVIOUS + 1].tolist()
     order += [faq_ids[i] for i in near] + ([previous] if previous in row_of else [])
+    order += sorted(f for f in prompted if f in row_of)
     seen, keep = set(), []
     for f in order:
         if f in seen or f in shut or (allowed is not None and f not in allowed):
@@ -76,16 +78,16 @@ def candidates(query: str, previous: str, alone: Mapping[str, float], faq_ids: S
     for f in keep:
         i = row_of[f]
         rows.append([float(alone.get(f, 0.0)), float(answer_cos[i]), float(prev_sim[i]), 1.0 if f == previous else 0.0,
-                     top_alone, short, pronoun, opener])
+                     top_alone, short, pronoun, opener, 1.0 if f in prompted else 0.0])
     return TurnCandidates(keep, np.asarray(rows, dtype=np.float64).reshape(len(rows), len(FEATURES)))
 
 
 #: the model's inputs, derived from FEATURES: the query's own evidence (log probability, whether the query
-#: alone scored it, its answer cosine against the best), nearness to the previous FAQ and being it, and how
-#: both interact with a weak or elliptical query
+#: alone scored it, its answer cosine against the best), nearness to the previous FAQ, being it or one of its
+#: follow-ups, and how these interact with a weak or elliptical query
 DESIGN = ("log_alone", "in_alone", "answer_cos", "answer_cos_gap", "near_previous", "is_prev", "near_x_weak",
           "prev_x_weak", "prev_x_elliptical", "near_x_elliptical", "log_alone_x_strong", "prev_x_pronoun",
-          "prev_x_short", "near_x_pronoun")
+          "prev_x_short", "near_x_pronoun", "prompted", "prompted_x_weak", "prompted_x_elliptical")
 
 
 def design(x: np.ndarray) -> np.ndarray:
@@ -100,7 +102,8 @@ def design(x: np.ndarray) -> np.ndarray:
     log_alone = np.log(alone + 1e-3)
     return np.stack([log_alone, (alone > 0).astype(float), cos, cos - cos.max(), near, is_prev, near * weak,
                      is_prev * weak, is_prev * elliptical, near * elliptical, log_alone * col["top_alone"],
-                     is_prev * col["pronoun"], is_prev * col["short"], near * col["pronoun"]], axis=1)
+                     is_prev * col["pronoun"], is_prev * col["short"], near * col["pronoun"], col["prompted"],
+                     col["prompted"] * weak, col["prompted"] * elliptical], axis=1)
 
 
 @dataclass(frozen=True)

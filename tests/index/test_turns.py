@@ -19,8 +19,9 @@ def test_candidates_are_the_querys_own_the_previous_faqs_neighbours_and_it_withi
     answer_cos = np.array([0.9, 0.2, 0.1, 0.3, 0.5, 0.0])
     prev_sim = np.array([0.1, 0.8, 0.7, 1.0, 0.9, -0.2])
     found = candidates("and that?", "prev", {"a": 0.6, "far": 0.01}, ids, answer_cos, prev_sim,
-                       allowed=frozenset(ids) - {"c"}, shut=frozenset({"hidden"}))
+                       allowed=frozenset(ids) - {"c"}, shut=frozenset({"hidden"}), prompted=frozenset({"b", "gone"}))
     assert found.faq_ids[:2] == ["a", "far"] and set(found.faq_ids) == {"a", "far", "prev", "b"}
+    assert dict(zip(found.faq_ids, found.x[:, FEATURES.index("prompted")])) == {"a": 0, "far": 0, "prev": 0, "b": 1}
     row = dict(zip(FEATURES, found.x[found.faq_ids.index("prev")]))
     assert row["is_prev"] == 1.0 and row["prev_sim"] == 1.0 and row["alone"] == 0.0 and row["top_alone"] == 0.6
     assert design(found.x).shape == (4, len(DESIGN))

@@ -13,8 +13,9 @@ from training.turns import fit_turn_model
 def turn(elliptical: bool, rng: np.random.Generator) -> tuple[np.ndarray, int]:
     # two candidates: 0 = the query's own best, 1 = the previous FAQ
     top = rng.uniform(0.05, 0.3) if elliptical else rng.uniform(0.6, 0.95)
-    own = [top, rng.uniform(0.3, 0.6), rng.uniform(0.1, 0.5), 0.0, top, float(elliptical), float(elliptical), 0.0]
-    prev = [rng.uniform(0.0, 0.05), rng.uniform(0.2, 0.4), 1.0, 1.0, top, float(elliptical), float(elliptical), 0.0]
+    own = [top, rng.uniform(0.3, 0.6), rng.uniform(0.1, 0.5), 0.0, top, float(elliptical), float(elliptical), 0.0, 0.0]
+    prev = [rng.uniform(0.0, 0.05), rng.uniform(0.2, 0.4), 1.0, 1.0, top, float(elliptical), float(elliptical), 0.0,
+            0.0]
     return np.array([own, prev]), 1 if elliptical else 0
 
 
