@@ -571,7 +571,7 @@ def test_every_console_page_passes_axe(live, watched, tmp_path):
     for path in ("/console/kbs/default/faqs", "/console/kbs/default/faqs?q=zzzz", "/console/kbs/default/faqs/new",
                  "/console/kbs/default/faqs/edit?id=refund", "/console/kbs/default/try", "/console/kbs/default/builds",
                  "/console/kbs/default/import", "/console/kbs/default/review", "/console/kbs/default/traffic?window=24h",
-                 "/console/kbs/default/traffic?window=30d", "/console/kbs/nope/faqs"):
+                 "/console/kbs/default/traffic?window=30d", "/console/kbs/default/smalltalk", "/console/kbs/nope/faqs"):
         page.goto(path)
         found += serious_violations(page)
     page.goto("/console/kbs/default/try")
