@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -30,3 +32,17 @@ def sign_in(served, token: str) -> tuple[TestClient, str]:
 def assert_headers(response) -> None:
     for name, value in SECURITY_HEADERS.items():
         assert response.headers.get(name) == value, (response.url, name)
+
+
+@contextmanager
+def served_kbs(data_dir: Path, encoder, root: str, token_kb: str, kinds: tuple[str, ...] = ("admin",)):
+    """(app, store, tokens, client): the default KB and `shop` built and served in process with the admin token
+    `root`; `tokens` holds a new token of `token_kb` per kind in `kinds`."""
+    from app.api.main import create_app
+    from tests.helpers.api import two_built_kbs
+
+    settings, store = two_built_kbs(data_dir, encoder, root)
+    tokens = {kind: store.catalog.issue_token(token_kb, kind)[1] for kind in kinds}
+    app = create_app(settings, store=store, encoder=encoder)
+    with TestClient(app) as client:
+        yield app, store, tokens, client

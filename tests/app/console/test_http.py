@@ -11,21 +11,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.console.pages import COOKIE
-from tests.helpers.api import bearer, make_settings, two_built_kbs
-from tests.helpers.console import assert_headers, csrf_of, sign_in
+from tests.helpers.api import bearer, make_settings
+from tests.helpers.console import assert_headers, csrf_of, served_kbs, sign_in
 
 ROOT = "console-root-token-of-32-characters"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
-    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_http"), encoder, ROOT)
-    tokens = {kind: store.catalog.issue_token("shop", kind)[1] for kind in ("admin", "read")}
-    from app.api.main import create_app
-
-    app = create_app(settings, store=store, encoder=encoder)
-    with TestClient(app) as client:
-        yield app, store, tokens, client
+    with served_kbs(tmp_path_factory.mktemp("console_http"), encoder, ROOT, "shop", ("admin", "read")) as served:
+        yield served
 
 
 def test_every_console_answer_has_the_security_headers(served):

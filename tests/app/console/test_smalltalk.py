@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
-
 from app.chitchat.answers import load_answers
-from tests.helpers.api import two_built_kbs
-from tests.helpers.console import assert_headers, csrf_of, sign_in
+from tests.helpers.console import assert_headers, csrf_of, served_kbs, sign_in
 
 ROOT = "console-smalltalk-token-of-32-characters"
 PAGE = "/console/kbs/shop/smalltalk"
@@ -17,13 +14,8 @@ SHIPPED = load_answers()["personas"]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
-    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_smalltalk"), encoder, ROOT)
-    tokens = {"default": store.catalog.issue_token("default", "admin")[1]}
-    from app.api.main import create_app
-
-    app = create_app(settings, store=store, encoder=encoder)
-    with TestClient(app) as client:
-        yield app, store, tokens, client
+    with served_kbs(tmp_path_factory.mktemp("console_smalltalk"), encoder, ROOT, "default") as served:
+        yield served
 
 
 def reply(client, text: str) -> dict:
@@ -64,5 +56,5 @@ def test_bad_input_names_the_field_and_changes_nothing(served):
     assert long.status_code == 422 and 'id="answers-error"' in long.text and "1000" in long.text
     assert page.post(PAGE, data={"persona": "friendly"}).status_code == 403  # no CSRF token
     assert store.catalog.settings("shop") == before
-    other, _ = sign_in(served, tokens["default"])
+    other, _ = sign_in(served, tokens["admin"])  # the default KB's
     assert other.get(PAGE).status_code == 403

@@ -10,8 +10,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers.api import two_built_kbs
-from tests.helpers.console import assert_headers, sign_in
+from tests.helpers.console import assert_headers, served_kbs, sign_in
 
 ROOT = "console-traffic-token-of-32-characters"
 PAGE = "/console/kbs/default/traffic"
@@ -21,13 +20,9 @@ UNKNOWN = "xylophone gluon plasma"  # no word BM25 knows: the lexical arm has no
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, encoder):  # noqa: F811
-    settings, store = two_built_kbs(tmp_path_factory.mktemp("console_traffic"), encoder, ROOT)
-    tokens = {"shop": store.catalog.issue_token("shop", "admin")[1]}
-    from app.api.main import create_app
-
-    app = create_app(settings, store=store, encoder=encoder)
-    with TestClient(app) as client:
-        yield app, store, tokens, client
+    with served_kbs(tmp_path_factory.mktemp("console_traffic"), encoder, ROOT, "shop") as served:
+        app, store, tokens, client = served
+        yield app, store, {"shop": tokens["admin"]}, client
 
 
 def cell(html: str, arm: str, name: str) -> str:
