@@ -54,6 +54,16 @@ def faq(env: dict, *argv: str) -> str:
     return out.stdout + out.stderr
 
 
+def served_env(workdir: Path, encoder: str, admin_token: str) -> dict[str, str]:
+    """The environment of a benchmark's own `faq` commands and `faq serve`: the shell's FAQ_* dropped, a
+    SQLite store in `workdir`, no KB polling and no query cache (a repeat would hide what is measured)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
+    env.update({"FAQ_DATA_DIR": str(workdir), "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}",
+                "FAQ_ENCODER": encoder, "FAQ_ADMIN_TOKEN": admin_token, "FAQ_KB_POLL_SECONDS": "0",
+                "FAQ_QUERY_CACHE_SIZE": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    return env
+
+
 def prepare(workdir: Path) -> dict:
     """The data dir with every KB built; returns the environment the server and the CLI share."""
     kb_file = workdir / "kb.jsonl"

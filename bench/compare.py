@@ -287,16 +287,6 @@ def render_markdown(report: dict) -> str:
 
 # ---------------------------------------------------------------- processes
 
-def served_env(workdir: Path, encoder: str, admin_token: str) -> dict[str, str]:
-    """The environment of a benchmark's own `faq` commands and `faq serve`: the shell's FAQ_* dropped, a
-    SQLite store in `workdir`, no KB polling and no query cache (a repeat would hide what is measured)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
-    env.update({"FAQ_DATA_DIR": str(workdir), "FAQ_DATABASE_URL": f"sqlite:///{workdir / 'faq.db'}",
-                "FAQ_ENCODER": encoder, "FAQ_ADMIN_TOKEN": admin_token, "FAQ_KB_POLL_SECONDS": "0",
-                "FAQ_QUERY_CACHE_SIZE": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    return env
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

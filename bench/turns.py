@@ -5,7 +5,7 @@ without the previous turn as `context`, per kind of second turn, on the realisti
         [--out bench/results/turns]
 
 Each set is its own KB in one data dir, imported with its follow_ups.jsonl merged in (the prompts an editor
-would attach), built with the default settings. Every exchange's second turn is sent three ways: alone;
+would attach: evaluation/turns.py `merged_records`), built with the default settings. Every exchange's second turn is sent three ways: alone;
 with `context.previous_faq_id` = the first turn's labelled FAQ and `previous_query` = its text; and, when
 the second turn's FAQ is one of the first FAQ's prompts, as the click on that prompt would send it.
 A second turn labelled out of scope is right when it gets no answer; otherwise when its FAQ is first (top-1)
@@ -28,35 +28,16 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import faq  # noqa: E402
-from bench.compare import Server, free_port, served_env  # noqa: E402
+from bench.anon_probe import faq, served_env  # noqa: E402
+from bench.compare import Server, free_port  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
+from evaluation.metrics import reliability  # noqa: E402
+from evaluation.turns import follow_ups, merged_records  # noqa: E402
+from kb.files import write_kb  # noqa: E402
 
 ADMIN = "turns-bench-admin-token-0123456789abcdef"
 DATA = REPO / "evaluation" / "data"
-
-
-def merged_kb(name: str, out: Path) -> dict[str, list[dict]]:
-    """The set's faq.jsonl with its follow-ups on each FAQ's first line; returns faq_id -> prompts."""
-    prompts = {}
-    follow = DATA / name / "follow_ups.jsonl"
-    if follow.exists():
-        for line in follow.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                prompts[row["faq_id"]] = row["follow_ups"]
-    seen, lines = set(), []
-    for line in (DATA / name / "faq.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if row["faq_id"] not in seen and row["faq_id"] in prompts:
-            row["follow_ups"] = prompts[row["faq_id"]]
-        seen.add(row["faq_id"])
-        lines.append(json.dumps(row))
-    out.write_text("\n".join(lines) + "\n")
-    return prompts
 
 
 def main() -> None:
@@ -74,7 +55,8 @@ def main() -> None:
     prompts = {}
     for name in sets:
         faq(env, "kb", "create", name)
-        prompts[name] = merged_kb(name, workdir / f"{name}.jsonl")
+        prompts[name] = follow_ups(name)
+        write_kb(workdir / f"{name}.jsonl", merged_records(name))
         faq(env, "kb", "import", str(workdir / f"{name}.jsonl"), "--kb", name)
         faq(env, "index", "build", "--kb", name)
     port = free_port()
@@ -124,27 +106,14 @@ def summarise(rows: list[dict], sets: list[str], args: argparse.Namespace) -> di
             cell["n"] += 1
             cell["top1"] += r["top1"]
             cell["answered_right"] += r["answered_right"]
-    eces = {way: ece([r["score"] for r in rows if r["way"] == way], [r["top_right"] for r in rows if r["way"] == way])
-            for way in ("alone", "context")}
+    eces = {way: reliability([r["score"] for r in rows if r["way"] == way],
+                             [r["top_right"] for r in rows if r["way"] == way])[0] for way in ("alone", "context")}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_info(), "sets": sets,
             "ece_top_score": eces,
             "client_ms_p50": {way: median([r["ms"] for r in rows if r["way"] == way]) for way in ("alone", "context")},
             "split": args.split, "encoder": args.encoder, "non_200": sum(r["status"] != 200 for r in rows),
             "cells": {f"{k}|{w}": {**v, "top1_rate": v["top1"] / v["n"], "answered_right_rate": v["answered_right"] / v["n"]}
                       for (k, w), v in sorted(table.items())}}
-
-
-def ece(scores: list[float], right: list[bool], bins: int = 10) -> float | None:
-    """Expected calibration error of the top match's score as the probability that it is the right FAQ."""
-    if not scores:
-        return None
-    total = 0.0
-    for b in range(bins):
-        inside = [(s, r) for s, r in zip(scores, right) if b / bins <= s < (b + 1) / bins or (b == bins - 1 and s == 1.0)]
-        if inside:
-            total += len(inside) / len(scores) * abs(sum(s for s, _ in inside) / len(inside)
-                                                     - sum(r for _, r in inside) / len(inside))
-    return total
 
 
 def markdown(report: dict) -> str:

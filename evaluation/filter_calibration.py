@@ -16,26 +16,15 @@ import random
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-
 DATA = Path(__file__).resolve().parent / "data"
 SETS = ("campus_it", "council", "energy", "grocery")
-
-
-def ece(scores: list[float], right: list[bool], bins: int = 10) -> float:
-    p, r = np.asarray(scores, dtype=float), np.asarray(right, dtype=float)
-    total = 0.0
-    for b in range(bins):
-        mask = (p >= b / bins) & ((p < (b + 1) / bins) if b < bins - 1 else (p <= 1.0))
-        if mask.any():
-            total += mask.mean() * abs(p[mask].mean() - r[mask].mean())
-    return float(total)
 
 
 def run(encoder: str, work: Path, seed: int = 0, split: str = "test") -> dict:
     from app.pipeline import MatchQuery
     from app.settings import get_settings
     from evaluation.machine import cpu_info
+    from evaluation.metrics import reliability
     from evaluation.scratch import scratch_pipeline
     from evaluation.turns import merged_records
     from kb.filters import parse_filter
@@ -82,11 +71,11 @@ def run(encoder: str, work: Path, seed: int = 0, split: str = "test") -> dict:
             cell.setdefault("scores", []).append(top.score if top else 0.0)
             cell.setdefault("right", []).append(ok)
     for cell in cases.values():
-        cell["ece"] = ece(cell.pop("scores", []) or [0.0], cell.pop("right", []) or [False])
+        cell["ece"] = reliability(cell.pop("scores", []) or [0.0], cell.pop("right", []) or [False])[0]
         n = max(1, cell["n"])
         cell.update(top1_rate=cell["top1"] / n, answer_rate=cell["answered"] / n, wrong_answer_rate=cell["wrong_answers"] / n)
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_info(), "encoder": encoder,
-            "sets": list(SETS), "split": split, "cases": cases, "ece_top_score": ece(scores, right)}
+            "sets": list(SETS), "split": split, "cases": cases, "ece_top_score": reliability(scores, right)[0]}
 
 
 def markdown(report: dict) -> str:

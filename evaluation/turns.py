@@ -27,20 +27,21 @@ SETS = ("campus_it", "council", "energy", "grocery")
 THRESHOLD = 0.5
 
 
+def follow_ups(name: str) -> dict[str, list[dict]]:
+    """The set's follow_ups.jsonl: faq_id -> the prompts an editor would attach to it."""
+    path = DATA / name / "follow_ups.jsonl"
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {row["faq_id"]: row["follow_ups"] for row in rows}
+
+
 def merged_records(name: str) -> list:
-    """The set's KB with its follow_ups.jsonl on each FAQ's first line (as an editor would attach them)."""
+    """The set's KB with its follow-ups on each FAQ's first line."""
     from kb.files import read_kb
 
-    records = read_kb(DATA / name / "faq.jsonl")
-    path = DATA / name / "follow_ups.jsonl"
-    prompts = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                prompts[row["faq_id"]] = row["follow_ups"]
-    seen, out = set(), []
-    for r in records:
+    prompts, seen, out = follow_ups(name), set(), []
+    for r in read_kb(DATA / name / "faq.jsonl"):
         if r.faq_id not in seen and r.faq_id in prompts:
             r = replace(r, follow_ups=prompts[r.faq_id])
         seen.add(r.faq_id)
@@ -92,17 +93,9 @@ def fit(rows: list[dict], l2: float = 0.1):
     return fit_turn_model(turns, l2, meta)
 
 
-def ece(probs: list[float], right: list[bool], bins: int = 10) -> float:
-    p, r = np.asarray(probs), np.asarray(right, dtype=float)
-    total = 0.0
-    for b in range(bins):
-        mask = (p >= b / bins) & ((p < (b + 1) / bins) if b < bins - 1 else (p <= 1.0))
-        if mask.any():
-            total += mask.sum() / len(p) * abs(p[mask].mean() - r[mask].mean())
-    return float(total)
-
-
 def measure(rows: list[dict], model) -> dict:
+    from evaluation.metrics import reliability
+
     cells: dict = defaultdict(lambda: {"n": 0, "alone": 0, "context": 0})
     probs, right = [], []
     for r in rows:
@@ -123,7 +116,7 @@ def measure(rows: list[dict], model) -> dict:
             cells[key]["alone"] += alone_ok
             cells[key]["context"] += ctx_ok
     out = {k: {**v, "alone_rate": v["alone"] / v["n"], "context_rate": v["context"] / v["n"]} for k, v in cells.items()}
-    return {"cells": out, "ece_top": ece(probs, right)}
+    return {"cells": out, "ece_top": reliability(probs, right)[0]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,11 @@ MAX_UNKNOWN_WORDS = 2
 
 def features(text: str, vocab: Vocabulary) -> list[str]:
     """The feature names of one message (each counted once)."""
-    toks = tokens(text)
+    return read_tokens(tokens(text), vocab)[0]
+
+
+def read_tokens(toks: Sequence[str], vocab: Vocabulary) -> tuple[list[str], int]:
+    """(the feature names, the count of words outside the vocabulary) of one message's tokens."""
     feats = {f"w:{t}" for t in toks}
     feats.update(f"b:{a}_{b}" for a, b in zip(toks, toks[1:]))
     for t in toks:
@@ -110,7 +114,7 @@ def features(text: str, vocab: Vocabulary) -> list[str]:
         feats.add(f"first:{toks[0]}")
         feats.add(f"last:{toks[-1]}")
     feats.add("bias")
-    return sorted(feats)
+    return sorted(feats), unknown
 
 
 @dataclass(frozen=True)
@@ -140,14 +144,20 @@ class SmallTalkDetector:
         if (self.dim > 0) != (encoder is not None):
             raise ValueError("a detector reads an encoder's vectors exactly when it names the encoder")
 
-    def rows(self, texts: Sequence[str]) -> list[list[int]]:
-        index = self.index
-        return [[index[f] for f in features(t, self.vocab) if f in index] for t in texts]
+    def read(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """Each text's feature rows and its count of words outside the vocabulary (one tokenisation each)."""
+        index, rows, unknown = self.index, [], []
+        for text in texts:
+            feats, n = read_tokens(tokens(text), self.vocab)
+            rows.append([index[f] for f in feats if f in index])
+            unknown.append(n)
+        return rows, unknown
 
-    def logits(self, texts: Sequence[str], vectors: np.ndarray | None = None) -> np.ndarray:
+    def logits(self, texts: Sequence[str], vectors: np.ndarray | None = None,
+               rows: list[list[int]] | None = None) -> np.ndarray:
         n_sparse = len(self.index)
         out = np.zeros((len(texts), len(self.classes)), np.float32)
-        for i, row in enumerate(self.rows(texts)):
+        for i, row in enumerate(rows if rows is not None else self.read(texts)[0]):
             out[i] = self.weights[row].sum(axis=0)
         if self.dim:
             if vectors is None or vectors.shape != (len(texts), self.dim):
@@ -155,17 +165,19 @@ class SmallTalkDetector:
             out += (np.asarray(vectors, np.float32) * self.embedding_scale) @ self.weights[n_sparse:]
         return out
 
-    def probabilities(self, texts: Sequence[str], vectors: np.ndarray | None = None) -> np.ndarray:
+    def probabilities(self, texts: Sequence[str], vectors: np.ndarray | None = None,
+                      rows: list[list[int]] | None = None) -> np.ndarray:
         """(n, classes) softmax probabilities."""
-        logits = self.logits(texts, vectors)
+        logits = self.logits(texts, vectors, rows)
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         return p / p.sum(axis=1, keepdims=True)
 
     def detect(self, texts: Sequence[str], vectors: np.ndarray | None = None) -> list[Verdict]:
+        rows, unknown = self.read(texts)
         out = []
-        for text, row in zip(texts, self.probabilities(texts, vectors)):
-            if unknown_words(tokens(text), self.vocab) > MAX_UNKNOWN_WORDS:
+        for n, row in zip(unknown, self.probabilities(texts, vectors, rows)):
+            if n > MAX_UNKNOWN_WORDS:
                 out.append(Verdict(None, 1.0, 0.0))
                 continue
             best = int(np.argmax(row))
