@@ -67,6 +67,7 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
     clusters = [c for c in (_without(c, known) for c in clusters) if c.size >= min_cluster]
     phrasings = [{**p.as_dict(), "answer": faqs[p.faq_id][0], "tags": faqs[p.faq_id][1],
                   "review_key": phrasing_key(p.faq_id, p.question)} for p in proposals]
+    phrasings = _with_suggestions(phrasings, store, faqs)
     cluster_rows = [{**c.as_dict(), "review_key": cluster_key(c.key)} for c in clusters]
     report = {"min_score": min_score, "min_agree": min_agree if siamese is not None else None,
               "stats": {**stats.as_dict(), "unanswered_in_clusters": sum(c["size"] for c in cluster_rows),
@@ -74,6 +75,35 @@ def mine_report(store: FaqStore, *, since: datetime | None = None, min_score: fl
               "phrasings": phrasings,
               "clusters": [{"faq_id": f"new-{i}", **c} for i, c in enumerate(cluster_rows, start=1)]}
     return report if include_dismissed else drop_dismissed(store, report)
+
+
+def _with_suggestions(phrasings: list[dict[str, Any]], store: FaqStore,
+                      faqs: dict[str, tuple[str, list[str], list[str]]]) -> list[dict[str, Any]]:
+    """The mined phrasings and the imported suggestions (app/store/suggestions.py) still open: of an FAQ
+    that exists, not yet one of its phrasings; one mined from the log too gets the evidence `imported`."""
+    by_key = {p["review_key"]: p for p in phrasings}
+    out = list(phrasings)
+    for s in suggested_open(store, faqs):
+        if s.key in by_key:
+            by_key[s.key]["evidence"] = {**by_key[s.key]["evidence"], "imported": 1}
+            continue
+        answer, tags, _ = faqs[s.faq_id]
+        out.append({"faq_id": s.faq_id, "question": s.question, "count": 0, "evidence": {"imported": 1},
+                    "score_max": None, "score_mean": None, "matched_phrasing": None, "origin": s.origin,
+                    "answer": answer, "tags": tags, "review_key": s.key})
+    return out
+
+
+def suggested_open(store: FaqStore, faqs: dict[str, tuple[str, list[str], list[str]]] | None = None) -> list[Any]:
+    """The imported suggestions not yet phrasings of their FAQ (which still exists); dismissed ones too
+    (`drop_dismissed` takes those out of the queue; the export leaves them out by the same keys)."""
+    if faqs is None:
+        faqs = {}
+        for r in store.faqs.export_records():
+            faqs.setdefault(r.faq_id, (r.answer or "", list(r.tags or []), []))[2].append(r.question)
+    known = {(f, phrasing_form(q)) for f, v in faqs.items() for q in v[2]}
+    return [s for s in store.suggestions.all()
+            if s.faq_id in faqs and (s.faq_id, phrasing_form(s.question)) not in known]
 
 
 def drop_dismissed(store: FaqStore, report: dict[str, Any]) -> dict[str, Any]:

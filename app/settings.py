@@ -56,6 +56,57 @@ def small_talk_answers(value: object) -> dict[str, list[str]] | None:
         out[kind] = [a.strip() for a in answers]
     return out
 LEXICAL_ENGINES: tuple[str, ...] = get_args(LexicalEngine)
+#: the longest default answer a KB keeps (the FAQ answer limit of kb/records.py)
+MAX_DEFAULT_ANSWER_CHARS = 20000
+
+
+def synonym_groups(value: object) -> list[list[str]] | None:
+    """A KB's synonyms, `[["wifi", "wi-fi"], ...]` (a JSON string from the command line or FAQ_SYNONYMS is
+    read as such), each term's spacing collapsed."""
+    import json
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as exc:
+            raise ValueError(f"synonyms: not JSON ({exc.msg})") from None
+        if value is None:
+            return None
+    problem = synonym_problem(value)
+    if problem:
+        raise ValueError(f'synonyms: {problem}, e.g. [["wifi", "wi-fi", "wireless internet"]]')
+    return [[" ".join(t.split()) for t in group] for group in value] or None
+
+
+#: a synonym group's terms, and how many groups a KB keeps (each query is rewritten with all of them)
+MAX_SYNONYM_GROUPS = 1000
+MAX_SYNONYM_TERMS = 20
+MAX_SYNONYM_CHARS = 100
+
+
+def synonym_problem(groups: object) -> str | None:
+    """Why `groups` is not a list of synonym groups (each 2..MAX_SYNONYM_TERMS distinct non-empty terms)."""
+    if not isinstance(groups, list):
+        return "must be a list of groups, each a list of terms"
+    if len(groups) > MAX_SYNONYM_GROUPS:
+        return f"at most {MAX_SYNONYM_GROUPS} groups, got {len(groups)}"
+    for i, group in enumerate(groups):
+        if not isinstance(group, list) or not all(isinstance(t, str) for t in group):
+            return f"group {i} must be a list of strings"
+        terms = [t.strip() for t in group]
+        if len(set(t.lower() for t in terms)) != len(terms) or len(terms) < 2:
+            return f"group {i} must hold at least 2 distinct terms"
+        if len(terms) > MAX_SYNONYM_TERMS:
+            return f"group {i} has {len(terms)} terms, at most {MAX_SYNONYM_TERMS}"
+        if any(not t or len(t) > MAX_SYNONYM_CHARS or "\x00" in t for t in terms):
+            return f"group {i}: every term is 1-{MAX_SYNONYM_CHARS} characters, without NUL"
+        try:
+            "".join(terms).encode("utf-8")
+        except UnicodeEncodeError:
+            return f"group {i}: a term holds an unpaired surrogate (not valid Unicode text)"
+    return None
 
 
 def split_weights(text: str) -> tuple[tuple[str, int], ...]:
@@ -126,10 +177,20 @@ class KbSettings(BaseModel):
     small_talk_persona: Persona | None = None
     small_talk_answers: dict[str, list[str]] | None = None
 
+    # groups of terms a query may use for the KB's own (kb/synonyms.py), and the answer the QnA Maker and
+    # Azure routes give when nothing matches (unset: each service's own)
+    synonyms: list[list[str]] | None = None
+    default_answer: str | None = Field(default=None, min_length=1, max_length=MAX_DEFAULT_ANSWER_CHARS)
+
     @field_validator("small_talk_answers", mode="before")
     @classmethod
     def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
         return small_talk_answers(value)
+
+    @field_validator("synonyms", mode="before")
+    @classmethod
+    def _synonyms(cls, value: object) -> list[list[str]] | None:
+        return synonym_groups(value)
 
     @field_validator("ab_split")
     @classmethod
@@ -211,11 +272,21 @@ class Settings(BaseSettings):
     small_talk: bool = True
     small_talk_persona: Persona = "professional"
     small_talk_answers: dict[str, list[str]] | None = None
+    # Synonyms: groups of terms that mean the same in this KB (JSON [["wifi", "wi-fi"], ...]); each query's
+    # terms are replaced by the one the KB uses most before matching, on every arm (kb/synonyms.py)
+    synonyms: list[list[str]] | None = None
+    # The answer of the QnA Maker and Azure routes when nothing matches; unset: each service's own
+    default_answer: str | None = Field(default=None, min_length=1, max_length=MAX_DEFAULT_ANSWER_CHARS)
 
     @field_validator("small_talk_answers", mode="before")
     @classmethod
     def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
         return small_talk_answers(value)
+
+    @field_validator("synonyms", mode="before")
+    @classmethod
+    def _synonyms(cls, value: object) -> list[list[str]] | None:
+        return synonym_groups(value)
     # The decision model file; unset: the one `faq index calibrate` fitted on this KB's own labels
     # (<data_dir>/decision_model.json) when there is one, else the cross-KB model shipped in index/.
     decision_model: Path | None = None

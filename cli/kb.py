@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
-from kb.records import DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records
-from kb.files import read_kb, write_kb
+from kb.records import DEFAULT_KB, KbValidationError
+from kb.files import read_kb
 from app.settings import get_settings
 from app.mining import mine_report, write_mined
-from app.store import ImportReport, KbNotFound
+from app.store import KbNotFound
+from cli.kb_files import register_files
 from cli.scope import add_kb_option, kb_settings, open_kb
 
 EXIT_OK = 0
@@ -29,25 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kb.set_defaults(func=lambda args: _usage(kb))
     sub = kb.add_subparsers(dest="kb_command", metavar="COMMAND")
 
-    p = sub.add_parser(
-        "import", help="upsert FAQs from a JSONL or CSV file",
-        description="Upsert FAQs and question variants from FILE (.jsonl or .csv; '-' reads JSONL from stdin). "
-                    "Re-importing the same file changes nothing. Any invalid row aborts the whole import.",
-    )
-    p.add_argument("file", help="KB file: .jsonl, .csv, or - for JSONL on stdin")
-    add_kb_option(p, help="the KB to import into, created when it does not exist (default: FAQ_KB, else 'default')")
-    p.add_argument("--sync", action="store_true",
-                   help="also delete FAQs not in the file and variants of listed FAQs that are not in the file")
-    p.add_argument("--dry-run", action="store_true", help="report what would change without writing anything")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_import)
-
-    p = sub.add_parser("export", help="write the KB to a JSONL or CSV file",
-                       description="Write every FAQ and question variant to FILE (.jsonl or .csv; '-' for JSONL "
-                                   "on stdout). `faq kb import` of the result reproduces the KB.")
-    p.add_argument("file", help="output file: .jsonl, .csv, or - for stdout")
-    add_kb_option(p)
-    p.set_defaults(func=cmd_export)
+    register_files(sub)
 
     p = sub.add_parser("stats", help="summarise the KB", description="Counts of FAQs, variants and tags, "
                                                                     "the KB revision and the last index build.")
@@ -120,95 +103,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return EXIT_BAD_INPUT
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    name = "<stdin>" if args.file == "-" else args.file
-    try:
-        records = read_kb(args.file)
-    except KbValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print("nothing was imported", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as exc:
-        print(f"error: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    # read first: a file that does not read must not leave a new, empty KB behind
-    try:
-        scope = open_kb(args, create=not args.dry_run)
-    except KbNotFound as exc:
-        if not args.dry_run:
-            raise
-        try:
-            kb, created, report = exc.kb, True, _report_for_new_kb(records, args.sync)
-        except KbValidationError as problems:
-            print(f"error: {problems}\nnothing was imported", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    else:
-        kb, created = scope.name, scope.created
-        with scope:
-            try:
-                report = scope.store.import_records(records, sync=args.sync, dry_run=args.dry_run)
-            except KbValidationError as exc:  # read_kb already checks the same rules; kept for safety
-                print(f"error: {exc}\nnothing was imported", file=sys.stderr)
-                return EXIT_BAD_INPUT
-    if args.json:
-        print(json.dumps({"file": name, "kb": kb, "kb_created": created and not args.dry_run,
-                          "rows": len(records), **report.as_dict()}, indent=2))
-    else:
-        if created:
-            print(f"KB {kb!r} does not exist: the import would create it." if args.dry_run else
-                  f"Created KB {kb!r}.")
-        print(format_report(name, len(records), report, kb))
-    return EXIT_OK
-
-
-def _report_for_new_kb(records: list[KbRecord], sync: bool) -> ImportReport:
-    """What a dry run would do to a KB that does not exist yet: everything is new (and follow-ups can only
-    name FAQs of the file: KbValidationError)."""
-    specs, _ = group_records((r.loc or f"record {i}", r) for i, r in enumerate(records, start=1))
-    dangling = follow_up_problems(specs)
-    if dangling:
-        raise KbValidationError([f"{loc}: {reason}" for loc, reason in dangling])
-    return ImportReport(faqs_created=len(specs), variants_added=sum(len(s.questions) for s in specs.values()),
-                        sync=sync, dry_run=True)
-
-
-def format_report(name: str, n_rows: int, r: ImportReport, kb: str = DEFAULT_KB) -> str:
-    n_faqs = r.faqs_created + r.faqs_updated + r.faqs_unchanged
-    mode = " (dry run, --sync)" if r.dry_run and r.sync else " (dry run)" if r.dry_run else " (--sync)" if r.sync else ""
-    into = "" if kb == DEFAULT_KB else f" into KB {kb!r}"
-    lines = [
-        f"Imported {name}{into}{mode}: {n_rows} row{'' if n_rows == 1 else 's'}, "
-        f"{n_faqs} FAQ{'' if n_faqs == 1 else 's'}",
-        f"  FAQs:      {r.faqs_created} created, {r.faqs_updated} updated, {r.faqs_unchanged} unchanged"
-        + (f", {r.faqs_deleted} deleted" if r.sync else ""),
-        f"  Variants:  {r.variants_added} added, {r.variants_removed} removed, {r.variants_unchanged} unchanged",
-    ]
-    if r.changes == 0:
-        lines.append(f"No changes; KB revision stays {r.revision_before}.")
-    elif r.dry_run:
-        lines.append(f"Dry run: nothing was written (KB revision stays {r.revision_before}).")
-    else:
-        lines.append(f"KB revision {r.revision_before} -> {r.revision}.")
-    return "\n".join(lines)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    with open_kb(args) as scope:
-        try:
-            n_faqs, n_variants = write_kb(args.file, scope.store.export_records())
-        except KbValidationError as exc:  # unknown extension
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except OSError as exc:
-            print(f"error: cannot write {args.file}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    # keep stdout clean when the export itself goes there
-    out = sys.stderr if args.file == "-" else sys.stdout
-    into = "" if scope.name == DEFAULT_KB else f" of KB {scope.name!r}"
-    print(f"Exported {n_faqs} FAQs{into} ({n_variants} question variants) to {args.file}", file=out)
-    return EXIT_OK
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -250,19 +250,30 @@ def read_kb(path: str | Path, known_faq_ids: Iterable[str] | None = None, name: 
     Raises KbFormatError listing every problem as `file:line: reason`; FileNotFoundError/OSError as is.
     """
     name = name or _source_name(path)
-    is_csv = _kind(path) == "csv"
+    return validate_rows(name, _iter_rows(path, required=["faq_id", "question"]), known_faq_ids,
+                         csv_cells=_kind(path) == "csv")
+
+
+def validate_rows(name: str, rows: Iterable[tuple[int, dict | None, str | None]],
+                  known_faq_ids: Iterable[str] | None = None, csv_cells: bool = False) -> list[KbRecord]:
+    """The records of `rows` ((line, row, problem) with the JSONL fields of the module docstring), each
+    checked by kb/records.py, grouped per FAQ and, with `known_faq_ids`, its follow-ups' targets checked;
+    every problem raised at once as `name:line: reason` in a KbFormatError. `csv_cells`: tags, metadata,
+    follow_ups and context_only are still text, as a CSV cell holds them. Every importer (this module's
+    and kb/formats/) ends here, so all accept exactly the same data."""
     problems: list[tuple[int, str]] = []
     located: list[tuple[str, KbRecord]] = []
     line_of: dict[str, int] = {}
     bad_faq_ids: set[str] = set()
-    for line_no, row, problem in _iter_rows(path, required=["faq_id", "question"]):
+    for line_no, row, problem in rows:
         if problem is not None:
             problems.append((line_no, problem))
             continue
+        assert row is not None
         tags = row.get("tags")
         fields: dict[str, Any] = {k: row.get(k) for k in ("metadata", "source", "follow_ups", "context_only")}
         cell_problems: list[str] = []
-        if is_csv:
+        if csv_cells:
             if tags is not None:
                 tags = [t for t in tags.split(CSV_TAG_SEPARATOR) if t.strip()]
             fields, cell_problems = _csv_fields(row)
@@ -275,7 +286,7 @@ def read_kb(path: str | Path, known_faq_ids: Iterable[str] | None = None, name: 
             if isinstance(row.get("faq_id"), str):
                 bad_faq_ids.add(row["faq_id"].strip())
             continue
-        line_of[loc] = line_no
+        line_of.setdefault(loc, line_no)
         located.append((loc, record))
     specs, group_problems = group_records(located, skip_missing_answer=bad_faq_ids)
     if known_faq_ids is not None:

@@ -199,3 +199,32 @@ def parse_filter(raw: Any, field: str = "filter") -> FaqFilter:
     parsed = {part: tuple(sorted({_condition(f"{field}.{part}[{i}]", c) for i, c in enumerate(conds)}))
               for part, conds in lists.items()}
     return FaqFilter(all_of=parsed.get("all", ()), any_of=parsed.get("any", ()), none_of=parsed.get("none", ()))
+
+
+@dataclass(frozen=True)
+class CombinedFilter:
+    """Filters joined by `mode` "and" (every part passes) or "or" (any part does): what a grammar of
+    all/any/none cannot say, as Azure's (metadata OR) AND (source OR). Used as a FaqFilter is."""
+
+    parts: tuple[FaqFilter, ...]
+    mode: str = "and"
+
+    @property
+    def is_empty(self) -> bool:
+        return all(p.is_empty for p in self.parts)
+
+    def key(self) -> tuple:
+        return ("combined", self.mode, tuple(p.key() for p in self.parts))
+
+    def matches(self, metadata: Mapping[str, str], tags: Sequence[str], source: str | None) -> bool:
+        parts = [p for p in self.parts if not p.is_empty]
+        if not parts:
+            return True
+        passed = (p.matches(metadata, tags, source) for p in parts)
+        return all(passed) if self.mode == "and" else any(passed)
+
+    def select(self, faqs: Mapping[str, FaqFields]) -> frozenset[str]:
+        if self.is_empty:
+            return frozenset(faqs)
+        return frozenset(faq_id for faq_id, (metadata, tags, source) in faqs.items()
+                         if self.matches(metadata, tags, source))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Annotated
 
 
@@ -116,36 +117,45 @@ async def require_metrics_reader(request: Request,
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-def _throttled(wait_s: int, what: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_429_TOO_MANY_REQUESTS,
-        detail=f"too many wrong {what} from your address: try again in {wait_s} s "
-               f"(at most {LIMIT} failures per {WINDOW_S:.0f} s; this request's token was not checked)",
-        headers={"Retry-After": str(wait_s)})
+@dataclass(frozen=True)
+class Refusal:
+    """Why a token may not reach a KB: `status` 401 (missing or wrong), 403 (another KB's) or 429 (this
+    address guessed too often; `retry_after` seconds), and the reason in words."""
+
+    status: int
+    reason: str
+    retry_after: int | None = None
 
 
-def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
+def key_refusal(request: Request, kb: str, token: str, kinds: tuple[str, ...], what: str) -> Refusal | None:
+    """None when `token` is FAQ_ADMIN_TOKEN or a token of KB `kb` of one of `kinds`, else why not. Each
+    route answers a refusal in its own shape (ours below; the QnA Maker and Azure routes in theirs)."""
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
-    kb = _kb_of(request)
     throttle: AuthThrottle = request.app.state.auth_throttle
     address = client_address(request)
     wait_s = throttle.retry_after(address, kb)
     if wait_s is not None:
-        raise _throttled(wait_s, f"{what} tokens for KB {kb!r}")
+        return Refusal(429, f"too many wrong {what} tokens for KB {kb!r} from your address: try again in {wait_s} s "
+                            f"(at most {LIMIT} failures per {WINDOW_S:.0f} s; this request's token was not checked)",
+                       wait_s)
     if resident_kbs.allows(token, kb, kinds):
-        return
+        return None
     info = resident_kbs.token_info(token) if token else None
     if info is not None and info.kb != kb:
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            detail=f"this token belongs to another KB: it cannot reach KB {kb!r}")
+        return Refusal(403, f"this token belongs to another KB: it cannot reach KB {kb!r}")
     if token and info is None:  # a guess: a missing token guesses nothing, a KB's read key is a real token
         throttle.failed(address, kb)
-    raise HTTPException(
-        status_code=status.HTTP_401_UNAUTHORIZED,
-        detail=f"missing or invalid {what} token: send `Authorization: Bearer <FAQ_ADMIN_TOKEN>` or a token of "
-               f"KB {kb!r} (`faq kb token --kb {kb}`)",
-        headers={"WWW-Authenticate": "Bearer"},
-    )
+    return Refusal(401, f"missing or invalid {what} token: send `Authorization: Bearer <FAQ_ADMIN_TOKEN>` or a "
+                        f"token of KB {kb!r} (`faq kb token --kb {kb}`)")
+
+
+def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
+    refusal = key_refusal(request, _kb_of(request), token, kinds, what)
+    if refusal is None:
+        return
+    headers = ({"Retry-After": str(refusal.retry_after)} if refusal.status == 429 else
+               {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None)
+    raise HTTPException(refusal.status, detail=refusal.reason, headers=headers)
 
 
 def require_admin(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:

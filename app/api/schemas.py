@@ -14,7 +14,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator,
+)
 
 from app.arms import ARMS
 from kb.filters import FaqFilter, parse_filter
@@ -125,8 +127,12 @@ class MatchRequest(_Strict):
         'being {"key": K, "value": V} (metadata), {"tag": T} or {"source": S}; docs/filters.md')
 
     _query_not_blank = field_validator("query")(_not_blank)
+    # a filter the JSON grammar cannot say (the Azure route's metadata OR source), set by the server itself
+    _built_filter: Any = PrivateAttr(default=None)
 
     def parsed_filter(self) -> FaqFilter | None:
+        if self._built_filter is not None:
+            return self._built_filter
         return None if self.filter is None else parse_filter(self.filter)
 
     @field_validator("arm")

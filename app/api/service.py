@@ -64,9 +64,10 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
                                 detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
     settings = state.settings
+    rewrite = state.rewrites.for_retriever(settings.synonyms, retriever)
     queries = [
         MatchQuery(
-            query=item.query,
+            query=rewrite(item.query),
             top_k=item.top_k if item.top_k is not None else settings.default_top_k,
             threshold=item.threshold,
             arm=arm,
@@ -83,7 +84,8 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
         state.in_flight -= 1
     if trace is not None:
         trace.retriever, trace.results = retriever, list(results)
-    responses = [_response(arm, result, retriever) for arm, result in zip(arms, results)]
+    # the client's own words are echoed and logged, whatever the synonyms made of them
+    responses = [_response(arm, result, retriever, item.query) for item, arm, result in zip(items, arms, results)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
                                     cached=response.cached, kb=state.kb, decision=response.decision)
@@ -109,12 +111,12 @@ def _match_out(m: Any, retriever: Any) -> dict:
             **_faq_fields(m.faq_id, retriever)}
 
 
-def _response(arm: str, result: MatchResult, retriever: Any = None) -> MatchResponse:
+def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str | None = None) -> MatchResponse:
     answer = result.answer
     return MatchResponse.model_validate(
         {
             "request_id": uuid.uuid4().hex,
-            "query": result.query,
+            "query": result.query if asked is None else asked,
             "arm": arm,
             "index_version": result.index_version,
             "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer,

@@ -23,6 +23,7 @@ import weakref
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from app.query_rewrite import QueryRewrites
 from app.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
 )
@@ -86,6 +87,7 @@ class KbState:
         self.query_encoder: Encoder | None = None  # balanced mode: queries through it (FAQ_QUERY_ENCODER)
         self.query_encoder_setting = "FAQ_QUERY_ENCODER"
         self.query_encoder_problem: str | None = None  # why the query encoder did not load
+        self.rewrites = QueryRewrites()  # the KB's synonyms, applied to each query before matching
 
     # -- the process's parts -----------------------------------------------------------------
     @property

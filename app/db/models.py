@@ -33,7 +33,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -194,6 +194,24 @@ class ReviewDismissal(Base):
     subject: Mapped[str] = mapped_column(Text, nullable=False)  # what was dismissed, as the queue showed it
     reason: Mapped[str | None] = mapped_column(Text)
     dismissed_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+class SuggestedPhrasing(Base):
+    """A phrasing another product suggested for an FAQ (QnA Maker's SuggestedQuestions, Azure's active
+    learning), kept as a proposal of the review queue, never a phrasing, until an owner accepts it.
+    `key` is the review queue's key of the proposal (app/store/reviews.py `phrasing_key`)."""
+
+    __tablename__ = "suggested_phrasings"
+    __table_args__ = (UniqueConstraint("kb", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    nullable=False)
+    key: Mapped[str] = mapped_column(String(64), nullable=False)
+    faq_id: Mapped[str] = mapped_column(String(MAX_FAQ_ID_CHARS), nullable=False)
+    question: Mapped[str] = mapped_column(Text, nullable=False)
+    origin: Mapped[str] = mapped_column(String(32), nullable=False)  # the format it was imported from
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import Connection, Engine, select, update
 
-from app.db.models import Faq, IndexBuild, Kb, KbToken, QueryLog, QuestionVariant, ReviewDismissal
+from app.db.models import Faq, IndexBuild, Kb, KbToken, QueryLog, QuestionVariant, ReviewDismissal, SuggestedPhrasing
 from kb.records import DEFAULT_KB, text_problem
 
 # bound parameters per IN (...) list: stays under SQLite's variable limit
@@ -29,6 +29,7 @@ qlog_t = QueryLog.__table__
 kbs_t = Kb.__table__
 tokens_t = KbToken.__table__
 dismissals_t = ReviewDismissal.__table__
+suggestions_t = SuggestedPhrasing.__table__
 
 
 class SchemaNotReady(RuntimeError):

@@ -8,7 +8,7 @@ catalogue of KBs and their tokens, the same for every scope, as is `store.consol
 `store.faqs` (app/store/faqs.py: FAQs, phrasings, revision, import/export), `store.builds`
 (app/store/builds.py: index build records), `store.query_log` (app/store/query_log.py: the log,
 feedback, retention) and `store.reviews` (app/store/reviews.py: what was dismissed from the review
-queues) share one engine. The store's own methods are those parts' methods under the
+queues), `store.suggestions` (app/store/suggestions.py: phrasings imported as proposals) share one engine. The store's own methods are those parts' methods under the
 names callers have always used, so `store.snapshot()` is `store.faqs.snapshot()`.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from app.store.catalog import KbCatalog
 from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
 from app.store.reviews import ReviewStore
+from app.store.suggestions import SuggestionStore
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -54,6 +55,7 @@ class FaqStore:
         self.builds = BuildStore(self.engine, kb)
         self.query_log = QueryLogStore(self.engine, kb)
         self.reviews = ReviewStore(self.engine, kb)
+        self.suggestions = SuggestionStore(self.engine, kb)
         self.catalog = KbCatalog(self.engine)
         self.console_sessions = ConsoleSessionStore(self.engine)
 

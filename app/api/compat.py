@@ -1,0 +1,199 @@
+"""What the QnA Maker and Azure question answering routes share (app/api/routes/qnamaker.py, azure.py):
+a QnA id for every FAQ, an FAQ as a QnA pair, a question matched through the same `service.match` as
+`/match` (same pipeline, query log, metrics and cache), and the key check.
+
+QnA ids: an FAQ whose id is a number (imported from QnA Maker or Azure) keeps it; the others get a stable
+number (kb/formats/base.py `qna_ids`), the same one `faq kb export --format qnamaker|azure` writes.
+
+Which answers a compat route returns: the decision of `/match` decides. `answer`: the FAQ, then the other
+matches above the request's threshold, up to `top`. `clarify`: the options (the services' way to ask
+"did you mean"). `abstain`: the service's no-match answer (id -1, score 0). `chitchat`: the small-talk
+reply as a pair with metadata `editorial: chitchat`, as Azure's chit-chat pairs have. The request's own
+threshold filters on top of that, as the services do.
+"""
+from __future__ import annotations
+
+import threading
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from app.api import service
+from app.api.deps import Refusal, key_refusal
+from app.api.resident_kbs import ResidentKbs, UnknownKb
+from app.api.schemas import MatchContext, MatchRequest, MatchResponse
+from app.api.state import KbState
+from kb.filters import CombinedFilter, FaqFilter
+from kb.formats.base import qna_ids
+
+NO_MATCH_ID = -1
+#: the longest question the compat routes take: /match's limit
+MAX_QUESTION_CHARS = 1000
+MAX_TOP = 50
+
+
+@dataclass
+class Pair:
+    """An FAQ as both services show a QnA pair."""
+
+    id: int
+    faq_id: str | None
+    questions: list[str]
+    answer: str
+    score: float  # 0..1
+    source: str | None
+    metadata: dict[str, str]
+    context_only: bool = False
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """What a compat route answers: the pairs and what `/match` decided (null for a qnaId lookup)."""
+
+    pairs: list[Pair]
+    response: MatchResponse | None = None
+
+    def extra(self) -> dict[str, Any]:
+        """The extra field the official clients ignore: our decision, options and expected precision."""
+        r = self.response
+        if r is None:
+            return {"decision": "answer", "lookup": True}
+        return {"requestId": r.request_id, "decision": r.decision, "faqId": r.answer.faq_id if r.answer else None,
+                "options": [o.faq_id for o in r.options], "threshold": r.threshold,
+                "expectedPrecision": r.expected_precision, "context": r.context.applied,
+                "indexVersion": r.index_version}
+
+
+class QnaIdMap:
+    """faq_id <-> QnA id for the served snapshot, worked out once per snapshot."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: Any = None
+        self._ids: dict[str, int] = {}
+        self._faqs: dict[int, str] = {}
+
+    def of(self, retriever: Any) -> tuple[dict[str, int], dict[int, str]]:
+        key = (id(retriever), getattr(retriever, "kb_revision", None))
+        with self._lock:
+            if key != self._key:
+                self._ids = qna_ids(retriever.answers.keys())
+                self._faqs = {n: f for f, n in self._ids.items()}
+                self._key = key
+            return self._ids, self._faqs
+
+
+def id_map(state: KbState) -> QnaIdMap:
+    # kept on the state, so it goes when the KB is unloaded (setdefault: two first requests share one)
+    return state.__dict__.setdefault("_qna_ids", QnaIdMap())
+
+
+def faq_of(state: KbState, qna_id: int | None) -> str | None:
+    """The FAQ a QnA id names in the served snapshot, or None."""
+    if qna_id is None:
+        return None
+    _, faqs = id_map(state).of(state.require_retriever())
+    return faqs.get(qna_id)
+
+
+def pair(retriever: Any, ids: dict[str, int], faq_id: str, score: float) -> Pair:
+    answer, _tags = retriever.answers.get(faq_id, ("", []))
+    details = retriever.details.get(faq_id)
+    follow_ups = list(getattr(details, "follow_ups", None) or [])
+    return Pair(id=ids.get(faq_id, NO_MATCH_ID), faq_id=faq_id,
+                questions=[q for _, q in retriever.faq_variants(faq_id)], answer=answer, score=score,
+                source=getattr(details, "source", None), metadata=dict(getattr(details, "metadata", None) or {}),
+                context_only=bool(getattr(details, "context_only", False)),
+                prompts=[{"displayOrder": i, "qnaId": ids[f["faq_id"]], "displayText": f["text"]}
+                         for i, f in enumerate(follow_ups) if f["faq_id"] in ids])
+
+
+def chitchat_pair(kind: str, answer: str) -> Pair:
+    # a stable id per kind, far from the FAQs' (kb/formats/base.py numbers those from 1_000_000 up)
+    return Pair(id=900_000 + zlib.crc32(kind.encode()) % 90_000, faq_id=None, questions=[], answer=answer, score=1.0,
+                source="chitchat", metadata={"editorial": "chitchat", "kind": kind})
+
+
+def no_match(answer: str) -> Pair:
+    return Pair(id=NO_MATCH_ID, faq_id=None, questions=[], answer=answer, score=0.0, source=None, metadata={})
+
+
+def lookup(state: KbState, qna_id: int) -> Outcome | None:
+    """The pair with this QnA id, score 1 (both services answer a qnaId without ranking); None if unknown."""
+    retriever = state.require_retriever()
+    ids, faqs = id_map(state).of(retriever)
+    faq_id = faqs.get(qna_id)
+    if faq_id is None:
+        return None
+    return Outcome([pair(retriever, ids, faq_id, 1.0)])
+
+
+async def ask(state: KbState, question: str, *, top: int, threshold: float, default_answer: str,
+              flt: FaqFilter | CombinedFilter | None = None, previous_qna_id: int | None = None,
+              previous_query: str | None = None, user_id: str | None = None) -> Outcome:
+    """Match `question` as `/match` does and turn its decision into pairs (module docstring)."""
+    previous = faq_of(state, previous_qna_id) if previous_qna_id is not None else None
+    context = None
+    if previous is not None or previous_query:
+        context = MatchContext(previous_faq_id=previous, previous_query=previous_query or None)
+    item = MatchRequest(query=question, top_k=max(top, 1), session_id=user_id or None, context=context)
+    if flt is not None and not flt.is_empty:
+        item._built_filter = flt
+    response = (await service.match(state, [item]))[0]
+    retriever = state.require_retriever()
+    ids, _ = id_map(state).of(retriever)
+    if response.decision == "chitchat" and response.chitchat is not None:
+        return Outcome([chitchat_pair(response.chitchat.kind, response.chitchat.answer)], response)
+    if response.decision == "answer" and response.answer is not None:
+        chosen = [(response.answer.faq_id, response.answer.score)]
+        chosen += [(m.faq_id, m.score) for m in response.matches if m.faq_id != response.answer.faq_id]
+    elif response.decision == "clarify":
+        chosen = [(o.faq_id, o.score) for o in response.options]
+    else:
+        chosen = []
+    pairs = [pair(retriever, ids, f, s) for i, (f, s) in enumerate(chosen[:top]) if i == 0 or s > threshold]
+    if pairs and pairs[0].score < threshold:
+        pairs = []
+    return Outcome(pairs or [no_match(default_answer)], response)
+
+
+async def state_for(request: Request, kb: str) -> KbState:
+    """The KB's served state (loaded on its first request); UnknownKb when there is none."""
+    resident_kbs: ResidentKbs = request.app.state.resident_kbs
+    state = resident_kbs.peek(kb)
+    if state is not None:
+        return state
+    return await run_in_threadpool(resident_kbs.get, kb)
+
+
+async def check_key(request: Request, kb: str, key: str) -> Refusal | None:
+    """None when `key` is a read (or admin) token of KB `kb`, or FAQ_ADMIN_TOKEN; else why not. Always
+    checked, FAQ_MATCH_REQUIRES_KEY or not: both services always need their key."""
+    return await run_in_threadpool(key_refusal, request, kb, key, ("read", "admin"), "read")
+
+
+__all__ = ["MAX_QUESTION_CHARS", "MAX_TOP", "NO_MATCH_ID", "Outcome", "Pair", "UnknownKb", "ask", "check_key",
+           "chitchat_pair", "faq_of", "lookup", "no_match", "state_for"]
+
+
+def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
+    """(status, message, headers) of an error `service.match` raises that is not the client's fault (no
+    index yet, overload, a deadline, an engine down), as the compat routes answer it; None for others."""
+    from app.api.workers import DeadlineExceeded, Overloaded
+    from app.pipeline import NoIndexError
+    from index.elasticsearch.vectors import VectorStoreUnavailable
+    from index.lexical import LexicalUnavailable
+
+    if isinstance(exc, NoIndexError):
+        return 503, str(exc) or "no index built yet: run `faq index build`", {"Retry-After": "30"}
+    if isinstance(exc, Overloaded):
+        return exc.status_code, str(exc), {"Retry-After": str(exc.retry_after)}
+    if isinstance(exc, DeadlineExceeded):
+        return 503, str(exc), {"Retry-After": "1"}
+    if isinstance(exc, (LexicalUnavailable, VectorStoreUnavailable)):
+        return 503, f"a search engine is unavailable: {exc}", {"Retry-After": "10"}
+    return None

@@ -1,0 +1,187 @@
+"""`POST /language/:query-knowledgebases?projectName={kb}&deploymentName=...&api-version=...`: Azure AI Language
+question answering's runtime API (versions 2021-10-01 and 2023-04-01), as `azure-ai-language-questionanswering`'s
+QuestionAnsweringClient calls it, answered from KB `projectName` (docs/migrate-from-azure.md has every field).
+
+The key is the KB's read token in `Ocp-Apim-Subscription-Key`. Scores are our probability (0-1, Azure's scale).
+Errors come in Azure's shape, `{"error": {"code", "message", "details", "innererror"}}`, with the status codes
+the client maps to its exceptions (401 ClientAuthenticationError, 404 ResourceNotFoundError, others
+HttpResponseError); 2023-04-01 also names the code in `x-ms-error-code`. `faqMatch` carries our decision.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.api import compat
+from app.api.schemas import OptionalText
+from app.settings import KB_NAME_PATTERN
+from kb.filters import CombinedFilter, FaqFilter, fold
+from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS
+
+router = APIRouter(tags=["azure"])
+API_VERSIONS = ("2021-10-01", "2023-04-01")
+#: Azure's default answer when nothing matches (a project's settings.defaultAnswer replaces it)
+DEFAULT_ANSWER = "No good match found in KB."
+DEFAULT_TOP = 3
+MAX_FILTERS = 50
+Operation = Literal["AND", "OR", "and", "or", "And", "Or"]
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class MetadataRecord(_Loose):
+    key: str = Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)
+    value: str = Field(min_length=1, max_length=MAX_METADATA_VALUE_CHARS)
+
+
+class MetadataFilter(_Loose):
+    metadata: list[MetadataRecord] | None = Field(default=None, max_length=MAX_FILTERS)
+    logicalOperation: Operation | None = None
+
+
+class QueryFilters(_Loose):
+    metadataFilter: MetadataFilter | None = None
+    sourceFilter: list[str] | None = Field(default=None, max_length=MAX_FILTERS)
+    logicalOperation: Operation | None = None
+
+
+class AnswerContext(_Loose):
+    previousQnaId: int | None = None
+    previousUserQuery: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
+
+
+class ShortAnswerOptions(_Loose):
+    enable: bool | None = None
+    confidenceScoreThreshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    topAnswersWithSpan: int | None = Field(default=None, ge=1, le=10)
+
+
+class AnswersOptions(_Loose):
+    qnaId: int | None = None
+    question: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
+    top: int = Field(default=DEFAULT_TOP, ge=1, le=compat.MAX_TOP)
+    userId: OptionalText = Field(default=None, max_length=200)
+    confidenceScoreThreshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    context: AnswerContext | None = None
+    rankerType: Literal["Default", "QuestionOnly"] | None = None
+    filters: QueryFilters | None = None
+    answerSpanRequest: ShortAnswerOptions | None = None
+    includeUnstructuredSources: bool | None = None
+
+
+def error(status: int, code: str, message: str, version: str | None = None, target: str | None = None,
+          inner: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if target is not None:
+        body["details"] = [{"code": code, "message": message, "target": target}]
+    if inner is not None:
+        body["innererror"] = {"code": inner, "message": message}
+    headers = dict(headers or {})
+    if version == "2023-04-01":
+        headers["x-ms-error-code"] = code
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _filter(filters: QueryFilters | None) -> CombinedFilter | None:
+    if filters is None:
+        return None
+    parts = []
+    meta = filters.metadataFilter
+    if meta is not None and meta.metadata:
+        conditions = tuple(sorted({("key", fold(m.key), fold(m.value)) for m in meta.metadata}))
+        parts.append(FaqFilter(any_of=conditions) if (meta.logicalOperation or "AND").upper() == "OR"
+                     else FaqFilter(all_of=conditions))
+    sources = [s.strip() for s in filters.sourceFilter or [] if s.strip()]
+    if sources:  # an answer from any of the sources passes
+        parts.append(FaqFilter(any_of=tuple(sorted({("source", s[:MAX_SOURCE_CHARS], "") for s in sources}))))
+    if not parts:
+        return None
+    return CombinedFilter(tuple(parts), "or" if (filters.logicalOperation or "AND").upper() == "OR" else "and")
+
+
+def answer_json(p: compat.Pair) -> dict[str, Any]:
+    if p.id == compat.NO_MATCH_ID:
+        return {"questions": [], "answer": p.answer, "confidenceScore": 0.0, "id": p.id, "metadata": {}}
+    return {"questions": p.questions, "answer": p.answer, "confidenceScore": round(p.score, 4), "id": p.id,
+            "source": p.source, "metadata": dict(p.metadata),
+            "dialog": {"isContextOnly": p.context_only, "prompts": list(p.prompts)}}
+
+
+@router.post("/language/:query-knowledgebases", summary="Azure question answering's get answers, from KB projectName",
+             responses={200: {"description": "answers, best first; the default answer (id -1) when none fits"},
+                        400: {"description": "InvalidArgument"}, 401: {"description": "a wrong or missing key"},
+                        403: {"description": "a key of another project"},
+                        404: {"description": "ProjectNotFound, or an api-version this service does not have"}})
+async def query_knowledgebases(request: Request) -> JSONResponse:
+    params = request.query_params
+    version = params.get("api-version")
+    if version not in API_VERSIONS:  # as Azure's gateway answers a version it does not serve
+        return error(404, "404", f"Resource not found: api-version must be one of {', '.join(API_VERSIONS)}")
+    project = (params.get("projectName") or "").strip()
+    deployment = (params.get("deploymentName") or "").strip()
+    if not project or not deployment:
+        missing = "projectName" if not project else "deploymentName"
+        return error(400, "InvalidArgument", f"{missing} is required in the query string", version, missing)
+    kb = project.lower()
+    known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
+    refusal = await compat.check_key(request, kb if known_name else "default",
+                                     request.headers.get("ocp-apim-subscription-key", "").strip())
+    if refusal is not None and refusal.status == 429:
+        return error(429, "TooManyRequests", refusal.reason, version, headers={"Retry-After": str(refusal.retry_after)})
+    if refusal is not None and refusal.status == 403 and known_name:
+        return error(403, "403", refusal.reason, version)
+    if refusal is not None:
+        return error(401, "401", "Access denied due to invalid subscription key or wrong API endpoint. Send the "
+                                 "project's read key (`faq kb token --kb NAME --kind read`) as "
+                                 "Ocp-Apim-Subscription-Key.", version)
+    if not known_name:
+        return error(404, "ProjectNotFound", f"no project {project!r}: project names here are KB names",
+                     version, inner="KnowledgeBaseNotFound")
+    try:
+        body = AnswersOptions.model_validate(json.loads(await request.body() or b"{}"))
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            target = ".".join(str(p) for p in first["loc"]) or "body"
+            return error(400, "InvalidArgument", f"Invalid input. {target}: {first['msg']}", version, target,
+                         inner="InvalidParameterValue")
+        return error(400, "InvalidArgument", f"Invalid input. The body is not valid JSON: {exc}", version, "body",
+                     inner="InvalidRequest")
+    has_question = bool((body.question or "").strip())
+    if body.qnaId is not None and has_question:
+        return error(400, "InvalidArgument", "Invalid input. Send either question or qnaId, not both.", version,
+                     "qnaId", inner="InvalidParameterValue")
+    if body.qnaId is None and not has_question:
+        return error(400, "InvalidArgument", "Invalid input. 'Question' must not be empty.", version, "question",
+                     inner="InvalidParameterValue")
+    try:
+        state = await compat.state_for(request, kb)
+    except compat.UnknownKb:
+        return error(404, "ProjectNotFound", f"no project {project!r} (`faq kb list`)", version,
+                     inner="KnowledgeBaseNotFound")
+    default = state.settings.default_answer or DEFAULT_ANSWER
+    try:
+        if body.qnaId is not None:
+            outcome = compat.lookup(state, body.qnaId) or compat.Outcome([compat.no_match(default)])
+        else:
+            ctx = body.context
+            outcome = await compat.ask(
+                state, body.question or "", top=body.top, threshold=body.confidenceScoreThreshold,
+                default_answer=default, flt=_filter(body.filters),
+                previous_qna_id=ctx.previousQnaId if ctx else None,
+                previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
+    except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
+        problem = compat.service_error(exc)
+        if problem is None:
+            raise
+        status, message, headers = problem
+        return error(status, "TooManyRequests" if status == 429 else "ServiceUnavailable", message, version,
+                     headers=headers)
+    return JSONResponse({"answers": [answer_json(p) for p in outcome.pairs], "faqMatch": outcome.extra()})

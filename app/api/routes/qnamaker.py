@@ -1,0 +1,168 @@
+"""`POST /qnamaker/knowledgebases/{kb}/generateAnswer`: the QnA Maker runtime API, as Bot Framework bots and
+`botbuilder-ai`'s QnAMaker call it, answered from KB `kb` (docs/migrate-from-azure.md has every field).
+
+The key is the KB's read token (`faq kb token --kb NAME --kind read`) in `Authorization: EndpointKey <key>`
+(always needed). Scores are our probability on QnA Maker's 0-100 scale. Errors come in QnA Maker's shape,
+`{"error": {"code", "message", "target"}}`, with its codes (BadArgument, Unauthorized, Forbidden, KbNotFound,
+QuotaExceeded, ServiceError). `faqMatch` carries our decision, options and expected precision.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.api import compat
+from app.api.schemas import OptionalText
+from app.settings import KB_NAME_PATTERN
+from kb.filters import FaqFilter, fold
+from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
+
+router = APIRouter(tags=["qnamaker"])
+#: QnA Maker's own no-match answer (its App Service's DefaultAnswer setting)
+DEFAULT_ANSWER = "No good match found in KB."
+MAX_FILTERS = 50
+
+
+class _Loose(BaseModel):
+    # the service ignores fields it does not know; so do we (a bot may send newer ones)
+    model_config = ConfigDict(extra="ignore")
+
+
+class StrictFilter(_Loose):
+    name: str = Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)
+    value: str = Field(min_length=1, max_length=MAX_METADATA_VALUE_CHARS)
+
+
+class QnaContext(_Loose):
+    previousQnAId: int | None = None
+    previousUserQuery: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
+
+    @field_validator("previousQnAId", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> Any:
+        return _qna_id(value)
+
+
+class GenerateAnswer(_Loose):
+    question: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
+    top: int = Field(default=1, ge=1, le=compat.MAX_TOP)
+    scoreThreshold: float = Field(default=0.0, ge=0.0, le=100.0)
+    strictFilters: list[StrictFilter] | None = Field(default=None, max_length=MAX_FILTERS)
+    strictFiltersCompoundOperationType: Literal["AND", "OR", "and", "or", "And", "Or"] | None = None
+    context: QnaContext | None = None
+    qnaId: int | None = None
+    isTest: bool = False
+    rankerType: OptionalText = Field(default=None, max_length=50)
+    userId: OptionalText = Field(default=None, max_length=200)
+
+    @field_validator("qnaId", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> Any:
+        return _qna_id(value)
+
+
+def _qna_id(value: Any) -> Any:
+    """QnA Maker's runtime takes ids as numbers or strings; 0 and "" mean none (botbuilder sends qnaId 0)."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            return None
+        if value.lstrip("-").isdigit() and len(value) < 12:
+            value = int(value)
+    return None if value == 0 else value
+
+
+def error(status: int, code: str, message: str, target: str | None = None,
+          headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if target is not None:
+        body["target"] = target
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _bad(exc: ValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    target = ".".join(str(p) for p in first["loc"]) or "body"
+    return error(400, "BadArgument", f"{target}: {first['msg']}", target)
+
+
+def _filter(body: GenerateAnswer) -> FaqFilter | None:
+    if not body.strictFilters:
+        return None
+    conditions = tuple(sorted({("key", fold(f.name), fold(f.value)) for f in body.strictFilters}))
+    if (body.strictFiltersCompoundOperationType or "AND").upper() == "OR":
+        return FaqFilter(any_of=conditions)
+    return FaqFilter(all_of=conditions)
+
+
+def answer_json(p: compat.Pair) -> dict[str, Any]:
+    if p.id == compat.NO_MATCH_ID:  # as the service writes its no-match answer
+        return {"questions": [], "answer": p.answer, "score": 0.0, "id": p.id, "source": None, "metadata": []}
+    return {"questions": p.questions, "answer": p.answer, "score": round(p.score * 100.0, 2), "id": p.id,
+            "source": p.source, "metadata": [{"name": k, "value": v} for k, v in p.metadata.items()],
+            "context": {"isContextOnly": p.context_only,
+                        "prompts": [{**x, "qna": None} for x in p.prompts]}}
+
+
+def _key(request: Request) -> str:
+    raw = request.headers.get("authorization") or request.headers.get("ocp-apim-subscription-key") or ""
+    scheme, _, rest = raw.strip().partition(" ")
+    return rest.strip() if scheme.lower() in ("endpointkey", "bearer") and rest else raw.strip()
+
+
+@router.post("/qnamaker/knowledgebases/{kb}/generateAnswer", summary="QnA Maker's generateAnswer, from KB `kb`",
+             responses={200: {"description": "answers, best first; the no-match answer (id -1) when none fits"},
+                        400: {"description": "BadArgument"}, 401: {"description": "Unauthorized"},
+                        403: {"description": "Forbidden: a key of another KB"},
+                        404: {"description": "KbNotFound"}, 429: {"description": "QuotaExceeded"}})
+async def generate_answer(request: Request, kb: str = Path(max_length=200)) -> JSONResponse:
+    known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
+    refusal = await compat.check_key(request, kb if known_name else "default", _key(request))
+    if refusal is not None and refusal.status == 429:
+        return error(429, "QuotaExceeded", refusal.reason, headers={"Retry-After": str(refusal.retry_after)})
+    if refusal is not None and refusal.status == 403 and known_name:
+        return error(403, "Forbidden", refusal.reason)
+    if refusal is not None:
+        return error(401, "Unauthorized", "Access denied: send the KB's read key as `Authorization: EndpointKey "
+                                          "<key>` (`faq kb token --kb NAME --kind read`)")
+    if not known_name:
+        return error(404, "KbNotFound", f"no knowledge base {kb!r}: KB names are a-z, 0-9, '-' and '_'")
+    try:
+        body = GenerateAnswer.model_validate(json.loads(await request.body() or b"{}"))
+    except ValueError as exc:  # ValidationError is one; so are bad JSON and bad UTF-8
+        if isinstance(exc, ValidationError):
+            return _bad(exc)
+        return error(400, "BadArgument", f"the body is not valid JSON: {exc}", "body")
+    if body.qnaId is None and not (body.question or "").strip():
+        return error(400, "BadArgument", "question must not be empty (or send qnaId)", "question")
+    try:
+        state = await compat.state_for(request, kb)
+    except compat.UnknownKb:
+        return error(404, "KbNotFound", f"no knowledge base {kb!r} (`faq kb list`)")
+    default = state.settings.default_answer or DEFAULT_ANSWER
+    try:
+        outcome = compat.lookup(state, body.qnaId) if body.qnaId is not None else None
+        if body.qnaId is not None and outcome is None:
+            outcome = compat.Outcome([compat.no_match(default)])
+        if outcome is None:
+            ctx = body.context
+            outcome = await compat.ask(
+                state, body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,
+                default_answer=default, flt=_filter(body),
+                previous_qna_id=ctx.previousQnAId if ctx else None,
+                previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
+    except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
+        problem = compat.service_error(exc)
+        if problem is None:
+            raise
+        status, message, headers = problem
+        return error(status, "QuotaExceeded" if status == 429 else "ServiceError", message, headers=headers)
+    decision = outcome.response.decision if outcome.response is not None else "answer"
+    return JSONResponse({"answers": [answer_json(p) for p in outcome.pairs], "debugInfo": None,
+                         # botbuilder's QnAMakerDialog asks "did you mean" when this is on: our clarify
+                         "activeLearningEnabled": decision == "clarify", "faqMatch": outcome.extra()})
