@@ -197,3 +197,22 @@ def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
     if isinstance(exc, (LexicalUnavailable, VectorStoreUnavailable)):
         return 503, f"a search engine is unavailable: {exc}", {"Retry-After": "10"}
     return None
+
+
+def body_schema(model: Any) -> dict[str, Any]:
+    """`openapi_extra` documenting `model` as the JSON body of a route that reads its body by hand (to answer
+    errors in another service's shape), with the model's nested definitions inlined."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.split("/")[-1]])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,6 +38,8 @@ SUFFIXES = (".html", ".htm")
 _SNIFF_BYTES = 8 * 1024 * 1024
 #: JSON-LD is walked to this depth for FAQPage nodes (real graphs are a few levels deep)
 _MAX_DEPTH = 20
+#: microdata property values open at once (each is fed all the HTML inside it; real ones nest 2 or 3 deep)
+_MAX_CAPTURES = 32
 
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track",
          "wbr"}
@@ -60,6 +63,7 @@ class TextRenderer:
     def __init__(self, base: Callable[[], str | None] = lambda: None) -> None:
         self.base = base  # the page's URL, which relative links are resolved against
         self.parts: list[str] = []
+        self.started = False  # whether any text came yet: breaks before it are dropped
         self.pending = 0  # line breaks owed before the next text
         self.hidden = 0
         self.pre = 0
@@ -118,10 +122,11 @@ class TextRenderer:
     def _text(self, text: str) -> None:
         if not text or (text.isspace() and (self.pending or not self.parts)):
             return  # the markup's indentation between blocks
-        if self.pending and "".join(self.parts).strip():
+        if self.pending and self.started:
             self.parts.append("\n" * self.pending)
         self.pending = 0
         self.parts.append(text)
+        self.started = self.started or not text.isspace()
 
     def _brk(self, n: int) -> None:
         self.pending = max(self.pending, n)
@@ -186,6 +191,7 @@ class _Open:
     props: list[str] = field(default_factory=list)  # the itemprop names this element's value goes to
     owner: _Item | None = None  # the item those properties belong to
     text: TextRenderer | None = None
+    within: _Item | None = None  # the innermost item this element is in (or is)
 
 
 class _Page(HTMLParser):
@@ -200,21 +206,16 @@ class _Page(HTMLParser):
         self.canonical: str | None = None
         self.og_url: str | None = None
         self.base_href: str | None = None
-
-    def _owner(self) -> _Item | None:
-        for entry in reversed(self.stack):
-            if entry.item is not None:
-                return entry.item
-        return None
+        self.open_tags: Counter[str] = Counter()  # tags on the stack, so a stray end tag costs no search
 
     def handle_starttag(self, tag: str, attr_list: list[tuple[str, str | None]]) -> None:
         attrs = {k: v for k, v in attr_list}
         self._head(tag, attrs)
         for capture in self.captures:
             capture.start(tag, attrs)
-        owner = self._owner()
+        owner = self.stack[-1].within if self.stack else None
         props = (attrs.get("itemprop") or "").split()
-        entry = _Open(tag, props=props, owner=owner)
+        entry = _Open(tag, props=props, owner=owner, within=owner)
         if "itemscope" in attrs:
             entry.item = _Item((attrs.get("itemtype") or "").split(), self.getpos()[0])
             self.items.append(entry.item)
@@ -222,6 +223,7 @@ class _Page(HTMLParser):
                 for p in props:
                     owner.props.setdefault(p, []).append(entry.item)
             entry.props = []  # the item is the value; nothing to capture
+            entry.within = entry.item
         elif props and owner is not None:
             value = attrs.get("content")
             if value is None and tag in _URL_PROPS and attrs.get(_URL_PROPS[tag]) is not None:
@@ -230,13 +232,14 @@ class _Page(HTMLParser):
                 for p in props:
                     owner.props.setdefault(p, []).append(value or "")
                 entry.props = []
-            else:
+            elif len(self.captures) < _MAX_CAPTURES:
                 entry.text = TextRenderer(self.url)
                 self.captures.append(entry.text)
         if tag == "script" and (attrs.get("type") or "").strip().lower() == "application/ld+json":
             self.script_line, self.script_parts = self.getpos()[0], []
         if tag not in _VOID:
             self.stack.append(entry)
+            self.open_tags[tag] += 1
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
@@ -247,7 +250,7 @@ class _Page(HTMLParser):
         if tag == "script" and self.script_line is not None:
             self.scripts.append((self.script_line, "".join(self.script_parts)))
             self.script_line = None
-        if not any(e.tag == tag for e in self.stack):
+        if not self.open_tags[tag]:
             return  # a stray end tag
         while self.stack:
             entry = self.stack.pop()
@@ -258,6 +261,7 @@ class _Page(HTMLParser):
             capture.end(tag)
 
     def _close(self, entry: _Open) -> None:
+        self.open_tags[entry.tag] -= 1
         if entry.text is not None:
             self.captures.remove(entry.text)
             value = entry.text.text()

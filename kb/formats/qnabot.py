@@ -106,6 +106,9 @@ def read(path: str | Path, name: str) -> Imported:
             if q.strip():
                 rows.append((line, {"faq_id": qid, "question": q, "answer": answer.strip(), "tags": tags,
                                     "metadata": metadata}, None))
+    if not rows:
+        kinds = ", ".join(f"{k}: {n}" for k, n in sorted(skipped.items())) or "none"
+        rows.append((1, None, f"no items of type qna in this export (other items: {kinds})"))
     records = validate_rows(name, rows)
     return Imported(format=NAME, records=records,
                     notes=_notes(skipped, other, long_markdown, ssml, templated))

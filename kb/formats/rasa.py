@@ -1,8 +1,9 @@
 """Rasa retrieval intents (the response selector's FAQ and chit-chat): YAML training data (Rasa 2 and 3)
 with `nlu:` examples and `responses:` (in domain.yml, a responses file, or the NLU file itself).
 
-The path is one YAML file holding both, or a project folder: every *.yml / *.yaml under it (hidden folders
-left out), read in path order; positions are `file:line` of the file itself, the folder's name first.
+The path is one YAML file holding both, or a project folder: every *.yml / *.yaml under it, read in path
+order, less what `rasa train` does not read either (the project's tests/, models/, results/ and actions/,
+files named test_*, hidden folders); positions are `file:line` of the file itself, the folder's name first.
 
 Mapping, for each retrieval intent (a name with a `/`, such as `faq/ask_channels`) whose response
 `utter_faq/ask_channels` exists:
@@ -40,6 +41,10 @@ _HEAD_BYTES = 65536
 #: Rasa's entity annotations: [text](entity), [text](entity:value), [text]{"entity": ...}, [text][{...}, ...]
 _ENTITY = re.compile(r"\[(?P<text>[^\]]+?)\](?:\([^)]*\)|\{[^}]*\}|\[[^\]]*\])")
 _NULL_TAG = "tag:yaml.org,2002:null"
+#: a project's folders that hold no training data: `rasa test`'s conversations and NLU test sets (as do files
+#: named test_*, Rasa's mark of a test file), trained models, results, custom actions; hidden folders
+#: (.rasa/ caches, .venv/) are left out too
+_NOT_TRAINING = {"tests", "models", "results", "actions"}
 
 Row = tuple[int, dict | None, str | None]
 
@@ -49,6 +54,7 @@ class _Intent:
     file: str
     line: int
     examples: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, example)
+    broken: bool = False  # an error was reported already: no more about it
 
 
 @dataclass
@@ -81,8 +87,9 @@ def _read_head(path: Path) -> bytes:
 def _yaml_files(folder: Path, most: int | None = None) -> Iterator[Path]:
     found = 0
     for p in sorted(folder.rglob("*")):
-        if any(part.startswith(".") for part in p.relative_to(folder).parts):
-            continue  # .rasa/ caches, .venv/ and the like hold no training data
+        parts = p.relative_to(folder).parts
+        if any(part.startswith(".") for part in parts) or parts[0] in _NOT_TRAINING or p.name.startswith("test_"):
+            continue  # see _NOT_TRAINING
         if p.suffix.lower() in SUFFIXES and p.is_file():
             yield p
             found += 1
@@ -107,15 +114,24 @@ def read(path: str | Path, name: str) -> Imported:
         root = _load(file, p, problems)
         if not isinstance(root, MappingNode):
             continue
+        # YAML aliases make one node appear in many places: each is walked once, so a small file of aliases
+        # to aliases cannot expand into millions of examples
+        seen: dict[int, object] = {}
         for key, value in root.value:
             if _scalar(key) == "nlu":
-                _read_nlu(file, value, intents, skipped, problems)
+                _read_nlu(file, value, intents, skipped, problems, seen)
             elif _scalar(key) == "responses":
-                _read_responses(file, value, responses, skipped, duplicates, problems)
+                _read_responses(file, value, responses, skipped, duplicates, problems, seen)
+    if not intents and not responses and not problems:
+        where = name if path.is_dir() else f"{name}:1"
+        raise KbFormatError([f"{where}: no retrieval intents (intents named like faq/ask_channels) in this Rasa "
+                             "data: only those become FAQs"], source=name)
     rows_by_file: dict[str, list[Row]] = {file: [] for file, _ in files}
     notes: list[str] = []
     several: list[str] = []
     for intent, spec in intents.items():
+        if spec.broken:
+            continue
         response = responses.get(f"utter_{intent}")
         if response is None:
             problems.append((spec.file, spec.line, f"retrieval intent {intent!r} has no response utter_{intent} "
@@ -137,7 +153,7 @@ def read(path: str | Path, name: str) -> Imported:
         metadata = {"retrieval_intent": intent.split("/", 1)[0]}
         for file, line, example in spec.examples:
             rows_by_file[file].append((line, {"faq_id": intent, "question": example, "answer": answer,
-                                                   "metadata": metadata}, None))
+                                              "metadata": metadata}, None))
     for response_name, response in responses.items():
         if response_name.removeprefix("utter_") not in intents:
             problems.append((response.file, response.line,
@@ -205,11 +221,14 @@ def _get(mapping: MappingNode, key: str) -> Node | None:
 
 
 def _read_nlu(file: str, node: Node, intents: dict[str, _Intent], skipped: dict[str, list[str]],
-              problems: list[tuple[str, int, str]]) -> None:
+              problems: list[tuple[str, int, str]], seen: dict[int, object]) -> None:
     if not isinstance(node, SequenceNode):
         problems.append((file, _line(node), "nlu must be a list of `- intent:` entries"))
         return
     for entry in node.value:
+        if id(entry) in seen:
+            continue  # an alias of an entry read already says nothing new
+        seen[id(entry)] = entry
         if not isinstance(entry, MappingNode):
             problems.append((file, _line(entry), "an nlu entry must be a mapping such as `- intent: faq/ask_x`"))
             continue
@@ -228,7 +247,12 @@ def _read_nlu(file: str, node: Node, intents: dict[str, _Intent], skipped: dict[
             continue
         spec = intents.setdefault(intent, _Intent(file, _line(name_node)))
         examples = _get(entry, "examples")
-        if examples is not None:
+        if examples is not None and id(examples) in seen:
+            spec.broken = True
+            problems.append((file, _line(name_node), f"the examples of intent {intent!r} are another intent's, "
+                                                     "by a YAML alias; give each intent its own"))
+        elif examples is not None:
+            seen[id(examples)] = examples
             # Rasa merges an intent's examples from every file that gives some
             spec.examples += [(file, line, text) for line, text in _examples(file, examples, problems)]
 
@@ -267,7 +291,7 @@ def strip_entities(example: str) -> str:
 
 
 def _read_responses(file: str, node: Node, responses: dict[str, _Response], skipped: dict[str, list[str]],
-                    duplicates: list[str], problems: list[tuple[str, int, str]]) -> None:
+                    duplicates: list[str], problems: list[tuple[str, int, str]], seen: dict[int, object]) -> None:
     if not isinstance(node, MappingNode):
         if _scalar(node) is None and isinstance(node, ScalarNode):
             return  # `responses:` left empty
@@ -280,10 +304,12 @@ def _read_responses(file: str, node: Node, responses: dict[str, _Response], skip
             continue
         texts: list[str] = []
         if isinstance(value, SequenceNode):
-            for variant in value.value:
-                text = _scalar(_get(variant, "text")) if isinstance(variant, MappingNode) else None
-                if text is not None and text.strip():
-                    texts.append(text)
+            known = seen.get(id(value))
+            texts = known[1] if isinstance(known, tuple) else [
+                text for variant in value.value
+                if (text := _scalar(_get(variant, "text")) if isinstance(variant, MappingNode) else None)
+                and text.strip()]
+            seen[id(value)] = (value, texts)  # two responses sharing their variants by an alias: read once
         elif _scalar(value) is not None:
             texts.append(_scalar(value) or "")
         else:

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -115,24 +115,31 @@ def answer_json(p: compat.Pair) -> dict[str, Any]:
 
 
 @router.post("/language/:query-knowledgebases", summary="Azure question answering's get answers, from KB projectName",
+             openapi_extra=compat.body_schema(AnswersOptions),
              responses={200: {"description": "answers, best first; the default answer (id -1) when none fits"},
                         400: {"description": "InvalidArgument"}, 401: {"description": "a wrong or missing key"},
                         403: {"description": "a key of another project"},
                         404: {"description": "ProjectNotFound, or an api-version this service does not have"}})
-async def query_knowledgebases(request: Request) -> JSONResponse:
-    params = request.query_params
-    version = params.get("api-version")
+async def query_knowledgebases(
+    request: Request,
+    project_name: str | None = Query(None, alias="projectName", description="the KB's name"),
+    deployment_name: str | None = Query(None, alias="deploymentName", description="any name: the KB's current build"),
+    api_version: str | None = Query(None, alias="api-version", description=" or ".join(API_VERSIONS)),
+    key: str | None = Header(None, alias="Ocp-Apim-Subscription-Key", description="the KB's read token"),
+) -> JSONResponse:
+    # read by hand, not validated by FastAPI: every refusal must come in Azure's shape
+    version = api_version
     if version not in API_VERSIONS:  # as Azure's gateway answers a version it does not serve
         return error(404, "404", f"Resource not found: api-version must be one of {', '.join(API_VERSIONS)}")
-    project = (params.get("projectName") or "").strip()
-    deployment = (params.get("deploymentName") or "").strip()
+    project = (project_name or "").strip()
+    deployment = (deployment_name or "").strip()
     if not project or not deployment:
         missing = "projectName" if not project else "deploymentName"
         return error(400, "InvalidArgument", f"{missing} is required in the query string", version, missing)
     kb = project.lower()
     known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
     refusal = await compat.check_key(request, kb if known_name else "default",
-                                     request.headers.get("ocp-apim-subscription-key", "").strip())
+                                     (key or "").strip())
     if refusal is not None and refusal.status == 429:
         return error(429, "TooManyRequests", refusal.reason, version, headers={"Retry-After": str(refusal.retry_after)})
     if refusal is not None and refusal.status == 403 and known_name:

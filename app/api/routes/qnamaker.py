@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any, Literal
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -116,11 +116,14 @@ def _key(request: Request) -> str:
 
 
 @router.post("/qnamaker/knowledgebases/{kb}/generateAnswer", summary="QnA Maker's generateAnswer, from KB `kb`",
+             openapi_extra={**compat.body_schema(GenerateAnswer),
+                 "parameters": [{"name": "Authorization", "in": "header", "required": False,
+                                 "schema": {"type": "string"}, "description": "EndpointKey <the KB's read token>"}]},
              responses={200: {"description": "answers, best first; the no-match answer (id -1) when none fits"},
                         400: {"description": "BadArgument"}, 401: {"description": "Unauthorized"},
                         403: {"description": "Forbidden: a key of another KB"},
                         404: {"description": "KbNotFound"}, 429: {"description": "QuotaExceeded"}})
-async def generate_answer(request: Request, kb: str = Path(max_length=200)) -> JSONResponse:
+async def generate_answer(request: Request, kb: str) -> JSONResponse:
     known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
     refusal = await compat.check_key(request, kb if known_name else "default", _key(request))
     if refusal is not None and refusal.status == 429:
