@@ -4,8 +4,9 @@ header (a first row `question,answer`, in any case, is taken for one and skipped
 Mapping: rows whose answers are the same text (after trimming) are one FAQ, their questions its phrasings,
 in file order. The format has no ids, so faq_id is `slug_id(first question of the FAQ, "df-")`: it reads
 like the question and is the same on every import of the same file. Two FAQs whose first question is the
-same but whose answers differ are an error at the second (`conflicting answer`): the file asks one question
-two ways. Blank rows are skipped; a row of other than two cells is an error at its line.
+same but whose answers differ are an error at the second (`conflicting answer`): the file answers one
+question two ways. Blank rows are skipped; a row of other than two cells is an error at its line. The file
+is read as UTF-8 (a byte-order mark is allowed), as Dialogflow requires.
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
     text = head.decode("utf-8-sig", "replace")
     try:
-        first = next(csv.reader(io.StringIO(text, newline="")), None)
-    except csv.Error:
+        first = next((row for row in csv.reader(io.StringIO(text, newline="")) if any(c.strip() for c in row)),
+                     None)
+    except csv.Error:  # a cell cut by the end of the head, or broken: no verdict from a broken first row
         return False
     # our own CSV's header names faq_id; a Dialogflow FAQ has two cells on every row
     return first is not None and len(first) == 2 and "faq_id" not in (c.strip().lower() for c in first)
@@ -43,6 +45,7 @@ def read(path: str | Path, name: str) -> Imported:
     rows: list[Row] = []
     faq_of: dict[str, str] = {}  # trimmed answer -> faq_id
     end = 0
+    seen_row = False
     while True:
         start = end + 1
         try:
@@ -58,7 +61,8 @@ def read(path: str | Path, name: str) -> Imported:
         end = reader.line_num
         if not any(c.strip() for c in cells):
             continue
-        if start == 1 and [c.strip().lower() for c in cells] == ["question", "answer"]:
+        first, seen_row = not seen_row, True
+        if first and [c.strip().lower() for c in cells] == ["question", "answer"]:
             continue
         if len(cells) != 2:
             rows.append((start, None, f"{len(cells)} cell{'s' * (len(cells) != 1)}; a Dialogflow FAQ row has 2: "

@@ -10,12 +10,14 @@ FAQ rich results), in either form or both:
 
 Mapping: each Question is an FAQ with one phrasing, its `name`; the answer is the accepted answer's HTML
 as readable text (block elements end lines, `<li>` items are "- " lines, links read `text (url)` with the
-url made absolute against the page's URL, entities decoded, whitespace collapsed within lines); faq_id is `slug_id(question)`, the same on every import;
-source is the page's canonical URL (`<link rel="canonical">`, else `<meta property="og:url">`), else none.
+url made absolute against the page's URL, entities decoded, whitespace collapsed within lines); faq_id is
+`slug_id(question)`, the same on every import; source is the page's canonical URL (`<link rel="canonical">`,
+else `<meta property="og:url">`), else none.
 A page giving its questions both ways (a plugin's JSON-LD beside the theme's microdata) yields each question
 once: microdata questions already read from JSON-LD (same text, case and spacing aside) are skipped, with
 a note. `suggestedAnswer`s are not kept (a note counts them). Errors name the line of the Question's
-element, or of the JSON-LD script holding it. Only the standard library's html.parser reads the page.
+element, or of its "name" in the JSON-LD script (else the script's line); a page without FAQPage markup is
+an error at line 1. Only the standard library's html.parser reads the page.
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ class TextRenderer:
         elif tag == "a" and self.links:
             href, at = self.links.pop()
             shown = " ".join("".join(self.parts[at:]).split())
-            url = urljoin(self.base() or "", href.strip()) if href and _shown_url(href) else ""
+            url = joined(self.base(), href.strip()) if href and _shown_url(href) else ""
             if shown and url and url not in (shown, f"mailto:{shown}", f"tel:{shown}"):
                 self._text(f" ({url})")
         if tag in _PARAGRAPH:
@@ -134,6 +136,14 @@ class TextRenderer:
     def text(self) -> str:
         lines = [" ".join(line.split()) for line in "".join(self.parts).split("\n")]
         return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def joined(base: str | None, href: str) -> str:
+    """`href` resolved against `base`; as written when either is no URL urllib can parse."""
+    try:
+        return urljoin(base or "", href)
+    except ValueError:  # "http://[::1" and the like
+        return href
 
 
 def _shown_url(href: str) -> bool:
@@ -292,7 +302,7 @@ class _Page(HTMLParser):
     def url(self) -> str | None:
         """What relative links are relative to: <base href>, else the page's own URL."""
         page = self.canonical or self.og_url
-        return urljoin(page or "", self.base_href) if self.base_href else page
+        return joined(page, self.base_href) if self.base_href else page
 
     def _head(self, tag: str, attrs: dict[str, str | None]) -> None:
         if tag == "base" and attrs.get("href") and self.base_href is None:

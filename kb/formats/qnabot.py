@@ -12,7 +12,8 @@ Mapping, for items of "type" "qna" (an item without "type" is one; QnABot's sche
   alt.ssml              not kept (a note counts them): the KB answers in text
 Items of other types (quiz, slottype, text passages) are skipped with one note counting them; the other
 fields of an item (response cards, Lambda hooks, next / chaining rules, session attributes, slots, ...)
-are listed once in a note. Errors name the line of the item's "qid".
+are listed once in a note. A bare list of items reads too; an export without qna items is an error. Errors
+name the line of the item's "qid".
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ _OTHER_FIELDS = {
     "kendraRedirectQueryText": "Kendra redirect", "kendraRedirectQueryArgs": "Kendra query arguments",
     "kendraRedirectQueryConfidenceThreshold": "Kendra confidence threshold", "refMarkdown": "reference markdown",
 }
-#: fields read (or bookkeeping of the designer: "_id", "selected", "enableQidIntent" change nothing answered)
+#: fields read, or that no answer depends on (the designer's "_id" and "selected", the Lex intent switch)
 _READ = {"qid", "q", "a", "t", "alt", "type", "tags", "_id", "selected", "enableQidIntent"}
 
 Row = tuple[int, dict | None, str | None]

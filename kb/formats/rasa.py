@@ -15,9 +15,11 @@ Mapping, for each retrieval intent (a name with a `/`, such as `faq/ask_channels
   the response          answer: the first variant's `text` (Rasa picks a variant at random; the others are
                         not kept, with a note), buttons and images are not kept
   the part before `/`   metadata {"retrieval_intent": "faq"}
-A retrieval intent without a response, or a retrieval response without examples, is an error at its line.
-Intents without `/`, responses without `/` (the bot's other utterances), synonyms, regexes and lookups
-are skipped, each kind with one note. A response defined twice keeps the first; a note names both.
+A retrieval intent without a response, or a retrieval response without examples, is an error at its line,
+and so is data without any retrieval intent. Intents without `/`, responses without `/` (the bot's other
+utterances), synonyms, regexes and lookups are skipped, each kind with one note. A response given twice
+with other text keeps the first; a note names both. Two intents sharing examples through a YAML alias are
+an error (each node is read once, so aliases cannot multiply the file). Rasa 1's Markdown data is not read.
 """
 from __future__ import annotations
 

@@ -326,7 +326,7 @@ def test_dialogflow_csv_is_detected_and_grouped_by_answer():
 
 
 def test_dialogflow_header_row_is_tolerated_and_own_csv_is_not_dialogflow(tmp_path):
-    path = write(tmp_path / "faq.csv", "Question,Answer\nDo you ship to Spain?,Yes: 3-5 days.\n"
+    path = write(tmp_path / "faq.csv", "\nQuestion,Answer\nDo you ship to Spain?,Yes: 3-5 days.\n"
                                        "shipping to spain,Yes: 3-5 days.\n")
     assert detect(path) == "dialogflow"
     faqs = faqs_of(read_any(path))
