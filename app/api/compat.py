@@ -140,7 +140,9 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
     context = None
     if previous is not None or previous_query:
         context = MatchContext(previous_faq_id=previous, previous_query=previous_query or None)
-    item = MatchRequest(query=question, top_k=max(top, 1), session_id=user_id or None, context=context)
+    # ranked as deep as /match ranks by default whatever `top` is: the decision (clarify needs rivals) is the same
+    depth = max(top, state.settings.default_top_k)
+    item = MatchRequest(query=question, top_k=depth, session_id=user_id or None, context=context)
     if flt is not None and not flt.is_empty:
         item._built_filter = flt
     response = (await service.match(state, [item]))[0]

@@ -374,7 +374,8 @@ def read(path: str | Path, name: str) -> Imported:
             problems.append((item.line, None, "this FAQPage has no mainEntity Question items"))
     if not found:
         raise KbFormatError([f"{name}:1: no schema.org FAQPage (JSON-LD or microdata) in this page"], source=name)
-    source = page.canonical or page.og_url
+    # a relative canonical link (a few CMSs write one) is taken against og:url
+    source = joined(page.og_url, page.canonical) if page.canonical else page.og_url
     rows: list[Row] = list(problems)
     from_json_ld: dict[str, _Faq] = {}
     for f in faqs:
@@ -397,14 +398,18 @@ def read(path: str | Path, name: str) -> Imported:
         rows.append((1, None, "the FAQPage holds no questions"))
     records = validate_rows(name, sorted(rows, key=lambda r: r[0]))
     if counts["duplicates"]:
-        notes.append(f"{counts['duplicates']} questions are given both as JSON-LD and as microdata: read once, "
+        notes.append(f"{_n(counts['duplicates'], 'question')} given both as JSON-LD and as microdata: read once, "
                      "from the JSON-LD" + (f" ({counts['differing']} with a different microdata answer)"
                                            if counts["differing"] else ""))
     if counts["suggested"]:
-        notes.append(f"{counts['suggested']} suggestedAnswer(s): not kept (only the accepted answer is)")
+        notes.append(f"{_n(counts['suggested'], 'suggestedAnswer')}: not kept (only the accepted answer is)")
     if counts["broken"]:
-        notes.append(f"{counts['broken']} JSON-LD scripts without FAQPage are not valid JSON: skipped")
+        notes.append(f"{_n(counts['broken'], 'JSON-LD script')} without FAQPage and not valid JSON: skipped")
     return Imported(format=NAME, records=records, notes=notes)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _key(question: str) -> str:

@@ -1,8 +1,8 @@
 """Rasa retrieval intents (the response selector's FAQ and chit-chat): YAML training data (Rasa 2 and 3)
 with `nlu:` examples and `responses:` (in domain.yml, a responses file, or the NLU file itself).
 
-The path is one YAML file holding both, or a project folder: every *.yml / *.yaml under it, read in path
-order, less what `rasa train` does not read either (the project's tests/, models/, results/ and actions/,
+The path is one YAML file holding both, or a project folder: every *.yml / *.yaml under it (a folder's own
+files first, then its subfolders, in name order), less what `rasa train` does not read either (the project's tests/, models/, results/ and actions/,
 files named test_*, hidden folders); positions are `file:line` of the file itself, the folder's name first.
 
 Mapping, for each retrieval intent (a name with a `/`, such as `faq/ask_channels`) whose response
@@ -23,6 +23,7 @@ an error (each node is read once, so aliases cannot multiply the file). Rasa 1's
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -87,16 +88,18 @@ def _read_head(path: Path) -> bytes:
 
 
 def _yaml_files(folder: Path, most: int | None = None) -> Iterator[Path]:
+    """The folder's YAML files, a folder's own before its subfolders', each in name order; walked lazily and
+    pruned, so sniffing a large folder that is no Rasa project stops early."""
     found = 0
-    for p in sorted(folder.rglob("*")):
-        parts = p.relative_to(folder).parts
-        if any(part.startswith(".") for part in parts) or parts[0] in _NOT_TRAINING or p.name.startswith("test_"):
-            continue  # see _NOT_TRAINING
-        if p.suffix.lower() in SUFFIXES and p.is_file():
-            yield p
-            found += 1
-            if most is not None and found >= most:
-                return
+    for top, dirs, names in os.walk(folder):
+        at_root = Path(top) == folder
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (at_root and d in _NOT_TRAINING))
+        for n in sorted(names):
+            if Path(n).suffix.lower() in SUFFIXES and not n.startswith("test_") and (Path(top) / n).is_file():
+                yield Path(top) / n
+                found += 1
+                if most is not None and found >= most:
+                    return
 
 
 def read(path: str | Path, name: str) -> Imported:

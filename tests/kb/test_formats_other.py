@@ -251,11 +251,12 @@ nlu:
 session_config:"""))
     domain_line = next(i for i, line in enumerate((project / "domain.yml").read_text().splitlines(), start=1)
                        if line.startswith("  utter_faq/insurance:"))
+    # a folder's own files come before its subfolders'
     assert errors_of(project, "bot") == [
-        "bot/data/more.yml:3: retrieval intent 'faq/gift_cards' has no response utter_faq/gift_cards "
-        "(in the domain or a responses file)",
         f"bot/domain.yml:{domain_line}: response utter_faq/insurance has no examples: no intent 'faq/insurance' "
         "in the NLU data",
+        "bot/data/more.yml:3: retrieval intent 'faq/gift_cards' has no response utter_faq/gift_cards "
+        "(in the domain or a responses file)",
     ]
 
 
@@ -392,9 +393,9 @@ def test_faqpage_json_ld_and_microdata_of_one_page_are_read_once():
     # a question only the microdata has is read too
     assert faqs[slug_id("Do you ship to Ireland?")]["answer"] == (
         "Yes, with An Post in 3–5 working days. Subscriptions to Ireland pay €4.50 delivery per bag.")
-    assert ("2 questions are given both as JSON-LD and as microdata: read once, from the JSON-LD (1 with a different "
+    assert ("2 questions given both as JSON-LD and as microdata: read once, from the JSON-LD (1 with a different "
             "microdata answer)") in imported.notes
-    assert "1 suggestedAnswer(s): not kept (only the accepted answer is)" in imported.notes
+    assert "1 suggestedAnswer: not kept (only the accepted answer is)" in imported.notes
 
 
 def test_faqpage_microdata_is_read():
@@ -498,3 +499,8 @@ def test_faqpage_invalid_json_ld_is_an_error_at_its_line(tmp_path):
 </script></head></html>
 """)
     assert errors_of(path, "faq.html") == ["faq.html:6: invalid JSON-LD: Expecting ',' delimiter"]
+    # mended, the page reads; the broken script that holds no FAQPage is only noted
+    path.write_text(path.read_text().replace('"No"}}\n  {', '"No"}},\n  {'))
+    imported = read_any(path)
+    assert [r.question for r in imported.records] == ["Open on Sundays?", "Open at night?"]
+    assert imported.notes == ["1 JSON-LD script without FAQPage and not valid JSON: skipped"]
