@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -89,7 +90,9 @@ def json_key_pattern(key: str, value: Any) -> str:
 def slug_id(text: str, prefix: str = "") -> str:
     """A stable faq_id for a format without ids: words of `text` and a short hash, so the same question
     gets the same id on every import and two questions never share one."""
-    words = re.findall(r"[a-z0-9]+", text.lower())[:8]
+    # accents folded first, so "Où se garer ?" reads ou-se-garer, not o-se-garer
+    plain = unicodedata.normalize("NFKD", text.lower()).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", plain)[:8]
     digest = hashlib.sha1(text.strip().lower().encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{prefix}{'-'.join(words)[:60]}-{digest}".strip("-")
 

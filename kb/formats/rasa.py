@@ -15,8 +15,8 @@ Mapping, for each retrieval intent (a name with a `/`, such as `faq/ask_channels
   the response          answer: the first variant's `text` (Rasa picks a variant at random; the others are
                         not kept, with a note), buttons and images are not kept
   the part before `/`   metadata {"retrieval_intent": "faq"}
-A retrieval intent without a response, or a retrieval response without examples, is an error at its line,
-and so is data without any retrieval intent. Intents without `/`, responses without `/` (the bot's other
+A retrieval intent without a response is an error at its line, and so is data without any retrieval
+intent; a retrieval response no intent uses is skipped with a note, as Rasa only warns about it. Intents without `/`, responses without `/` (the bot's other
 utterances), synonyms, regexes and lookups are skipped, each kind with one note. A response given twice
 with other text keeps the first; a note names both. Two intents sharing examples through a YAML alias are
 an error (each node is read once, so aliases cannot multiply the file). Rasa 1's Markdown data is not read.
@@ -159,11 +159,8 @@ def read(path: str | Path, name: str) -> Imported:
         for file, line, example in spec.examples:
             rows_by_file[file].append((line, {"faq_id": intent, "question": example, "answer": answer,
                                               "metadata": metadata}, None))
-    for response_name, response in responses.items():
-        if response_name.removeprefix("utter_") not in intents:
-            problems.append((response.file, response.line,
-                             f"response {response_name} has no examples: no intent "
-                             f"{response_name.removeprefix('utter_')!r} in the NLU data"))
+    # Rasa itself only warns about a response no intent uses (projects keep stale ones): skipped, with a note
+    stale = [f"{name} ({r.file}:{r.line})" for name, r in responses.items() if name.removeprefix("utter_") not in intents]
     records = []
     for file, rows in rows_by_file.items():
         # every row of an FAQ carries its answer and metadata, so each file is validated on its own and names
@@ -180,6 +177,8 @@ def read(path: str | Path, name: str) -> Imported:
         notes.append(f"{_count(several, 'response')} several variants; only the first text is kept as the "
                      f"answer ({_listed(several)})")
     notes += duplicates
+    if stale:
+        notes.append(f"{_count(stale, 'response')} no examples (no intent of that name), skipped: {_listed(stale)}")
     for kind, names in skipped.items():
         notes.append(f"{kind} skipped: {_listed(names)}")
     return Imported(format=NAME, records=records, notes=notes)
