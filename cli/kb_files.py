@@ -13,11 +13,10 @@ import json
 import sys
 from typing import Any
 
-from app.mining import suggested_open
+from app.kb_imports import export_contents, keep_beside, settings_problem
 from app.store import ImportReport, KbNotFound
 from cli.scope import add_kb_option, open_kb
-from kb.formats import EXPORT_FORMATS, FORMATS, Imported, KbContents, read_any, write_any
-from kb.formats.base import clean_synonyms
+from kb.formats import EXPORT_FORMATS, FORMATS, Imported, read_any, write_any
 from kb.records import DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records
 
 EXIT_OK = 0
@@ -74,7 +73,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"error: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     records = imported.records
-    problem = _settings_problem(imported)
+    problem = settings_problem(imported)
     if problem:
         print(f"error: {name}: {problem}\nnothing was imported", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -111,56 +110,6 @@ def cmd_import(args: argparse.Namespace) -> int:
                   f"Created KB {kb!r}.")
         print(format_report(name, len(records), report, kb, imported, extras))
     return EXIT_OK
-
-
-def _settings_problem(imported: Imported) -> str | None:
-    """Why the file's synonyms or default answer cannot be the KB's settings (checked before any write)."""
-    from pydantic import ValidationError
-
-    from app.settings import KbSettings
-
-    try:
-        KbSettings(synonyms=imported.synonyms or None, default_answer=imported.default_answer)
-    except ValidationError as exc:
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-    return None
-
-
-def keep_beside(store: Any, kb: str, imported: Imported, sync: bool, dry_run: bool) -> dict[str, Any]:
-    """Store what the file keeps beside its FAQs: synonyms (merged into the KB's, replaced with `sync`),
-    the default answer and the suggested phrasings. Returns the counts the report shows."""
-    settings = store.catalog.settings(kb)
-    have = [] if sync else list(settings.get("synonyms") or [])
-    merged = clean_synonyms(have + imported.synonyms)
-    merged = _distinct_groups(merged)
-    new_groups = len(merged) - len(_distinct_groups(clean_synonyms(have)))
-    wanted = dict(settings)
-    if merged != (settings.get("synonyms") or []):
-        if merged:
-            wanted["synonyms"] = merged
-        else:
-            wanted.pop("synonyms", None)
-    if imported.default_answer is not None:
-        wanted["default_answer"] = imported.default_answer
-    changed_settings = wanted != settings
-    if changed_settings and not dry_run:
-        from app.settings import KbSettings
-
-        store.catalog.set_settings(kb, KbSettings.model_validate(wanted).model_dump(exclude_none=True))
-    added = store.suggestions.add(imported.suggestions, imported.format, dry_run=dry_run)
-    return {"synonyms_added": max(new_groups, 0), "synonym_groups": len(merged), "suggestions_added": added,
-            "default_answer": imported.default_answer is not None, "settings_changed": changed_settings}
-
-
-def _distinct_groups(groups: list[list[str]]) -> list[list[str]]:
-    seen: set[frozenset[str]] = set()
-    out = []
-    for g in groups:
-        key = frozenset(t.lower() for t in g)
-        if key not in seen:
-            seen.add(key)
-            out.append(g)
-    return out
 
 
 def _report_for_new_kb(records: list[KbRecord], sync: bool) -> ImportReport:
@@ -205,15 +154,6 @@ def format_report(name: str, n_rows: int, r: ImportReport, kb: str = DEFAULT_KB,
     for note in (imported.notes if imported is not None else []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
-
-
-def export_contents(store: Any, kb: str) -> KbContents:
-    """The KB and what it keeps beside its FAQs, as the exporters take it (pending suggestions only)."""
-    settings = store.catalog.settings(kb)
-    dismissed = store.reviews.dismissed_keys("phrasing")
-    suggestions = [(s.faq_id, s.question) for s in suggested_open(store) if s.key not in dismissed]
-    return KbContents(records=list(store.export_records()), synonyms=list(settings.get("synonyms") or []),
-                      suggestions=suggestions, default_answer=settings.get("default_answer"))
 
 
 def cmd_export(args: argparse.Namespace) -> int:

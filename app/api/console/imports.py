@@ -1,8 +1,11 @@
-"""The console's import and export: upload a KB file (JSONL or CSV), see what it would change (a dry run,
-with every bad line as `file:line: reason`), then apply it; download the KB as JSONL.
+"""The console's import and export: upload a KB file (JSONL, CSV, or another product's export: QnA Maker,
+Azure question answering, QnABot, a Rasa YAML file, Dialogflow CSV, an FAQ page), see what it would change (a
+dry run, with every bad line as `file:line: reason`), then apply it; download the KB as JSONL, or as QnA
+Maker TSV or an Azure project JSON.
 
-An upload is read by `kb.files.read_kb`, the reader of `faq kb import`, so the console accepts exactly
-what the CLI accepts: a file with any bad line imports nothing. The checked records wait in the user's
+An upload is read by `kb.formats.read_any`, the reader of `faq kb import`, so the console accepts exactly
+what the CLI accepts: a file with any bad line imports nothing; what the file keeps beside its FAQs
+(synonyms, default answer, suggested phrasings) is stored as the CLI stores it (app/kb_imports.py). The checked records wait in the user's
 console session (its database row, so any replica can apply it; FAQ_MAX_UPLOAD_BYTES bounds them) between the dry run and the
 apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
 `import_records` writes in one transaction, so a failed apply changes nothing.
@@ -27,13 +30,20 @@ from app.api import service
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.console.sessions import ConsoleSession
+from app.kb_imports import export_contents, keep_beside, settings_problem
+from kb.formats import Imported, read_any, write_any
 from kb.records import KbRecord, KbValidationError, field_problem
-from kb.files import read_kb, write_records
+from kb.files import write_records
 
 MAX_PARTS = 10
 MAX_FILENAME_CHARS = 200
 #: errors shown on the page; the rest are counted
 MAX_ERRORS_SHOWN = 200
+#: the single files an upload may be (a Rasa project folder goes through `faq kb import`)
+UPLOAD_SUFFIXES = (".jsonl", ".csv", ".tsv", ".xlsx", ".json", ".html", ".htm", ".yml", ".yaml")
+#: the downloads: format -> (file suffix, media type)
+EXPORTS = {"jsonl": (".jsonl", "application/x-ndjson"), "qnamaker": (".tsv", "text/tab-separated-values"),
+           "azure": (".json", "application/json")}
 
 router = page_router()
 
@@ -46,20 +56,31 @@ class PendingImport:
     records: list[KbRecord]
     sync: bool
     revision: int
+    format: str = "jsonl"
+    synonyms: list[list[str]] | None = None
+    suggestions: list[tuple[str, str]] | None = None
+    default_answer: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """What the session row keeps (records as [faq_id, question, answer, tags, metadata, source,
-        follow_ups, context_only], KbRecord's own field order)."""
+        follow_ups, context_only], KbRecord's own field order, and what the file keeps beside them)."""
         return {"id": self.id, "kb": self.kb, "name": self.name, "sync": self.sync, "revision": self.revision,
                 "records": [[r.faq_id, r.question, r.answer, r.tags, r.metadata, r.source, r.follow_ups,
-                             r.context_only] for r in self.records]}
+                             r.context_only] for r in self.records],
+                "format": self.format, "synonyms": self.synonyms or [],
+                "suggestions": [list(s) for s in self.suggestions or []], "default_answer": self.default_answer}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> PendingImport | None:
         if not data:
             return None
         return cls(data["id"], data["kb"], data["name"], [KbRecord(*r) for r in data["records"]], data["sync"],
-                   data["revision"])
+                   data["revision"], data.get("format", "jsonl"), data.get("synonyms") or [],
+                   [tuple(s) for s in data.get("suggestions") or []], data.get("default_answer"))
+
+    def imported(self) -> Imported:
+        return Imported(self.format, self.records, list(self.synonyms or []), list(self.suggestions or []),
+                        self.default_answer)
 
 
 def multipart(request: Request, body: bytes, session: ConsoleSession) -> dict[str, tuple[str | None, bytes]]:
@@ -98,26 +119,29 @@ def _text(fields: dict[str, tuple[str | None, bytes]], name: str) -> str:
 def _display_name(request: Request, filename: str | None, session: ConsoleSession) -> tuple[str, str]:
     """The upload's name as shown in `file:line: reason` (its last path part) and its kind."""
     name = re.split(r"[\\/]", filename or "")[-1].strip()
-    problem = field_problem(name, MAX_FILENAME_CHARS) if name else "choose a .jsonl or .csv file"
+    problem = field_problem(name, MAX_FILENAME_CHARS) if name else "choose a KB file"
     if problem is None and any(ch in name for ch in "\r\n"):
         problem = "must be one line"
     suffix = Path(name).suffix.lower()
-    if problem is None and suffix not in (".jsonl", ".csv"):
-        problem = f"must be a .jsonl or .csv file, got {suffix or '(no extension)'!r}"
+    if problem is None and suffix not in UPLOAD_SUFFIXES:
+        problem = f"must be one of {', '.join(UPLOAD_SUFFIXES)}, got {suffix or '(no extension)'!r}"
     if problem is not None:
         raise EarlyResponse(_import_page(request, session, None, 422, errors={"file": f"file: {problem}"}))
     return name, suffix
 
 
-def check_upload(name: str, suffix: str, data: bytes) -> tuple[list[KbRecord] | None, list[str]]:
-    """The file's records, or None and every problem as `name:line: reason` (read_kb's own messages)."""
+def check_upload(name: str, suffix: str, data: bytes) -> tuple[Imported | None, list[str]]:
+    """The file as read (format detected), or None and every problem as `name:line: reason` (the readers'
+    own messages)."""
     with tempfile.TemporaryDirectory(prefix="faq-console-import-") as folder:
         path = Path(folder) / f"upload{suffix}"
         path.write_bytes(data)
         try:
-            return read_kb(path, name=name), []
+            imported = read_any(path, name=name)
         except KbValidationError as exc:
             return None, [e.replace(str(path), name, 1) for e in exc.errors]
+    problem = settings_problem(imported)
+    return (None, [f"{name}: {problem}"]) if problem else (imported, [])
 
 
 def _import_page(request: Request, session: ConsoleSession, kb: str | None, status: int = 200, **context: Any):
@@ -147,20 +171,22 @@ async def dry_run(request: Request, kb: str) -> Response:
         return _import_page(request, session, kb, 422, errors={"sync": "sync: must be on or absent"})
     filename, data = fields.get("file", (None, b""))
     name, suffix = _display_name(request, filename, session)
-    records, problems = await run_in_threadpool(check_upload, name, suffix, data)
+    imported, problems = await run_in_threadpool(check_upload, name, suffix, data)
     limit = request.app.state.service.settings.max_upload_bytes
-    if records is None:
+    if imported is None:
         return _import_page(request, session, kb, 422, filename=name, problems=problems[:MAX_ERRORS_SHOWN],
                             n_problems=len(problems), limit=limit)
     try:
+        records = imported.records
         report = await run_in_threadpool(state.store.import_records, records, sync == "on", True)
     except KbValidationError as exc:  # read_kb checks the same rules; kept so nothing slips through
         return _import_page(request, session, kb, 422, filename=name, problems=exc.errors[:MAX_ERRORS_SHOWN],
                             n_problems=len(exc.errors), limit=limit)
-    pending = PendingImport(secrets.token_urlsafe(16), kb, name, records, sync == "on", report.revision_before)
+    pending = PendingImport(secrets.token_urlsafe(16), kb, name, records, sync == "on", report.revision_before,
+                            imported.format, imported.synonyms, imported.suggestions, imported.default_answer)
     await run_in_threadpool(setattr, session, "pending_import", pending.as_json())
     return _import_page(request, session, kb, filename=name, report=report, rows=len(records), pending=pending,
-                        limit=limit)
+                        limit=limit, notes=imported.notes)
 
 
 @router.post("/kbs/{kb}/import/apply")
@@ -177,7 +203,11 @@ async def apply(request: Request, kb: str) -> Response:
     def write() -> Any:
         if state.store.revision() != pending.revision:
             return None
-        return state.store.import_records(pending.records, sync=pending.sync)
+        report = state.store.import_records(pending.records, sync=pending.sync)
+        beside = keep_beside(state.store, kb, pending.imported(), pending.sync, dry_run=False)
+        if beside["settings_changed"]:
+            state.apply_settings(state.stored_settings())
+        return report
 
     try:
         report = await run_in_threadpool(write)
@@ -201,11 +231,21 @@ async def export(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
 
-    def dump() -> str:
-        out = io.StringIO()
-        write_records(out, "jsonl", state.store.export_records())
-        return out.getvalue()
+    fmt = request.query_params.get("format", "jsonl")
+    if fmt not in EXPORTS:
+        return problem_page(request, 422, f"format: one of {', '.join(EXPORTS)}, got {fmt[:40]!r}", session=session)
+    suffix, media_type = EXPORTS[fmt]
 
-    text = await run_in_threadpool(dump)
-    return Response(text.encode("utf-8"), media_type="application/x-ndjson",
-                    headers={"content-disposition": f'attachment; filename="{kb}.jsonl"'})
+    def dump() -> bytes:
+        if fmt == "jsonl":
+            out = io.StringIO()
+            write_records(out, "jsonl", state.store.export_records())
+            return out.getvalue().encode("utf-8")
+        with tempfile.TemporaryDirectory(prefix="faq-console-export-") as folder:
+            path = Path(folder) / f"{kb}{suffix}"
+            write_any(path, fmt, export_contents(state.store, kb))
+            return path.read_bytes()
+
+    data = await run_in_threadpool(dump)
+    return Response(data, media_type=media_type,
+                    headers={"content-disposition": f'attachment; filename="{kb}{suffix}"'})

@@ -217,3 +217,42 @@ def test_the_faq_fields_survive_the_dry_run_apply_and_export(served, tmp_path):
     assert (line["metadata"], line["source"], line["follow_ups"], line["context_only"]) == (
         {"lang": "en"}, "terms.pdf", [{"faq_id": "refund", "text": "Refund instead?"}], True)
     assert store.delete_faq("vouchers")
+
+
+def test_an_azure_project_imports_with_its_synonyms_and_suggestions_and_exports_back(served, tmp_path):
+    from pathlib import Path
+
+    from kb.formats import read_any
+
+    app, store = served[0], served[1]
+    client, csrf = sign_in(served, ROOT)
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "formats" / "azure-project.json"
+    r = dry_run(client, csrf, "harbour-gym.json", fixture.read_bytes())
+    assert r.status_code == 200, r.text
+    assert "Dry run of harbour-gym.json (azure)" in r.text
+    assert (count(r.text, "faqs-created"), count(r.text, "synonyms"), count(r.text, "suggestions")) == (8, 3, 2)
+    import_id = re.search(r'name="import_id" value="([^"]+)"', r.text).group(1)
+    applied = client.post(PAGE + "/apply", data={"csrf": csrf, "import_id": import_id})
+    assert applied.status_code == 200 and "Imported harbour-gym.json: 8 FAQs created" in applied.text
+    settings = store.catalog.settings("default")
+    assert settings["synonyms"][0] == ["membership", "subscription", "plan"]
+    assert app.state.service.settings.default_answer.startswith("Sorry, I don't know that one yet")
+    assert sorted(s.question for s in store.suggestions.all()) == ["can i put my membership on hold",
+                                                                    "hold membership broken leg"]
+    # the KB as an Azure project and as QnA Maker TSV, read back by the importers
+    for fmt, suffix in (("azure", ".json"), ("qnamaker", ".tsv")):
+        exported = client.get("/console/kbs/default/export", params={"format": fmt})
+        assert exported.status_code == 200
+        assert exported.headers["content-disposition"] == f'attachment; filename="default{suffix}"'
+        path = tmp_path / f"export{suffix}"
+        path.write_bytes(exported.content)
+        back = read_any(path)
+        assert {r.faq_id for r in back.records} >= {str(n) for n in range(101, 109)}
+        assert ("101", "hold membership broken leg") in back.suggestions
+    assert client.get("/console/kbs/default/export", params={"format": "pdf"}).status_code == 422
+
+
+def test_an_unknown_kind_of_file_is_refused_by_name(served):
+    client, csrf = sign_in(served, ROOT)
+    r = dry_run(client, csrf, "kb.docx", b"PK...")
+    assert r.status_code == 422 and "file: must be one of .jsonl, .csv, .tsv, .xlsx" in r.text
