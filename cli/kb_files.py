@@ -23,16 +23,16 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 #: the export format a file's extension implies when --format is not given
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "qnamaker", ".xlsx": "qnamaker",
-              ".json": "azure"}
+              ".json": "azure", ".zip": "azure"}
 
 
 def register_files(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import", help="upsert FAQs from a file: JSONL, CSV, QnA Maker, Azure, QnABot, Rasa, Dialogflow, FAQPage",
         description="Upsert FAQs and question variants from FILE ('-' reads JSONL from stdin). The format is "
-                    "detected from the file, or named with --format: jsonl, csv; qnamaker (QnA Maker TSV, XLSX "
-                    "or JSON export), azure (Azure question answering JSON, TSV or XLSX export; its synonyms "
-                    "become the KB's), qnabot (QnABot JSON export), rasa (a Rasa YAML file or folder with "
+                    "detected from the file, or named with --format: jsonl, csv; qnamaker (QnA Maker TSV, XLSX, "
+                    "ZIP or JSON export), azure (Azure question answering JSON, ZIP, XLSX or TSV export; its "
+                    "synonyms and default answer become the KB's), qnabot (QnABot JSON export), rasa (a Rasa YAML file or folder with "
                     "faq/... retrieval intents and utter_faq/... responses), dialogflow (FAQ CSV: question, "
                     "answer), faqpage (an HTML page with schema.org FAQPage markup). Suggested questions go to "
                     "the review queue, never in as phrasings. Re-importing the same file changes nothing. Any "
@@ -50,9 +50,9 @@ def register_files(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export", help="write the KB to a file: JSONL, CSV, QnA Maker or Azure",
         description="Write every FAQ and question variant to FILE ('-' for JSONL on stdout). --format qnamaker "
-                    "writes QnA Maker's TSV (.tsv), XLSX (.xlsx) or JSON (.json); azure writes an Azure question "
-                    "answering project (.json, with the KB's synonyms and default answer; .tsv and .xlsx are "
-                    "the table). Default: by extension (.tsv/.xlsx qnamaker, .json azure). FAQ ids that are "
+                    "writes QnA Maker's TSV (.tsv), XLSX (.xlsx), KB replica (.zip) or JSON (.json); azure "
+                    "writes an Azure question answering project (.json; .zip and .xlsx also hold the KB's "
+                    "synonyms and default answer, .tsv only the pairs). Default: by extension (.tsv/.xlsx qnamaker, .json azure). FAQ ids that are "
                     "numbers are kept as QnA ids; others get stable numbers. `faq kb import` of the result "
                     "reproduces the KB.")
     p.add_argument("file", help="output file, or - for JSONL on stdout")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kb.formats import qna
+from kb.formats import qna, replica
 from kb.formats.base import Imported, KbContents, clean_synonyms
 from kb.records import KbFormatError
 
@@ -26,7 +26,9 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: str | Path, name: str) -> Imported:
     suffix = Path(path).suffix.lower()
     if suffix == ".xlsx":
-        return qna.read_table(name, NAME, qna.xlsx_rows(path, name), escaped=False)
+        return replica.read_xlsx(path, name, NAME)
+    if suffix == ".zip":
+        return replica.read_zip(path, name, NAME)
     if suffix in (".tsv", ".txt"):
         return qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
     doc, text = qna.load_json(path, name)
@@ -54,11 +56,13 @@ def read(path: str | Path, name: str) -> Imported:
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:
     suffix = Path(path).suffix.lower()
     if suffix == ".xlsx":
-        return qna.write_xlsx(path, contents)
+        return replica.write_xlsx(path, contents)
+    if suffix == ".zip":
+        return replica.write_zip(path, contents)
     if suffix in (".tsv", ".txt"):
         return qna.write_tsv(path, contents)
     if suffix != ".json":
-        raise KbFormatError([f"{path}: an Azure question answering export is .json, .tsv or .xlsx"])
+        raise KbFormatError([f"{path}: an Azure question answering export is .json, .tsv, .xlsx or .zip"])
     docs = qna.qna_documents(contents, "dict", "dialog", "activeLearningSuggestions")
     settings = {"defaultAnswer": contents.default_answer} if contents.default_answer else {}
     document = {"api-version": API_VERSION, "stringIndexType": "Utf16CodeUnit",

@@ -126,7 +126,8 @@ def follow_ups_of(prompts: Any) -> tuple[list[dict[str, str]] | None, str | None
     for i, p in enumerate(prompts):
         if not isinstance(p, dict):
             return None, f"prompt {i} must be an object"
-        qna_id, text = p.get("qnaId"), p.get("displayText")
+        p = lower_keys(p)  # the portal's exports write DisplayOrder, QnaId, DisplayText; the APIs camelCase
+        qna_id, text = p.get("qnaid"), p.get("displaytext")
         if p.get("qna"):
             return None, (f"prompt {i} holds a new QnA inline (\"qna\"); give that QnA its own rows and "
                           "name it by qnaId")
@@ -134,7 +135,7 @@ def follow_ups_of(prompts: Any) -> tuple[list[dict[str, str]] | None, str | None
             return None, f"prompt {i} needs an integer qnaId, got {type_name(qna_id)}"
         if not isinstance(text, str):
             return None, f"prompt {i} needs a displayText string"
-        order = p.get("displayOrder", i)
+        order = p.get("displayorder", i)
         ordered.append((order if isinstance(order, int) and not isinstance(order, bool) else i, i,
                         {"faq_id": str(qna_id), "text": text}))
     return [f for _, _, f in sorted(ordered, key=lambda t: (t[0], t[1]))], None
@@ -143,6 +144,10 @@ def follow_ups_of(prompts: Any) -> tuple[list[dict[str, str]] | None, str | None
 def prompts_of(follow_ups: list[dict[str, str]], ids: dict[str, int]) -> list[dict[str, Any]]:
     return [{"displayOrder": i, "qnaId": ids[f["faq_id"]], "qna": None, "displayText": f["text"]}
             for i, f in enumerate(follow_ups) if f["faq_id"] in ids]
+
+
+def lower_keys(obj: dict) -> dict:
+    return {str(k).lower(): v for k, v in obj.items()}
 
 
 def suggested_of(value: Any) -> list[str]:
@@ -158,10 +163,11 @@ def suggested_of(value: Any) -> list[str]:
             for x in v:
                 walk(x)
         elif isinstance(v, dict):
-            for key in ("question", "clusterHead"):
+            v = lower_keys(v)  # ClusterHead / AlternateQuestionList in the portal's TSV, camelCase in JSON
+            for key in ("question", "clusterhead"):
                 if isinstance(v.get(key), str):
                     walk(v[key])
-            for key in ("suggestedQuestions", "alternateQuestionList", "questions"):
+            for key in ("suggestedquestions", "alternatequestionlist", "questions"):
                 walk(v.get(key))
 
     walk(value)
@@ -251,33 +257,6 @@ def tsv_rows(path: str | Path, name: str) -> Iterator[tuple[int, list[str]]]:
         yield line_no, line.rstrip("\r").split("\t")
 
 
-def xlsx_rows(path: str | Path, name: str) -> Iterator[tuple[int, list[Any]]]:
-    import zipfile
-
-    from openpyxl import load_workbook
-
-    try:
-        wb = load_workbook(path, read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-        raise KbFormatError([f"{name}:1: not an XLSX workbook ({exc})"], source=name) from None
-    try:
-        ws = wb.worksheets[0]
-        for line_no, values in enumerate(ws.iter_rows(values_only=True), start=1):
-            yield line_no, [_cell_text(v) for v in values]
-    finally:
-        wb.close()
-
-
-def _cell_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def table_rows(contents: KbContents) -> tuple[list[list[str]], list[str]]:
     """The KB as table rows (header first; cells unescaped) and the notes of what a table cannot hold."""
     faqs = faq_groups(contents.records)
@@ -302,33 +281,10 @@ def write_tsv(path: str | Path, contents: KbContents) -> tuple[int, int]:
     rows, _ = table_rows(contents)
     lines = ["\t".join(escape(c) for c in row) for row in rows]
     _atomic_write(path, "\n".join(lines) + "\n")
-    return _counts(contents)
+    return counts(contents)
 
 
-def write_xlsx(path: str | Path, contents: KbContents) -> tuple[int, int]:
-    from openpyxl import Workbook
-
-    rows, _ = table_rows(contents)
-    wb = Workbook()
-    ws = wb.active
-    ws.title = "QnAs"
-    for r, row in enumerate(rows, start=1):
-        for c, value in enumerate(row, start=1):
-            cell = ws.cell(row=r, column=c, value=value)
-            cell.data_type = "s"  # never a formula: a cell starting with "=" is text here
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
-        wb.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return _counts(contents)
-
-
-def _counts(contents: KbContents) -> tuple[int, int]:
+def counts(contents: KbContents) -> tuple[int, int]:
     faqs = faq_groups(contents.records)
     return len(faqs), sum(len(f["questions"]) for f in faqs)
 

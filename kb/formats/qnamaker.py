@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kb.formats import qna
+from kb.formats import qna, replica
 from kb.formats.base import Imported, KbContents
 from kb.records import KbFormatError
 
@@ -18,7 +18,7 @@ def sniff(path: Path, head: bytes) -> bool:
     if suffix in (".tsv", ".txt"):
         first = head.decode("utf-8-sig", "replace").split("\n", 1)[0].lower().split("\t")
         return "question" in [c.strip() for c in first] and "answer" in [c.strip() for c in first]
-    if suffix == ".xlsx":
+    if suffix in (".xlsx", ".zip"):
         return head.startswith(b"PK")
     if suffix == ".json":
         start = head[:4096].decode("utf-8-sig", "replace")
@@ -29,7 +29,9 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: str | Path, name: str) -> Imported:
     suffix = Path(path).suffix.lower()
     if suffix == ".xlsx":
-        return qna.read_table(name, NAME, qna.xlsx_rows(path, name), escaped=False)
+        return replica.read_xlsx(path, name, NAME)
+    if suffix == ".zip":
+        return replica.read_zip(path, name, NAME)
     if suffix == ".json":
         doc, text = qna.load_json(path, name)
         key = "qnaDocuments" if isinstance(doc, dict) and "qnaDocuments" in doc else "qnaList"
@@ -45,11 +47,13 @@ def read(path: str | Path, name: str) -> Imported:
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:
     suffix = Path(path).suffix.lower()
     if suffix == ".xlsx":
-        return qna.write_xlsx(path, contents)
+        return replica.write_xlsx(path, contents)
+    if suffix == ".zip":
+        return replica.write_zip(path, contents)
     if suffix == ".json":
         docs = qna.qna_documents(contents, "list", "context", "alternateQuestionClusters")
         qna.write_json(path, {"qnaDocuments": docs})
         return len(docs), sum(len(d["questions"]) for d in docs)
     if suffix not in (".tsv", ".txt"):
-        raise KbFormatError([f"{path}: a QnA Maker export is .tsv, .xlsx or .json"])
+        raise KbFormatError([f"{path}: a QnA Maker export is .tsv, .xlsx, .zip or .json"])
     return qna.write_tsv(path, contents)

@@ -157,3 +157,38 @@ def test_files_that_are_not_what_they_claim(tmp_path):
     (tmp_path / "kb.tsv").write_text("Question\tSource\nq\ts\n", encoding="utf-8")
     with pytest.raises(KbFormatError, match=r"kb.tsv:1: header lacks column\(s\) Answer"):
         read_any(tmp_path / "kb.tsv", "qnamaker")
+
+
+MICROSOFT = FIXTURES / "microsoft"
+
+
+def test_microsofts_own_export_with_prompts_and_suggestions_in_pascal_case():
+    imported = read_any(MICROSOFT / "SampleActiveLearning.tsv")
+    by_id = faqs(imported)
+    pen = by_id["91"]["record"]
+    assert [f["text"] for f in pen.follow_ups] == ["Write and draw", "Navigate and click using your pen",
+                                                    "Use the top button of your pen", "Customize your pen",
+                                                    "Try these apps with your pen"]
+    assert by_id["92"]["questions"] == ["Write and draw", "draw with your pen"]
+    assert ("92", "can i draw with surface pen") in imported.suggestions
+    assert ("118", "help with my surface pen") in imported.suggestions
+    assert "| If you want to | Do this with your pen |\n| --- | --- |" in by_id["95"]["record"].answer
+
+
+@pytest.mark.parametrize("name", ["SampleKBReplicaWithTsvs.zip", "SampleKBReplica.zip"])
+def test_microsofts_kb_replica_brings_its_synonyms(name):
+    imported = read_any(MICROSOFT / name)
+    assert detect(MICROSOFT / name) == "qnamaker" and len(faqs(imported)) == 11
+    assert imported.synonyms == [["sdk", "software development kit"], ["channel", "teams", "skype", "whatsapp"]]
+    assert imported.default_answer is None  # the service's own default is not a setting to keep
+    assert any(n.startswith("settings not kept (no meaning here): EnableActiveLearning") for n in imported.notes)
+
+
+@pytest.mark.parametrize("suffix", [".xlsx", ".zip"])
+def test_a_replica_written_here_keeps_synonyms_and_the_default_answer(tmp_path, suffix):
+    first = read_any(AZURE)
+    out = tmp_path / f"replica{suffix}"
+    write_any(out, "azure", KbContents(first.records, first.synonyms, first.suggestions, first.default_answer))
+    again = read_any(out, "azure")
+    assert (again.records, again.synonyms, again.suggestions, again.default_answer) == (
+        first.records, first.synonyms, first.suggestions, first.default_answer)

@@ -40,7 +40,7 @@ MAX_FILENAME_CHARS = 200
 #: errors shown on the page; the rest are counted
 MAX_ERRORS_SHOWN = 200
 #: the single files an upload may be (a Rasa project folder goes through `faq kb import`)
-UPLOAD_SUFFIXES = (".jsonl", ".csv", ".tsv", ".xlsx", ".json", ".html", ".htm", ".yml", ".yaml")
+UPLOAD_SUFFIXES = (".jsonl", ".csv", ".tsv", ".xlsx", ".zip", ".json", ".html", ".htm", ".yml", ".yaml")
 #: the downloads: format -> (file suffix, media type)
 EXPORTS = {"jsonl": (".jsonl", "application/x-ndjson"), "qnamaker": (".tsv", "text/tab-separated-values"),
            "azure": (".json", "application/json")}
