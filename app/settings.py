@@ -26,22 +26,27 @@ Persona = Literal["professional", "friendly", "witty"]
 MAX_SMALL_TALK_ANSWERS, MAX_SMALL_TALK_CHARS = 20, 1000
 
 
+def json_setting(name: str, value: object) -> object:
+    """A setting given as JSON text (the command line, an environment variable) parsed, anything else as it
+    is; blank text is unset. Raises ValueError naming the setting."""
+    import json
+
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value) if value.strip() else None
+    except ValueError as exc:
+        raise ValueError(f"{name}: not JSON ({exc.msg})") from None
+
+
 def small_talk_answers(value: object) -> dict[str, list[str]] | None:
     """A KB's own small-talk answers, `{kind: [answer, ...]}` (a JSON string from the command line or
     FAQ_SMALL_TALK_ANSWERS is read as such); an empty list keeps the shipped ones for that kind."""
-    import json
-
     from app.chitchat.answers import KINDS
 
+    value = json_setting("small_talk_answers", value)
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else None
-        except ValueError as exc:
-            raise ValueError(f"small_talk_answers: not JSON ({exc.msg})") from None
-        if value is None:
-            return None
     if not isinstance(value, dict):
         raise ValueError('small_talk_answers: a JSON object {"kind": ["answer", ...]}')
     out = {}
@@ -63,17 +68,9 @@ MAX_DEFAULT_ANSWER_CHARS = 20000
 def synonym_groups(value: object) -> list[list[str]] | None:
     """A KB's synonyms, `[["wifi", "wi-fi"], ...]` (a JSON string from the command line or FAQ_SYNONYMS is
     read as such), each term's spacing collapsed."""
-    import json
-
+    value = json_setting("synonyms", value)
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else None
-        except ValueError as exc:
-            raise ValueError(f"synonyms: not JSON ({exc.msg})") from None
-        if value is None:
-            return None
     problem = synonym_problem(value)
     if problem:
         raise ValueError(f'synonyms: {problem}, e.g. [["wifi", "wi-fi", "wireless internet"]]')

@@ -9,7 +9,10 @@ QnA ids as a migrated bot's do. Then, with the query cache off, one request at a
   (top 1): the first FAQ each returns (the answer, else the first clarify option, else none) must be the same;
 - multi-turn: every prompt's displayText sent as is with the previous QnA id in `context`: it must land on
   the prompt's target; and each context-only FAQ's own phrasings sent without context: never answered with it;
-- latency: client p50 of each route over the same queries, interleaved.
+- latency: client p50 of each route over the same queries, interleaved;
+- context-only under stress: a copy of each set, SET-ctx, where every FAQ some prompt leads to is context-only:
+  its phrasings and the test queries sent without context must never be answered with one of them, and its
+  prompts followed must still land.
 """
 from __future__ import annotations
 
@@ -46,6 +49,12 @@ def records_of(name: str) -> list:
     hidden = {r["faq_id"] for r in rows if r.get("context_only")}
     return [replace(r, context_only=True) if r.answer is not None and r.faq_id in hidden else r
             for r in merged_records(name)]
+
+
+def all_targets_hidden(records: list) -> list:
+    """The records with every prompt's target context-only (on the row that carries the FAQ's fields)."""
+    targets = {f["faq_id"] for r in records for f in (r.follow_ups or [])}
+    return [replace(r, context_only=True) if r.answer is not None and r.faq_id in targets else r for r in records]
 
 
 def first_faq(route: str, body: dict, faqs: dict[int, str]) -> str | None:
@@ -112,6 +121,11 @@ def main() -> None:
         write_any(workdir / f"{name}.tsv", "qnamaker", KbContents(kbs[name]))
         faq(env, "kb", "import", str(workdir / f"{name}.tsv"), "--kb", name)
         faq(env, "index", "build", "--kb", name)
+        kbs[f"{name}-ctx"] = all_targets_hidden(kbs[name])
+        ids[f"{name}-ctx"] = ids[name]
+        write_any(workdir / f"{name}-ctx.tsv", "qnamaker", KbContents(kbs[f"{name}-ctx"]))
+        faq(env, "kb", "import", str(workdir / f"{name}-ctx.tsv"), "--kb", f"{name}-ctx")
+        faq(env, "index", "build", "--kb", f"{name}-ctx")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, workdir / "serve.log")
@@ -139,12 +153,23 @@ def main() -> None:
                         for route in ("qnamaker", "azure", "match"):
                             out, _, _ = call(route, p["text"], context=ids[name][r.faq_id])
                             turns.append({"set": name, "route": route, "landed": faq_of(route, out) == p["faq_id"]})
+                # the stress copy: prompts still land; nothing context-only is answered without its context
+                stress = Routes(http, f"{name}-ctx", ids[name])
+                hidden_faqs = {r.faq_id for r in kbs[f"{name}-ctx"] if r.context_only}
                 for r in kbs[name]:
-                    if r.context_only:
+                    for p in (r.follow_ups or []) if r.answer is not None else []:
                         for route in ("qnamaker", "azure"):
-                            out, _, _ = call(route, r.question)
-                            hidden_rows.append({"set": name, "route": route, "faq": r.faq_id,
-                                                "answered": faq_of(route, out) == r.faq_id})
+                            out, _, _ = stress.call(route, p["text"], context=ids[name][r.faq_id])
+                            turns.append({"set": name, "route": route + "-ctx",
+                                          "landed": stress.faq_of(route, out) == p["faq_id"]})
+                probes = [r.question for r in kbs[name] if r.faq_id in hidden_faqs]
+                probes += [json.loads(line)["query"] for line in (DATA / name / "test.jsonl").read_text().splitlines()]
+                for text in probes:
+                    for route in ("qnamaker", "azure"):
+                        out, _, _ = stress.call(route, text)
+                        hidden_rows.append({"set": name, "route": route,
+                                            "answered": stress.faq_of(route, out) in hidden_faqs,
+                                            "hidden": len(hidden_faqs)})
     finally:
         server.stop()
     report = summarise(rows, turns, hidden_rows, sets, args)
@@ -162,11 +187,13 @@ def summarise(rows: list[dict], turns: list[dict], hidden: list[dict], sets: lis
         "non_200": {r: sum(row[r + "_status"] != 200 for row in rows) for r in routes},
         "same_first_faq_as_match": {r: rate([row[r] == row["match"] for row in rows]) for r in routes[1:]},
         "top1_vs_labels": {r: rate([row[r] == row["want"] for row in rows]) for r in routes},
-        "prompts_landed": {r: rate([t["landed"] for t in turns if t["route"] == r]) for r in routes},
+        "prompts_landed": {r: rate([t["landed"] for t in turns if t["route"] == r])
+                           for r in (*routes, "qnamaker-ctx", "azure-ctx")},
         "prompts": len([t for t in turns if t["route"] == "qnamaker"]),
         "context_only_answered_without_context": {r: sum(h["answered"] for h in hidden if h["route"] == r)
                                                   for r in routes[1:]},
         "context_only_queries": len([h for h in hidden if h["route"] == "qnamaker"]),
+        "context_only_faqs": sum({h["set"]: h["hidden"] for h in hidden}.values()),
         "client_ms_p50": {r: median(row[r + "_ms"] for row in rows) for r in routes},
         "p50_over_match_ms": {r: median(row[r + "_ms"] - row["match_ms"] for row in rows) for r in routes[1:]},
     }
@@ -183,7 +210,10 @@ def markdown(r: dict) -> str:
              f"{r['top1_vs_labels']['match']:.3f} |",
              f"| prompts followed land on their target ({r['prompts']}) | {r['prompts_landed']['qnamaker']:.3f} | "
              f"{r['prompts_landed']['azure']:.3f} | {r['prompts_landed']['match']:.3f} |",
-             f"| context-only FAQs answered without context ({r['context_only_queries']} phrasings) | "
+             f"| prompts followed when every target is context-only (SET-ctx) | {r['prompts_landed']['qnamaker-ctx']:.3f} | "
+             f"{r['prompts_landed']['azure-ctx']:.3f} | |",
+             f"| SET-ctx: a context-only FAQ ({r['context_only_faqs']}) answered without context, of "
+             f"{r['context_only_queries']} queries (their phrasings + the test queries) | "
              f"{r['context_only_answered_without_context']['qnamaker']} | "
              f"{r['context_only_answered_without_context']['azure']} | |",
              f"| client p50, ms | {r['client_ms_p50']['qnamaker']:.2f} | {r['client_ms_p50']['azure']:.2f} | "

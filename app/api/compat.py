@@ -13,12 +13,15 @@ threshold filters on top of that, as the services do.
 """
 from __future__ import annotations
 
+import json
+import re
 import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
@@ -26,6 +29,7 @@ from app.api.deps import Refusal, key_refusal
 from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.api.schemas import MatchContext, MatchRequest, MatchResponse
 from app.api.state import KbState
+from app.settings import DEFAULT_KB, KB_NAME_PATTERN
 from kb.filters import CombinedFilter, FaqFilter
 from kb.formats.base import qna_ids
 
@@ -172,14 +176,40 @@ async def state_for(request: Request, kb: str) -> KbState:
     return await run_in_threadpool(resident_kbs.get, kb)
 
 
-async def check_key(request: Request, kb: str, key: str) -> Refusal | None:
-    """None when `key` is a read (or admin) token of KB `kb`, or FAQ_ADMIN_TOKEN; else why not. Always
-    checked, FAQ_MATCH_REQUIRES_KEY or not: both services always need their key."""
-    return await run_in_threadpool(key_refusal, request, kb, key, ("read", "admin"), "read")
+async def check_key(request: Request, name: str, key: str) -> tuple[str | None, Refusal | None]:
+    """(the KB `name` names, or None when no KB can have that name; why `key` may not read it, or None).
+    The key must be a read (or admin) token of the KB or FAQ_ADMIN_TOKEN, whatever FAQ_MATCH_REQUIRES_KEY
+    says (both services always need their key); with a name no KB can have, it is checked against the
+    default KB, so a refusal looks the same whether or not such a KB could exist."""
+    kb = name if re.fullmatch(KB_NAME_PATTERN, name) else None
+    refusal = await run_in_threadpool(key_refusal, request, kb or DEFAULT_KB, key, ("read", "admin"), "read")
+    if refusal is not None and refusal.status == 403 and kb is None:
+        refusal = Refusal(401, refusal.reason)  # another KB's token, on a name no KB has: no KB to belong to
+    return kb, refusal
 
 
-__all__ = ["MAX_QUESTION_CHARS", "MAX_TOP", "NO_MATCH_ID", "Outcome", "Pair", "UnknownKb", "ask", "check_key",
-           "chitchat_pair", "faq_of", "lookup", "no_match", "state_for"]
+@dataclass
+class BadBody:
+    """Why a request body was refused: the field (`body` for the whole) and the reason."""
+
+    target: str
+    message: str
+    invalid_json: bool = False
+
+
+async def read_body(request: Request, model: Any) -> Any:
+    """The JSON body as `model` (an empty body is `{}`), or a BadBody naming the first bad field."""
+    try:
+        return model.model_validate(json.loads(await request.body() or b"{}"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return BadBody(".".join(str(p) for p in first["loc"]) or "body", first["msg"])
+    except ValueError as exc:  # bad JSON, bad UTF-8, a number too long to convert
+        return BadBody("body", f"the body is not valid JSON: {exc}", invalid_json=True)
+
+
+__all__ = ["MAX_QUESTION_CHARS", "MAX_TOP", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
+           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "state_for"]
 
 
 def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:

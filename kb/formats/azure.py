@@ -24,13 +24,9 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: str | Path, name: str) -> Imported:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".xlsx":
-        return replica.read_xlsx(path, name, NAME)
-    if suffix == ".zip":
-        return replica.read_zip(path, name, NAME)
-    if suffix in (".tsv", ".txt"):
-        return qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
+    table = qna.read_tables(path, name, NAME)
+    if table is not None:
+        return table
     doc, text = qna.load_json(path, name)
     if not isinstance(doc, dict) or not isinstance(doc.get("assets", doc), dict):
         raise KbFormatError([f"{name}:1: an Azure question answering export is an object with \"assets\""],

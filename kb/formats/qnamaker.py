@@ -27,12 +27,7 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: str | Path, name: str) -> Imported:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".xlsx":
-        return replica.read_xlsx(path, name, NAME)
-    if suffix == ".zip":
-        return replica.read_zip(path, name, NAME)
-    if suffix == ".json":
+    if Path(path).suffix.lower() == ".json":
         doc, text = qna.load_json(path, name)
         key = "qnaDocuments" if isinstance(doc, dict) and "qnaDocuments" in doc else "qnaList"
         if not isinstance(doc, dict) or key not in doc:
@@ -41,7 +36,7 @@ def read(path: str | Path, name: str) -> Imported:
         rows, suggestions = qna.qna_items(name, NAME, doc[key], text, key, "metadata", "context",
                                           "alternateQuestionClusters")
         return qna.finish(name, NAME, rows, suggestions)
-    return qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
+    return qna.read_tables(path, name, NAME) or qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
 
 
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:

@@ -9,17 +9,14 @@ HttpResponseError); 2023-04-01 also names the code in `x-ms-error-code`. `faqMat
 """
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import compat
 from app.api.schemas import OptionalText
-from app.settings import KB_NAME_PATTERN
 from kb.filters import CombinedFilter, FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS
 
@@ -136,31 +133,22 @@ async def query_knowledgebases(
     if not project or not deployment:
         missing = "projectName" if not project else "deploymentName"
         return error(400, "InvalidArgument", f"{missing} is required in the query string", version, missing)
-    kb = project.lower()
-    known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
-    refusal = await compat.check_key(request, kb if known_name else "default",
-                                     (key or "").strip())
+    kb, refusal = await compat.check_key(request, project.lower(), (key or "").strip())
     if refusal is not None and refusal.status == 429:
         return error(429, "TooManyRequests", refusal.reason, version, headers={"Retry-After": str(refusal.retry_after)})
-    if refusal is not None and refusal.status == 403 and known_name:
+    if refusal is not None and refusal.status == 403:
         return error(403, "403", refusal.reason, version)
     if refusal is not None:
         return error(401, "401", "Access denied due to invalid subscription key or wrong API endpoint. Send the "
                                  "project's read key (`faq kb token --kb NAME --kind read`) as "
                                  "Ocp-Apim-Subscription-Key.", version)
-    if not known_name:
+    if kb is None:
         return error(404, "ProjectNotFound", f"no project {project!r}: project names here are KB names",
                      version, inner="KnowledgeBaseNotFound")
-    try:
-        body = AnswersOptions.model_validate(json.loads(await request.body() or b"{}"))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            first = exc.errors()[0]
-            target = ".".join(str(p) for p in first["loc"]) or "body"
-            return error(400, "InvalidArgument", f"Invalid input. {target}: {first['msg']}", version, target,
-                         inner="InvalidParameterValue")
-        return error(400, "InvalidArgument", f"Invalid input. The body is not valid JSON: {exc}", version, "body",
-                     inner="InvalidRequest")
+    body = await compat.read_body(request, AnswersOptions)
+    if isinstance(body, compat.BadBody):
+        return error(400, "InvalidArgument", f"Invalid input. {body.message if body.invalid_json else body.target + ': ' + body.message}",
+                     version, body.target, inner="InvalidRequest" if body.invalid_json else "InvalidParameterValue")
     has_question = bool((body.question or "").strip())
     if body.qnaId is not None and has_question:
         return error(400, "InvalidArgument", "Invalid input. Send either question or qnaId, not both.", version,

@@ -8,17 +8,14 @@ QuotaExceeded, ServiceError). `faqMatch` carries our decision, options and expec
 """
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api import compat
 from app.api.schemas import OptionalText
-from app.settings import KB_NAME_PATTERN
 from kb.filters import FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
 
@@ -85,12 +82,6 @@ def error(status: int, code: str, message: str, target: str | None = None,
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-def _bad(exc: ValidationError) -> JSONResponse:
-    first = exc.errors()[0]
-    target = ".".join(str(p) for p in first["loc"]) or "body"
-    return error(400, "BadArgument", f"{target}: {first['msg']}", target)
-
-
 def _filter(body: GenerateAnswer) -> FaqFilter | None:
     if not body.strictFilters:
         return None
@@ -124,23 +115,21 @@ def _key(request: Request) -> str:
                         403: {"description": "Forbidden: a key of another KB"},
                         404: {"description": "KbNotFound"}, 429: {"description": "QuotaExceeded"}})
 async def generate_answer(request: Request, kb: str) -> JSONResponse:
-    known_name = re.fullmatch(KB_NAME_PATTERN, kb) is not None
-    refusal = await compat.check_key(request, kb if known_name else "default", _key(request))
+    name = kb
+    kb, refusal = await compat.check_key(request, name, _key(request))
     if refusal is not None and refusal.status == 429:
         return error(429, "QuotaExceeded", refusal.reason, headers={"Retry-After": str(refusal.retry_after)})
-    if refusal is not None and refusal.status == 403 and known_name:
+    if refusal is not None and refusal.status == 403:
         return error(403, "Forbidden", refusal.reason)
     if refusal is not None:
         return error(401, "Unauthorized", "Access denied: send the KB's read key as `Authorization: EndpointKey "
                                           "<key>` (`faq kb token --kb NAME --kind read`)")
-    if not known_name:
-        return error(404, "KbNotFound", f"no knowledge base {kb!r}: KB names are a-z, 0-9, '-' and '_'")
-    try:
-        body = GenerateAnswer.model_validate(json.loads(await request.body() or b"{}"))
-    except ValueError as exc:  # ValidationError is one; so are bad JSON and bad UTF-8
-        if isinstance(exc, ValidationError):
-            return _bad(exc)
-        return error(400, "BadArgument", f"the body is not valid JSON: {exc}", "body")
+    if kb is None:
+        return error(404, "KbNotFound", f"no knowledge base {name!r}: KB names are a-z, 0-9, '-' and '_'")
+    body = await compat.read_body(request, GenerateAnswer)
+    if isinstance(body, compat.BadBody):
+        return error(400, "BadArgument", body.message if body.invalid_json else f"{body.target}: {body.message}",
+                     body.target)
     if body.qnaId is None and not (body.question or "").strip():
         return error(400, "BadArgument", "question must not be empty (or send qnaId)", "question")
     try:
