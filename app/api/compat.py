@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
@@ -34,9 +34,18 @@ from kb.filters import CombinedFilter, FaqFilter
 from kb.formats.base import qna_ids
 
 NO_MATCH_ID = -1
+#: conditions in one request's filters (each costs a pass over the KB's FAQs)
+MAX_FILTERS = 50
 #: the longest question the compat routes take: /match's limit
 MAX_QUESTION_CHARS = 1000
 MAX_TOP = 50
+
+
+class Loose(BaseModel):
+    """A request model of either service: fields it does not know are ignored, as the services do (a bot
+    may send newer ones)."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 @dataclass
@@ -208,7 +217,7 @@ async def read_body(request: Request, model: Any) -> Any:
         return BadBody("body", f"the body is not valid JSON: {exc}", invalid_json=True)
 
 
-__all__ = ["MAX_QUESTION_CHARS", "MAX_TOP", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
+__all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
            "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "state_for"]
 
 

@@ -24,7 +24,7 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: str | Path, name: str) -> Imported:
-    table = qna.read_tables(path, name, NAME)
+    table = replica.read_tables(path, name, NAME)
     if table is not None:
         return table
     doc, text = qna.load_json(path, name)

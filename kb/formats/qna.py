@@ -248,21 +248,6 @@ def _known(suggestions: list[tuple[str, str]], records: list) -> list[tuple[str,
     return list(dict.fromkeys((f, q) for f, q in kept if (f, q.lower()) not in phrasings and q))
 
 
-def read_tables(path: str | Path, name: str, fmt: str) -> Imported | None:
-    """The table kinds both services export, by extension: a KB replica (.xlsx, .zip: kb/formats/replica.py)
-    or one TSV; None for another extension (the JSON each reads its own way)."""
-    from kb.formats import replica
-
-    suffix = Path(path).suffix.lower()
-    if suffix == ".xlsx":
-        return replica.read_xlsx(path, name, fmt)
-    if suffix == ".zip":
-        return replica.read_zip(path, name, fmt)
-    if suffix in (".tsv", ".txt"):
-        return read_table(name, fmt, tsv_rows(path, name), escaped=True)
-    return None
-
-
 def tsv_rows(path: str | Path, name: str) -> Iterator[tuple[int, list[str]]]:
     try:
         text = Path(path).read_bytes().decode("utf-8-sig")

@@ -36,7 +36,7 @@ def read(path: str | Path, name: str) -> Imported:
         rows, suggestions = qna.qna_items(name, NAME, doc[key], text, key, "metadata", "context",
                                           "alternateQuestionClusters")
         return qna.finish(name, NAME, rows, suggestions)
-    return qna.read_tables(path, name, NAME) or qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
+    return replica.read_tables(path, name, NAME) or qna.read_table(name, NAME, qna.tsv_rows(path, name), escaped=True)
 
 
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:

@@ -220,3 +220,16 @@ def write_zip(path: str | Path, contents: KbContents) -> tuple[int, int]:
         Path(tmp).unlink(missing_ok=True)
         raise
     return qna.counts(contents)
+
+
+def read_tables(path: str | Path, name: str, fmt: str) -> Imported | None:
+    """The table kinds both services export, by extension: a KB replica (.xlsx, .zip)
+    or one TSV; None for another extension (the JSON each reads its own way)."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".xlsx":
+        return read_xlsx(path, name, fmt)
+    if suffix == ".zip":
+        return read_zip(path, name, fmt)
+    if suffix in (".tsv", ".txt"):
+        return qna.read_table(name, fmt, qna.tsv_rows(path, name), escaped=True)
+    return None

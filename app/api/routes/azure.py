@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app.api import compat
 from app.api.schemas import OptionalText
@@ -25,42 +25,37 @@ API_VERSIONS = ("2021-10-01", "2023-04-01")
 #: Azure's default answer when nothing matches (a project's settings.defaultAnswer replaces it)
 DEFAULT_ANSWER = "No good match found in KB."
 DEFAULT_TOP = 3
-MAX_FILTERS = 50
 Operation = Literal["AND", "OR", "and", "or", "And", "Or"]
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class MetadataRecord(_Loose):
+class MetadataRecord(compat.Loose):
     key: str = Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)
     value: str = Field(min_length=1, max_length=MAX_METADATA_VALUE_CHARS)
 
 
-class MetadataFilter(_Loose):
-    metadata: list[MetadataRecord] | None = Field(default=None, max_length=MAX_FILTERS)
+class MetadataFilter(compat.Loose):
+    metadata: list[MetadataRecord] | None = Field(default=None, max_length=compat.MAX_FILTERS)
     logicalOperation: Operation | None = None
 
 
-class QueryFilters(_Loose):
+class QueryFilters(compat.Loose):
     metadataFilter: MetadataFilter | None = None
-    sourceFilter: list[str] | None = Field(default=None, max_length=MAX_FILTERS)
+    sourceFilter: list[str] | None = Field(default=None, max_length=compat.MAX_FILTERS)
     logicalOperation: Operation | None = None
 
 
-class AnswerContext(_Loose):
+class AnswerContext(compat.Loose):
     previousQnaId: int | None = None
     previousUserQuery: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
 
 
-class ShortAnswerOptions(_Loose):
+class ShortAnswerOptions(compat.Loose):
     enable: bool | None = None
     confidenceScoreThreshold: float | None = Field(default=None, ge=0.0, le=1.0)
     topAnswersWithSpan: int | None = Field(default=None, ge=1, le=10)
 
 
-class AnswersOptions(_Loose):
+class AnswersOptions(compat.Loose):
     qnaId: int | None = None
     question: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
     top: int = Field(default=DEFAULT_TOP, ge=1, le=compat.MAX_TOP)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from app.api import compat
 from app.api.schemas import OptionalText
@@ -22,20 +22,14 @@ from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
 router = APIRouter(tags=["qnamaker"])
 #: QnA Maker's own no-match answer (its App Service's DefaultAnswer setting)
 DEFAULT_ANSWER = "No good match found in KB."
-MAX_FILTERS = 50
 
 
-class _Loose(BaseModel):
-    # the service ignores fields it does not know; so do we (a bot may send newer ones)
-    model_config = ConfigDict(extra="ignore")
-
-
-class StrictFilter(_Loose):
+class StrictFilter(compat.Loose):
     name: str = Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)
     value: str = Field(min_length=1, max_length=MAX_METADATA_VALUE_CHARS)
 
 
-class QnaContext(_Loose):
+class QnaContext(compat.Loose):
     previousQnAId: int | None = None
     previousUserQuery: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
 
@@ -45,11 +39,11 @@ class QnaContext(_Loose):
         return _qna_id(value)
 
 
-class GenerateAnswer(_Loose):
+class GenerateAnswer(compat.Loose):
     question: OptionalText = Field(default=None, max_length=compat.MAX_QUESTION_CHARS)
     top: int = Field(default=1, ge=1, le=compat.MAX_TOP)
     scoreThreshold: float = Field(default=0.0, ge=0.0, le=100.0)
-    strictFilters: list[StrictFilter] | None = Field(default=None, max_length=MAX_FILTERS)
+    strictFilters: list[StrictFilter] | None = Field(default=None, max_length=compat.MAX_FILTERS)
     strictFiltersCompoundOperationType: Literal["AND", "OR", "and", "or", "And", "Or"] | None = None
     context: QnaContext | None = None
     qnaId: int | None = None

@@ -3,16 +3,12 @@ request field mapped, answers as each service writes them, context and context-o
 answer, and every refusal in the service's own error shape."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from fastapi.testclient import TestClient
 
 from app.api.main import create_app
-from kb.formats import read_any
-from tests.helpers.api import build, make_settings, make_store
+from tests.helpers.compat import imported_kbs
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 ADMIN = "compat-admin-token-0123456789abcdef0123"
 QNA = "/qnamaker/knowledgebases/{kb}/generateAnswer"
 AZURE = "/language/:query-knowledgebases"
@@ -22,18 +18,7 @@ AZURE = "/language/:query-knowledgebases"
 def served(tmp_path_factory, encoder):
     """(client, read key of `gym`, read key of `bikes`): the Azure fixture as KB `gym`, with its synonyms and
     default answer, and the QnA Maker fixture as KB `bikes`."""
-    settings = make_settings(tmp_path_factory.mktemp("compat"), admin_token=ADMIN)
-    store = make_store(settings)
-    keys = {}
-    for kb, name in (("gym", "azure-project.json"), ("bikes", "qnamaker-export.tsv")):
-        imported = read_any(FIXTURES / name)
-        store.catalog.create(kb)
-        scoped = store.for_kb(kb)
-        scoped.import_records(imported.records)
-        if imported.synonyms:
-            store.catalog.set_settings(kb, {"synonyms": imported.synonyms, "default_answer": imported.default_answer})
-        build(scoped, encoder, settings.for_kb(kb, store.catalog.settings(kb)))
-        keys[kb] = store.catalog.issue_token(kb, "read")[1]
+    settings, store, keys = imported_kbs(tmp_path_factory.mktemp("compat"), encoder, ADMIN)
     with TestClient(create_app(settings, store=store, encoder=encoder)) as client:
         yield client, keys["gym"], keys["bikes"]
 

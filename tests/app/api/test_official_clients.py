@@ -4,14 +4,11 @@ QnAMaker and QnAMakerDialog, pinned in the `test` extra. A bot moving here chang
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
 import pytest
 
 from app.api.main import create_app
 from cli.serve import uvicorn_options
-from kb.formats import read_any
-from tests.helpers.api import build, make_settings, make_store
+from tests.helpers.compat import imported_kbs
 from tests.helpers.server import LiveServer
 
 qa = pytest.importorskip("azure.ai.language.questionanswering", reason="pip install -e '.[test]'")
@@ -20,24 +17,13 @@ pytest.importorskip("botbuilder.ai.qna", reason="pip install -e '.[test]'")
 from azure.core.credentials import AzureKeyCredential  # noqa: E402
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 ADMIN = "clients-admin-token-0123456789abcdef01"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, encoder):
     """(url, keys): KB `gym` from the Azure project export, KB `bikes` from the QnA Maker TSV, served live."""
-    settings = make_settings(tmp_path_factory.mktemp("clients"), admin_token=ADMIN)
-    store = make_store(settings)
-    keys = {}
-    for kb, name in (("gym", "azure-project.json"), ("bikes", "qnamaker-export.tsv")):
-        imported = read_any(FIXTURES / name)
-        store.catalog.create(kb)
-        store.for_kb(kb).import_records(imported.records)
-        if imported.default_answer:
-            store.catalog.set_settings(kb, {"synonyms": imported.synonyms, "default_answer": imported.default_answer})
-        build(store.for_kb(kb), encoder, settings.for_kb(kb, store.catalog.settings(kb)))
-        keys[kb] = store.catalog.issue_token(kb, "read")[1]
+    settings, store, keys = imported_kbs(tmp_path_factory.mktemp("clients"), encoder, ADMIN)
     with LiveServer(create_app(settings, store=store, encoder=encoder), **uvicorn_options(settings)) as live:
         yield live.url, keys
 
