@@ -176,6 +176,24 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
     return Outcome(pairs or [no_match(default_answer)], response)
 
 
+async def respond(state: KbState, *, qna_id: int | None, question: str, top: int, threshold: float,
+                  default_answer: str, flt: FaqFilter | CombinedFilter | None, previous_qna_id: int | None,
+                  previous_query: str | None, user_id: str | None) -> Outcome | tuple[int, str, dict[str, str]]:
+    """What both routes answer: the pair a qnaId names (the no-match answer when it names none), else the
+    question matched (`ask`); or `service_error`'s (status, message, headers), which each route writes in
+    its own service's error shape."""
+    try:
+        if qna_id is not None:
+            return lookup(state, qna_id) or Outcome([no_match(default_answer)])
+        return await ask(state, question, top=top, threshold=threshold, default_answer=default_answer, flt=flt,
+                         previous_qna_id=previous_qna_id, previous_query=previous_query, user_id=user_id)
+    except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
+        problem = service_error(exc)
+        if problem is None:
+            raise
+        return problem
+
+
 async def state_for(request: Request, kb: str) -> KbState:
     """The KB's served state (loaded on its first request); UnknownKb when there is none."""
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
@@ -218,7 +236,7 @@ async def read_body(request: Request, model: Any) -> Any:
 
 
 __all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
-           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "state_for"]
+           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "respond", "state_for"]
 
 
 def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:

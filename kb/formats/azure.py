@@ -50,14 +50,10 @@ def read(path: str | Path, name: str) -> Imported:
 
 
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".xlsx":
-        return replica.write_xlsx(path, contents)
-    if suffix == ".zip":
-        return replica.write_zip(path, contents)
-    if suffix in (".tsv", ".txt"):
-        return qna.write_tsv(path, contents)
-    if suffix != ".json":
+    written = replica.write_tables(path, contents)
+    if written is not None:
+        return written
+    if Path(path).suffix.lower() != ".json":
         raise KbFormatError([f"{path}: an Azure question answering export is .json, .tsv, .xlsx or .zip"])
     docs = qna.qna_documents(contents, "dict", "dialog", "activeLearningSuggestions")
     settings = {"defaultAnswer": contents.default_answer} if contents.default_answer else {}

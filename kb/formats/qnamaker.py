@@ -40,15 +40,11 @@ def read(path: str | Path, name: str) -> Imported:
 
 
 def write(path: str | Path, contents: KbContents) -> tuple[int, int]:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".xlsx":
-        return replica.write_xlsx(path, contents)
-    if suffix == ".zip":
-        return replica.write_zip(path, contents)
-    if suffix == ".json":
+    if Path(path).suffix.lower() == ".json":
         docs = qna.qna_documents(contents, "list", "context", "alternateQuestionClusters")
         qna.write_json(path, {"qnaDocuments": docs})
         return len(docs), sum(len(d["questions"]) for d in docs)
-    if suffix not in (".tsv", ".txt"):
+    written = replica.write_tables(path, contents)
+    if written is None:
         raise KbFormatError([f"{path}: a QnA Maker export is .tsv, .xlsx, .zip or .json"])
-    return qna.write_tsv(path, contents)
+    return written

@@ -233,3 +233,15 @@ def read_tables(path: str | Path, name: str, fmt: str) -> Imported | None:
     if suffix in (".tsv", ".txt"):
         return qna.read_table(name, fmt, qna.tsv_rows(path, name), escaped=True)
     return None
+
+
+def write_tables(path: str | Path, contents: KbContents) -> tuple[int, int] | None:
+    """`read_tables`' other way: the KB as a replica (.xlsx, .zip) or one TSV, by extension; None for another."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".xlsx":
+        return write_xlsx(path, contents)
+    if suffix == ".zip":
+        return write_zip(path, contents)
+    if suffix in (".tsv", ".txt"):
+        return qna.write_tsv(path, contents)
+    return None

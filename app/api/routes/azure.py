@@ -156,22 +156,14 @@ async def query_knowledgebases(
     except compat.UnknownKb:
         return error(404, "ProjectNotFound", f"no project {project!r} (`faq kb list`)", version,
                      inner="KnowledgeBaseNotFound")
-    default = state.settings.default_answer or DEFAULT_ANSWER
-    try:
-        if body.qnaId is not None:
-            outcome = compat.lookup(state, body.qnaId) or compat.Outcome([compat.no_match(default)])
-        else:
-            ctx = body.context
-            outcome = await compat.ask(
-                state, body.question or "", top=body.top, threshold=body.confidenceScoreThreshold,
-                default_answer=default, flt=_filter(body.filters),
-                previous_qna_id=ctx.previousQnaId if ctx else None,
-                previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
-    except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
-        problem = compat.service_error(exc)
-        if problem is None:
-            raise
-        status, message, headers = problem
+    ctx = body.context
+    outcome = await compat.respond(
+        state, qna_id=body.qnaId, question=body.question or "", top=body.top,
+        threshold=body.confidenceScoreThreshold, default_answer=state.settings.default_answer or DEFAULT_ANSWER,
+        flt=_filter(body.filters), previous_qna_id=ctx.previousQnaId if ctx else None,
+        previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
+    if not isinstance(outcome, compat.Outcome):
+        status, message, headers = outcome
         return error(status, "TooManyRequests" if status == 429 else "ServiceUnavailable", message, version,
                      headers=headers)
     return JSONResponse({"answers": [answer_json(p) for p in outcome.pairs], "faqMatch": outcome.extra()})

@@ -130,23 +130,14 @@ async def generate_answer(request: Request, kb: str) -> JSONResponse:
         state = await compat.state_for(request, kb)
     except compat.UnknownKb:
         return error(404, "KbNotFound", f"no knowledge base {kb!r} (`faq kb list`)")
-    default = state.settings.default_answer or DEFAULT_ANSWER
-    try:
-        outcome = compat.lookup(state, body.qnaId) if body.qnaId is not None else None
-        if body.qnaId is not None and outcome is None:
-            outcome = compat.Outcome([compat.no_match(default)])
-        if outcome is None:
-            ctx = body.context
-            outcome = await compat.ask(
-                state, body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,
-                default_answer=default, flt=_filter(body),
-                previous_qna_id=ctx.previousQnAId if ctx else None,
-                previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
-    except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
-        problem = compat.service_error(exc)
-        if problem is None:
-            raise
-        status, message, headers = problem
+    ctx = body.context
+    outcome = await compat.respond(
+        state, qna_id=body.qnaId, question=body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,
+        default_answer=state.settings.default_answer or DEFAULT_ANSWER, flt=_filter(body),
+        previous_qna_id=ctx.previousQnAId if ctx else None, previous_query=ctx.previousUserQuery if ctx else None,
+        user_id=body.userId)
+    if not isinstance(outcome, compat.Outcome):
+        status, message, headers = outcome
         return error(status, "QuotaExceeded" if status == 429 else "ServiceError", message, headers=headers)
     decision = outcome.response.decision if outcome.response is not None else "answer"
     return JSONResponse({"answers": [answer_json(p) for p in outcome.pairs], "debugInfo": None,

@@ -175,3 +175,19 @@ def test_azure_refusals_in_azures_shape(served):
     assert no_deployment.status_code == 400 and no_deployment.json()["error"]["details"][0]["target"] == "deploymentName"
     threshold = azure(client, gym, {"question": "x", "confidenceScoreThreshold": 2})
     assert threshold.status_code == 400 and threshold.json()["error"]["details"][0]["target"] == "confidenceScoreThreshold"
+
+
+def test_the_deployment_wide_settings_serve_every_kb(tmp_path, encoder):
+    """FAQ_SYNONYMS and FAQ_DEFAULT_ANSWER, set for the deployment rather than per KB."""
+    from tests.helpers.api import kb_records, serving
+
+    with serving(tmp_path, encoder, kb_records(), ADMIN, synonyms=[["password", "passcode", "pin"]],
+                 default_answer="Please ask at the front desk.") as (client, _, _):
+        none = client.post(QNA.format(kb="default"), json={"question": "what is the capital of peru"},
+                           headers={"Authorization": f"EndpointKey {ADMIN}"}).json()
+        assert none["answers"][0]["answer"] == "Please ask at the front desk." and none["answers"][0]["id"] == -1
+        state = client.app.state.resident_kbs.default
+        rewrite = state.rewrites.for_retriever(state.settings.synonyms, state.require_retriever())
+        assert rewrite("I forgot my PIN") == "I forgot my password"
+        matched = client.post("/match", json={"query": "I forgot my PIN"}).json()
+        assert matched["query"] == "I forgot my PIN" and matched["answer"]["faq_id"] == "reset_password"
