@@ -47,6 +47,7 @@ from index.candidates import (
 from index.decision import WINDOW
 from index.turns import FEATURES, TurnCandidates, first_question, load_turn_model
 from index.turns import candidates as turn_candidates
+from models.encoders.base import query_side
 
 __all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError", "Pipeline",
            "run_pipelines"]
@@ -245,7 +246,7 @@ class Pipeline:
                 None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        vecs = self.encoder.encode(list(texts), batch_size=max(1, min(64, len(texts))))
+        vecs = query_side(self.encoder)(list(texts), batch_size=max(1, min(64, len(texts))))
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def rank(

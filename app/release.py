@@ -44,7 +44,7 @@ def release_build(store: Any, encoder: Any, registry: Any, settings: Any, *, lab
     from index.build import build_index
 
     manifest = build_index(store, encoder, registry, keep_versions=settings.keep_versions, activate=False,
-                           report=report, **build)
+                           report=report, languages=settings.languages, **build)
     result = Release(manifest)
     if on_built is not None:
         on_built(manifest)

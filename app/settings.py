@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranking stages
 Arm = Literal["ann", "ann+rerank", "lexical", "lexical+rerank"]
@@ -61,6 +61,26 @@ def small_talk_answers(value: object) -> dict[str, list[str]] | None:
         out[kind] = [a.strip() for a in answers]
     return out
 LEXICAL_ENGINES: tuple[str, ...] = get_args(LexicalEngine)
+#: the languages a query is recognised in (models/language.py SUPPORTED, repeated: settings import only pydantic)
+LanguageCode = Literal["en", "es", "de", "fr", "it", "pt", "nl"]
+LANGUAGE_CODES: tuple[str, ...] = get_args(LanguageCode)
+
+
+def language_list(value: object) -> list[str] | None:
+    """A KB's languages: "en,es" (the command line, FAQ_LANGUAGES) or a list, as lowercase ISO 639-1
+    codes, each once; blank is unset. Raises ValueError naming the unknown code and the supported ones."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [part for part in (p.strip() for p in value.split(",")) if part]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+        raise ValueError("languages: a comma-separated list of ISO 639-1 codes, e.g. en,es")
+    codes = list(dict.fromkeys(c.strip().lower() for c in value))
+    unknown = [c for c in codes if c not in LANGUAGE_CODES]
+    if unknown:
+        raise ValueError(f"languages: {', '.join(map(repr, unknown))} not supported; "
+                         f"the supported languages are {', '.join(LANGUAGE_CODES)}")
+    return codes or None
 #: the longest default answer a KB keeps (the FAQ answer limit of kb/records.py)
 MAX_DEFAULT_ANSWER_CHARS = 20000
 
@@ -178,6 +198,7 @@ class KbSettings(BaseModel):
     # Azure routes give when nothing matches (unset: each service's own)
     synonyms: list[list[str]] | None = None
     default_answer: str | None = Field(default=None, min_length=1, max_length=MAX_DEFAULT_ANSWER_CHARS)
+    languages: list[LanguageCode] | None = None
 
     @field_validator("small_talk_answers", mode="before")
     @classmethod
@@ -188,6 +209,11 @@ class KbSettings(BaseModel):
     @classmethod
     def _synonyms(cls, value: object) -> list[list[str]] | None:
         return synonym_groups(value)
+
+    @field_validator("languages", mode="before")
+    @classmethod
+    def _languages(cls, value: object) -> list[str] | None:
+        return language_list(value)
 
     @field_validator("ab_split")
     @classmethod
@@ -274,6 +300,9 @@ class Settings(BaseSettings):
     synonyms: list[list[str]] | None = None
     # The answer of the QnA Maker and Azure routes when nothing matches; unset: each service's own
     default_answer: str | None = Field(default=None, min_length=1, max_length=MAX_DEFAULT_ANSWER_CHARS)
+    # The languages the KB answers (ISO 639-1, "en,es"): a query clearly in another one is answered
+    # `abstain` with reason "language" (models/language.py); unset: every language is matched
+    languages: Annotated[list[LanguageCode] | None, NoDecode] = None
 
     @field_validator("small_talk_answers", mode="before")
     @classmethod
@@ -284,6 +313,11 @@ class Settings(BaseSettings):
     @classmethod
     def _synonyms(cls, value: object) -> list[list[str]] | None:
         return synonym_groups(value)
+
+    @field_validator("languages", mode="before")
+    @classmethod
+    def _languages(cls, value: object) -> list[str] | None:
+        return language_list(value)
     # The decision model file; unset: the one `faq index calibrate` fitted on this KB's own labels
     # (<data_dir>/decision_model.json) when there is one, else the cross-KB model shipped in index/.
     decision_model: Path | None = None

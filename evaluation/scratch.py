@@ -148,7 +148,7 @@ def scratch_pipeline(
             batch_size=batch_size, progress=progress, report=report, encoder_spec=spec, es_url=es_url,
             es_index_prefix=scratch_settings.es_index_prefix,
             stage_vectors=[s for s in stages if hasattr(s, "vector_key")] if store_stage_vectors else (),
-            query_side=query_side,
+            query_side=query_side, languages=scratch_settings.languages,
         )
         timings["index_build_s"] = time.perf_counter() - t
         if lexical_engine is not None:

@@ -96,7 +96,13 @@ class AnnIndex:
         """Nearest items of one vector: (items, cosines), best first, at most k long."""
         items, dists = self._annoy.get_nns_by_vector(vec.tolist(), k, search_k=search_k, include_distances=True)
         d = np.asarray(dists, dtype=np.float32)
-        return items, (1.0 - d * d / 2.0).tolist()
+        cos = 1.0 - d * d / 2.0
+        # Annoy measures the angle to the query's direction: a query that is not a unit vector (multilingual
+        # mode's, models/encoders/multilingual.py) scores |q| times that, as its dot product does
+        norm = float(np.linalg.norm(vec))
+        if abs(norm - 1.0) > 1e-3:
+            cos = cos * np.float32(norm)
+        return items, cos.tolist()
 
     def search(self, vecs: np.ndarray, k: int, search_k: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """(q, dim) queries -> (ids (q, k) int64, cos (q, k) float32), best first.

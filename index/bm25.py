@@ -23,6 +23,26 @@ ENGLISH_STOP_WORDS = (
 ).split()
 
 
+#: the lexical arm's languages and their Snowball stemmers (the same algorithms in tantivy and Elasticsearch);
+#: a phrasing is analysed in its KB's language (`language` of its LexicalDoc), each in a field of its own
+STEMMERS = {"en": "english", "es": "spanish", "de": "german", "fr": "french", "it": "italian", "pt": "portuguese",
+            "nl": "dutch"}
+#: tokens longer than this are dropped (Elasticsearch's standard tokenizer cuts at 255 characters)
+MAX_TOKEN_CHARS = 255
+
+
+def field_of(language: str) -> str:
+    """The text field of a language's phrasings: English keeps `question`, as before there were others."""
+    return "question" if language == "en" else f"question_{language}"
+
+
+def analyzer_of(language: str) -> str:
+    """English: the `english`-like analyzer with its rewrites and stop words; the others split at every
+    character that is not a letter or digit, lower-case, fold accents (users type "contrasena" for
+    "contraseña") and stem with Snowball."""
+    return ANALYZER_NAME if language == "en" else f"faq_{STEMMERS[language]}"
+
+
 class LexicalUnavailable(RuntimeError):
     """The lexical engine cannot answer (unreachable, index missing, version mismatch)."""
 
@@ -42,6 +62,7 @@ class LexicalDoc:
     variant_id: int
     faq_id: str
     question: str
+    language: str = "en"  # which analyzer reads it (STEMMERS)
 
 
 def sorted_hits(hits: Iterable[LexicalHit]) -> list[LexicalHit]:

@@ -48,6 +48,7 @@ from index.answers import AnswerVectors, answer_policy
 from index.calibration import calibrate
 from index.elasticsearch.lexical import EsLexicalIndexes
 from index.lexical import build_lexical
+from models.encoders.base import QueryView
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def encode_in_batches(encoder: Any, texts: list[str], batch_size: int, progress:
     if not np.all(np.isfinite(out)):
         raise BuildError(f"encoder {encoder.id!r} produced NaN/inf vectors")
     norms = np.linalg.norm(out, axis=1)
-    if not np.allclose(norms, 1.0, atol=1e-3):
+    if getattr(encoder, "unit", True) and not np.allclose(norms, 1.0, atol=1e-3):
         raise BuildError(f"encoder {encoder.id!r} vectors are not L2-normalised (norms {norms.min():.4f}..{norms.max():.4f})")
     return out
 
@@ -202,6 +203,7 @@ class BuildOptions:
     stage_vectors: Any = ()
     query_encoder: dict | None = None
     query_side: Any = None
+    languages: Any = None
 
 
 @dataclass
@@ -316,7 +318,7 @@ class VersionBuild:
             return None
         with self.timed("lexical_s"):
             block = build_lexical(self.staging, self.version, self.snapshot.variants, es_url=o.es_url,
-                                  es_prefix=o.es_index_prefix)
+                                  es_prefix=o.es_index_prefix, languages=o.languages)
         es_block = block.get("elasticsearch") or {}
         self.say(f"lexical: tantivy {block['tantivy']['n_docs']} docs"
                  + (f"; Elasticsearch index {es_block['index']}: "
@@ -340,8 +342,12 @@ class VersionBuild:
         with self.timed("calibrate_s"):
             ann = AnnIndex.load(self.staging / artifacts.ANNOY_FILE, self.encoder.dim)
             try:
+                side = self.options.query_side
+                # a held-out phrasing plays a query; where queries are encoded apart, encoded as one
+                asks = (None if not isinstance(side, QueryView)
+                        else lambda rows: self.encode([self.texts[r] for r in rows], False, side))
                 block = calibrate(ann, self.vectors, self.faq_ids, self.encoder, search_k=self.options.search_k,
-                                  answers=self.served_answers)
+                                  answers=self.served_answers, query_encode=asks)
             finally:
                 ann.unload()
         return block
@@ -433,6 +439,7 @@ def build_index(
     stage_vectors: Any = (),
     query_encoder: dict | None = None,
     query_side: Any = None,
+    languages: Any = None,
 ) -> dict:
     """Build, verify and (by default) activate a new index version; returns its manifest.
 
@@ -444,7 +451,8 @@ def build_index(
     so the service loads it when FAQ_QUERY_ENCODER is unset; `query_side` is that encoder, loaded: the decision
     block's replayed queries are encoded by it.
     `lexical`: also build the BM25 index(es) of the lexical arms (tantivy; Elasticsearch at `es_url`
-    when given, as index `<es_index_prefix>-<version>`).
+    when given, as index `<es_index_prefix>-<version>`), each phrasing analysed in its language (`languages`,
+    the KB's setting: index/lexical.py `doc_languages`).
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
     (`write_stage_vectors`; app/stages `vector_stages` picks them from FAQ_RERANKER).
     The registry's `vector_store` (index/elasticsearch/vectors.py EsBuildRegistry), if any, also gets the
@@ -461,8 +469,10 @@ def build_index(
     if not 0.0 <= recall_floor <= 1.0:
         raise BuildError(f"recall_floor must be in [0, 1], got {recall_floor}")
     say = report or (lambda msg: log.info(msg))
+    if query_side is None and hasattr(encoder, "encode_queries"):  # queries are encoded apart (multilingual)
+        query_side = QueryView(encoder)
     options = BuildOptions(n_trees, search_k, batch_size, progress, recall_floor, encoder_spec, lexical, es_url,
-                           es_index_prefix, stage_vectors, query_encoder, query_side)
+                           es_index_prefix, stage_vectors, query_encoder, query_side, languages)
     if lexical and es_url:
         registry = registry.with_store(EsLexicalIndexes(es_url, es_index_prefix))
     interrupts = _Interrupts().install()

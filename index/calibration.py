@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -74,6 +74,7 @@ def fit_platt(cos: np.ndarray, labels: np.ndarray, prior: Calibration, l2: float
 def nearest_faq(
     index: AnnIndex, vectors: np.ndarray, faq_ids: Sequence[str], rows: np.ndarray, search_k: int = -1,
     pools: Sequence[int] = (1,), answers: AnswerVectors | None = None, weights: Sequence[float] = (0.0,),
+    queries: np.ndarray | None = None,
 ) -> dict[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
     """Each sampled item plays a query against the rest of the KB, ranked as the matcher ranks
     (index/pooling.py, index/answers.py): per (pool size, answer weight), the score of the best
@@ -90,7 +91,8 @@ def nearest_faq(
     keys = [(p, w) for p in pools for w in weights]
     out = {key: (np.empty(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=bool)) for key in keys}
     for j, row in enumerate(rows):
-        items, cosines = index.search_one(vectors[row], depth, search_k)
+        asked = vectors[row] if queries is None else queries[j]  # the item as the query side encodes it
+        items, cosines = index.search_one(asked, depth, search_k)
         # normally items[0] is the query itself; skip it wherever it appears (ties can reorder)
         others = [(faq_ids[i], float(c)) for i, c in zip(items, cosines) if i != row]
         if not others:  # fewer than 2 items in the index
@@ -104,12 +106,12 @@ def nearest_faq(
         own = faq_ids[row]
         answer_cos: dict[str, float] = {}
         if answers is not None and len(answers):
-            cos_row = answers.cosines(vectors[row][None, :])[0]
+            cos_row = answers.cosines(asked[None, :])[0]
             for f in answers.top(cos_row, ANSWER_RECALL):
                 if f not in per_faq:
                     others_rows = [r for r in rows_of.get(f, []) if r != row]
                     if others_rows:  # scored exactly: all its phrasings are known
-                        per_faq[f] = (vectors[others_rows] @ vectors[row]).astype(np.float64).tolist()
+                        per_faq[f] = (vectors[others_rows] @ asked).astype(np.float64).tolist()
             answer_cos = {f: float(cos_row[answers.row_of[f]]) for f in per_faq if f in answers.row_of}
         pooled_by = {pool: {f: pooled_cosine(cs, counts[f] - (f == own), pool, floor) for f, cs in per_faq.items()}
                      for pool in pools}  # the query is no longer a phrasing of its own FAQ: one fewer there
@@ -132,6 +134,7 @@ def calibrate(
     l2: float = DEFAULT_L2,
     seed: int = 0,
     answers: AnswerVectors | None = None,
+    query_encode: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> dict:
     """The `calibration` block of a manifest: {a, b, source, n_examples, n_positive, prior} for a FAQ
     scored by its best phrasing, and `pooled`: {"2": {a, b, source, ...}, ...} for the pooled scores of
@@ -147,7 +150,9 @@ def calibrate(
     rows = np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
     pools = tuple(range(1, MAX_POOL + 1))
     weights = WEIGHT_GRID if answers is not None and len(answers) else (0.0,)
-    examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools, answers=answers, weights=weights)
+    queries = None if query_encode is None or not len(rows) else np.asarray(query_encode(rows), dtype=np.float32)
+    examples = nearest_faq(index, vectors, faq_ids, rows, search_k, pools, answers=answers, weights=weights,
+                           queries=queries)
     own_answer = own_answer_cosine(vectors, faq_ids, answers) if weights != (0.0,) else None
     priors = {w: mixed_prior(prior, w, own_answer) if w > 0 else prior for w in weights}
     fits = {(p, w): _fit(*examples[p, w], priors[w], min_positives, min_negatives, l2) for p, w in examples}

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from index.bm25 import (
-    ANALYZER_NAME, DEFAULT_RECALL_K, ENGLISH_STOP_WORDS, TEXT_REWRITES, LexicalDoc, LexicalHit, LexicalIndex,
-    LexicalUnavailable, normalise_text, sorted_hits, top_faqs,
+    ANALYZER_NAME, DEFAULT_RECALL_K, ENGLISH_STOP_WORDS, MAX_TOKEN_CHARS, STEMMERS, TEXT_REWRITES, LexicalDoc,
+    LexicalHit, LexicalIndex, LexicalUnavailable, analyzer_of, normalise_text, sorted_hits, top_faqs,
 )
 from index.elasticsearch.client import redact
 
@@ -56,6 +56,22 @@ ENGINES = ("tantivy", "elasticsearch")
 TANTIVY_DIR = "lexical"
 
 
+def analyzer_for(language: str) -> Any:
+    """The tantivy analyzer of a language (index/bm25.py `analyzer_of` says what each does)."""
+    if language == "en":
+        return english_analyzer()
+    import tantivy
+
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .filter(tantivy.Filter.stemmer(STEMMERS[language]))
+        .build()
+    )
+
+
 def english_analyzer() -> Any:
     """tantivy's equivalent of Elasticsearch's `english` analyzer (stop words and stemming)."""
     import tantivy
@@ -70,52 +86,67 @@ def english_analyzer() -> Any:
     )
 
 
-def _tantivy_schema() -> Any:
+def _tantivy_schema(language: str) -> Any:
     import tantivy
 
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("variant_id", stored=True, indexed=True)
     builder.add_text_field("faq_id", stored=True, tokenizer_name="raw")
     # BM25 needs term frequencies, not positions (no phrase queries)
-    builder.add_text_field("question", stored=True, tokenizer_name=ANALYZER_NAME, index_option="freq")
+    builder.add_text_field("question", stored=True, tokenizer_name=analyzer_of(language), index_option="freq")
     return builder.build()
 
 
-class TantivyLexicalIndex(LexicalIndex):
-    """An embedded tantivy index in a folder (a build's `lexical/`)."""
+def doc_languages(questions: Sequence[str], languages: Sequence[str] | None) -> list[str]:
+    """Which analyzer reads each phrasing. A KB of one language (its `languages` setting, else the language
+    most of its phrasings are written in) is read in that language throughout, so an English KB is analysed
+    exactly as always; a KB of several reads each phrasing in the one of them it is detected in."""
+    from collections import Counter
 
-    engine = "tantivy"
+    from models.language import LanguageDetector, detector
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.location = str(self.path)
-        self._analyzer = english_analyzer()
+    wanted = [code for code in (languages or ()) if code in STEMMERS]
+    if len(wanted) == 1:
+        return [wanted[0]] * len(questions)
+    if not wanted:
+        found = Counter(detector().detect(q).language for q in questions)
+        top = found.most_common(1)[0][0] if found else "en"
+        return [top if top in STEMMERS else "en"] * len(questions)
+    among = LanguageDetector(tuple(wanted))
+    return [among.detect(q).language for q in questions]
+
+
+class _TantivyPart:
+    """One language's phrasings in a tantivy index of their own, so its BM25 statistics are that
+    language's, as Elasticsearch keeps them per field."""
+
+    def __init__(self, path: Path, language: str):
+        self.path, self.language = path, language
+        self.analyzer = analyzer_for(language)
         self._opened: tuple[Any, Any] | None = None  # (tantivy.Index, Searcher) once opened
         self._lock = threading.Lock()
 
-    # -- building ------------------------------------------------------------------------------
-    def build(self, docs: Iterable[Any], heap_bytes: int = 64_000_000) -> int:
+    def build(self, docs: Sequence[Any], heap_bytes: int) -> int:
         import tantivy
 
         if self.path.exists() and any(self.path.iterdir()):
             raise FileExistsError(f"{self.path}: not empty; a lexical index is built into a new folder")
         self.path.mkdir(parents=True, exist_ok=True)
-        index = tantivy.Index(_tantivy_schema(), path=str(self.path), reuse=False)
-        index.register_tokenizer(ANALYZER_NAME, self._analyzer)
-        n = 0
+        index = tantivy.Index(_tantivy_schema(self.language), path=str(self.path), reuse=False)
+        index.register_tokenizer(analyzer_of(self.language), self.analyzer)
         writer = index.writer(heap_size=heap_bytes, num_threads=1)
         for doc in docs:
-            writer.add_document(tantivy.Document(
-                variant_id=int(doc.variant_id), faq_id=str(doc.faq_id),
-                question=normalise_text(doc.question)))
-            n += 1
+            writer.add_document(tantivy.Document(variant_id=int(doc.variant_id), faq_id=str(doc.faq_id),
+                                                 question=self.text(doc.question)))
         writer.commit()
         writer.wait_merging_threads()
         self._opened = None  # reopened read-only on first search
-        return n
+        return len(docs)
 
-    # -- searching -----------------------------------------------------------------------------
-    def _open(self) -> tuple[Any, Any]:
+    def text(self, text: str) -> str:
+        return normalise_text(text) if self.language == "en" else text
+
+    def open(self) -> tuple[Any, Any]:
         """(index, searcher), opened once; callers keep the pair, so a concurrent close() cannot pull
         it from under a search in progress."""
         opened = self._opened
@@ -129,39 +160,69 @@ class TantivyLexicalIndex(LexicalIndex):
                     raise LexicalUnavailable(
                         f"no lexical index at {self.path}: the build predates lexical indexing; run `faq index build`")
                 index = tantivy.Index.open(str(self.path))
-                index.register_tokenizer(ANALYZER_NAME, self._analyzer)  # analyzers are not stored with the index
+                index.register_tokenizer(analyzer_of(self.language), self.analyzer)  # not stored with the index
                 self._opened = (index, index.searcher())
             return self._opened
 
-    def count(self) -> int:
-        return int(self._open()[1].num_docs)
-
-    def analyze(self, text: str) -> list[str]:
-        return list(self._analyzer.analyze(normalise_text(text)))
-
-    def _search_batch(self, queries: Sequence[str], size: int) -> list[list[LexicalHit]]:
+    def search(self, text: str, size: int) -> list[LexicalHit]:
         import tantivy
 
-        index, searcher = self._open()
-        schema = index.schema
-        out = []
-        for text in queries:
-            terms = self.analyze(text)
-            if not terms:  # only stop words / punctuation: nothing can match
-                out.append([])
-                continue
-            # one SHOULD clause per analysed token, repeats included (as Elasticsearch's match query)
-            query = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "question", t, index_option="freq")) for t in terms])
-            hits = []
-            for score, address in searcher.search(query, size, count=False).hits:
-                doc = searcher.doc(address)
-                hits.append(LexicalHit(int(doc["variant_id"][0]), doc["faq_id"][0], doc["question"][0], float(score)))
-            out.append(sorted_hits(hits))
-        return out
+        terms = list(self.analyzer.analyze(self.text(text)))
+        if not terms:  # only stop words / punctuation: nothing can match
+            return []
+        index, searcher = self.open()
+        # one SHOULD clause per analysed token, repeats included (as Elasticsearch's match query)
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "question", t, index_option="freq")) for t in terms])
+        hits = []
+        for score, address in searcher.search(query, size, count=False).hits:
+            doc = searcher.doc(address)
+            hits.append(LexicalHit(int(doc["variant_id"][0]), doc["faq_id"][0], doc["question"][0], float(score)))
+        return hits
+
+
+class TantivyLexicalIndex(LexicalIndex):
+    """An embedded tantivy index in a folder (a build's `lexical/`). An English KB's is the folder itself;
+    a KB read in other languages has one index per language in `lexical/<language>/`, each query read by
+    every one of them and their hits merged by score (Elasticsearch's `most_fields` over a field per
+    language: a phrasing is in one of them only)."""
+
+    engine = "tantivy"
+
+    def __init__(self, path: str | Path, languages: Sequence[str] = ("en",)):
+        self.path = Path(path)
+        self.location = str(self.path)
+        self.languages = tuple(languages)
+        single = self.languages == ("en",)
+        self._parts = {lang: _TantivyPart(self.path if single else self.path / lang, lang) for lang in self.languages}
+
+    # -- building ------------------------------------------------------------------------------
+    def build(self, docs: Iterable[Any], heap_bytes: int = 64_000_000) -> int:
+        if self.path.exists() and any(self.path.iterdir()):
+            raise FileExistsError(f"{self.path}: not empty; a lexical index is built into a new folder")
+        by_language: dict[str, list[Any]] = {lang: [] for lang in self.languages}
+        for doc in docs:
+            language = getattr(doc, "language", "en")
+            if language not in by_language:
+                raise ValueError(f"a {language!r} phrasing for an index of {', '.join(self.languages)}")
+            by_language[language].append(doc)
+        return sum(part.build(by_language[lang], heap_bytes) for lang, part in self._parts.items())
+
+    # -- searching -----------------------------------------------------------------------------
+    def count(self) -> int:
+        return sum(int(part.open()[1].num_docs) for part in self._parts.values())
+
+    def analyze(self, text: str, language: str = "en") -> list[str]:
+        part = self._parts.get(language) or _TantivyPart(self.path, language)
+        return list(part.analyzer.analyze(part.text(text)))
+
+    def _search_batch(self, queries: Sequence[str], size: int) -> list[list[LexicalHit]]:
+        return [sorted_hits(h for part in self._parts.values() for h in part.search(text, size))[:size]
+                for text in queries]
 
     def close(self) -> None:
-        self._opened = None
+        for part in self._parts.values():
+            part._opened = None
 
 
 # -- choosing and opening an engine ---------------------------------------------------------------
@@ -180,21 +241,22 @@ def open_lexical(build_dir: str | Path, manifest: dict, engine: str, *, es_url: 
                  es_prefix: str = "faq", es_timeout_s: float = 5.0) -> LexicalIndex:
     """The lexical index of one build, on `engine` (see `resolve_engine`)."""
     info = (manifest or {}).get("lexical") or {}
+    languages = tuple(info.get("languages") or ("en",))
     if engine == "tantivy":
         rel = (info.get("tantivy") or {}).get("dir", TANTIVY_DIR)
-        return TantivyLexicalIndex(Path(build_dir) / rel)
+        return TantivyLexicalIndex(Path(build_dir) / rel, languages)
     if engine == "elasticsearch":
         if not es_url:
             raise LexicalUnavailable("the elasticsearch lexical engine needs FAQ_ES_URL")
         from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name
 
         name = (info.get("elasticsearch") or {}).get("index") or es_index_name(es_prefix, manifest["version"])
-        return ElasticsearchLexicalIndex(es_url, name, timeout_s=es_timeout_s)
+        return ElasticsearchLexicalIndex(es_url, name, timeout_s=es_timeout_s, languages=languages)
     raise ValueError(f"unknown lexical engine {engine!r}")
 
 
 def build_lexical(staging: Path, version: str, docs: Sequence[Any], *, es_url: str | None = None,
-                  es_prefix: str = "faq", es_timeout_s: float = 30.0) -> dict:
+                  es_prefix: str = "faq", es_timeout_s: float = 30.0, languages: Sequence[str] | None = None) -> dict:
     """Build the lexical indexes of one build version -> the manifest's `lexical` block.
 
     tantivy always (embedded, small, in the build folder); Elasticsearch as well when `es_url` is set.
@@ -203,15 +265,23 @@ def build_lexical(staging: Path, version: str, docs: Sequence[Any], *, es_url: s
     """
     import time
 
-    block: dict[str, Any] = {"analyzer": "english (Porter2 stemmer)", "recall_k": DEFAULT_RECALL_K}
+    from collections import Counter
+
+    read_as = doc_languages([d.question for d in docs], languages)
+    docs = [LexicalDoc(int(d.variant_id), str(d.faq_id), d.question, lang) for d, lang in zip(docs, read_as)]
+    used = Counter(read_as)
+    kept = tuple(sorted(used, key=lambda lang: (lang != "en", lang))) or ("en",)
+    block: dict[str, Any] = {"analyzer": "english (Porter2 stemmer)" if kept == ("en",) else
+                             "per language: " + ", ".join(f"{lang} (Snowball {STEMMERS[lang]})" for lang in kept),
+                             "recall_k": DEFAULT_RECALL_K, "languages": {lang: used[lang] for lang in kept}}
     t = time.perf_counter()
-    n = TantivyLexicalIndex(Path(staging) / TANTIVY_DIR).build(docs)
+    n = TantivyLexicalIndex(Path(staging) / TANTIVY_DIR, kept).build(docs)
     block["tantivy"] = {"dir": TANTIVY_DIR, "n_docs": n, "build_s": round(time.perf_counter() - t, 4)}
     if es_url:
         from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name
 
         name = es_index_name(es_prefix, version)
-        es = ElasticsearchLexicalIndex(es_url, name, timeout_s=es_timeout_s)
+        es = ElasticsearchLexicalIndex(es_url, name, timeout_s=es_timeout_s, languages=kept)
         t = time.perf_counter()
         try:
             n_es = es.build(docs)

@@ -70,6 +70,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_RERANK_WEIGHT": ("0.4", 0.4),
     "FAQ_RERANK_RUNTIME": ("torch", "torch"),
     "FAQ_SYNONYMS": ('[["wifi", "wi-fi"]]', [["wifi", "wi-fi"]]),
+    "FAQ_LANGUAGES": ("en, ES", ["en", "es"]),
     "FAQ_DEFAULT_ANSWER": ("Ask at reception.", "Ask at reception."),
 }
 

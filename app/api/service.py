@@ -22,6 +22,7 @@ from app.api.state import KbState
 from app.arms import arm_split, resolve_arm, uses_stages
 from app.pipeline import MatchQuery, MatchResult
 from app.turns import Turn
+from models.language import detect as detect_language
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +87,24 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
         trace.retriever, trace.results = retriever, list(results)
     # the client's own words are echoed and logged, whatever the synonyms made of them
     responses = [_response(arm, result, retriever, item.query) for item, arm, result in zip(items, arms, results)]
+    responses = [in_language(response, settings.languages) for response in responses]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
                                     cached=response.cached, kb=state.kb, decision=response.decision)
     if settings.query_log:
         state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
     return responses
+
+
+def in_language(response: MatchResponse, languages: list[str] | None) -> MatchResponse:
+    """The response with its query's language, and refused (abstain, reason "language") when the KB answers
+    only `languages` and the query is clearly in another (models/language.py `Detection.is_foreign`)."""
+    detection = detect_language(response.query)
+    response.language = detection.language
+    if languages and response.decision != "chitchat" and detection.is_foreign(languages):
+        response.decision, response.reason = "abstain", "language"
+        response.answer, response.options = None, []
+    return response
 
 
 def _faq_fields(faq_id: str, retriever: Any) -> dict:

@@ -7,7 +7,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from index.bm25 import ANALYZER_NAME, TEXT_REWRITES, LexicalHit, LexicalIndex, LexicalUnavailable, sorted_hits
+from index.bm25 import (
+    ANALYZER_NAME, MAX_TOKEN_CHARS, STEMMERS, TEXT_REWRITES, LexicalHit, LexicalIndex, LexicalUnavailable, analyzer_of,
+    field_of, sorted_hits,
+)
 from index.elasticsearch.client import ES_MAJOR, new_client, where
 
 log = logging.getLogger(__name__)
@@ -42,12 +45,23 @@ ES_SETTINGS = {
         },
     },
 }
+# the other languages as tantivy reads them (index/lexical.py `analyzer_for`): split at every character that is
+# not a letter or digit (tantivy's simple tokenizer), drop overlong tokens, lower-case, fold accents, Snowball
+ES_SETTINGS["analysis"]["tokenizer"] = {"faq_alphanumeric": {"type": "pattern", "pattern": "[^\\p{L}\\p{N}]+"}}
+ES_SETTINGS["analysis"]["filter"]["faq_max_token"] = {"type": "length", "max": MAX_TOKEN_CHARS}
+for _lang, _stemmer in STEMMERS.items():
+    if _lang == "en":
+        continue
+    ES_SETTINGS["analysis"]["filter"][f"faq_{_stemmer}_stemmer"] = {"type": "snowball", "language": _stemmer.title()}
+    ES_SETTINGS["analysis"]["analyzer"][analyzer_of(_lang)] = {
+        "type": "custom", "tokenizer": "faq_alphanumeric",
+        "filter": ["faq_max_token", "lowercase", "asciifolding", f"faq_{_stemmer}_stemmer"]}
 ES_MAPPINGS = {
     "dynamic": "strict",
     "properties": {
         "variant_id": {"type": "long"},
         "faq_id": {"type": "keyword"},
-        "question": {"type": "text", "analyzer": ANALYZER_NAME},
+        **{field_of(lang): {"type": "text", "analyzer": analyzer_of(lang)} for lang in STEMMERS},
     },
 }
 
@@ -57,7 +71,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     engine = "elasticsearch"
 
-    def __init__(self, url: str, index_name: str, timeout_s: float = 5.0, client: Any = None):
+    def __init__(self, url: str, index_name: str, timeout_s: float = 5.0, client: Any = None,
+                 languages: Sequence[str] = ("en",)):
+        self.languages = tuple(languages)
         self.url = url
         self.index_name = index_name
         self.location = index_name
@@ -112,8 +128,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
         def actions() -> Iterable[dict]:
             for doc in docs:
+                field = field_of(getattr(doc, "language", "en"))
                 yield {"_index": self.index_name, "_id": str(int(doc.variant_id)),
-                       "_source": {"variant_id": int(doc.variant_id), "faq_id": str(doc.faq_id), "question": doc.question}}
+                       "_source": {"variant_id": int(doc.variant_id), "faq_id": str(doc.faq_id), field: doc.question}}
 
         def run() -> int:
             self.client.indices.create(index=self.index_name, settings=ES_SETTINGS, mappings=ES_MAPPINGS)
@@ -142,10 +159,13 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     def _search_batch(self, queries: Sequence[str], size: int) -> list[list[LexicalHit]]:
         body: list[dict] = []
+        fields = [field_of(lang) for lang in self.languages]
+        # several languages: each field's own analyzer reads the query, scores summed as tantivy sums them
+        match: dict[str, Any] = {"fields": fields} if len(fields) == 1 else {"fields": fields, "type": "most_fields"}
         for text in queries:
             body.append({"index": self.index_name})
-            body.append({"query": {"multi_match": {"query": text, "fields": ["question"]}}, "size": size,
-                         "_source": ["variant_id", "faq_id", "question"]})
+            body.append({"query": {"multi_match": {"query": text, **match}}, "size": size,
+                         "_source": ["variant_id", "faq_id", *fields]})
         out: list[list[LexicalHit]] = []
         if not queries:
             return out
@@ -159,7 +179,8 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                         f"{self._where()} has no index {self.index_name!r}: run `faq index build` with FAQ_ES_URL set")
                 raise LexicalUnavailable(f"{self._where()} failed a search on {self.index_name!r}: {reason}")
             out.append(sorted_hits(
-                LexicalHit(int(h["_source"]["variant_id"]), h["_source"]["faq_id"], h["_source"]["question"], float(h["_score"]))
+                LexicalHit(int(h["_source"]["variant_id"]), h["_source"]["faq_id"],
+                           next(h["_source"][f] for f in fields if f in h["_source"]), float(h["_score"]))
                 for h in response["hits"]["hits"]))
         return out
 

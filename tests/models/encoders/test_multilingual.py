@@ -1,0 +1,54 @@
+"""Multilingual mode's encoder: FAQ-side vectors are unit vectors holding both encoders; an English query
+scores exactly mpnet's cosine, another language the route's mix of both encoders plus its offset."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.encoders.multilingual import E5Encoder, MultilingualEncoder, read_routes
+
+
+class Fixed:
+    """A stand-in base with fixed unit vectors per text (the real mpnet is exercised by the service tests)."""
+
+    id, dim, runtime = "fixed", 4, "onnx-int8"
+
+    def encode(self, texts, batch_size=64, show_progress_bar=False):
+        rng = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=self.dim) for t in texts]
+        v = np.asarray(rng, np.float32).reshape(len(texts), self.dim)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def e5():
+    return E5Encoder(threads=1)
+
+
+def test_e5_encodes_queries_and_passages_apart(e5):
+    q = e5.encode_queries(["¿cómo restablezco mi contraseña?"])
+    p = e5.encode(["How do I reset my password?", "What are your opening hours?"])
+    assert q.shape == (1, 384) and p.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-4)
+    assert (p @ q[0])[0] > (p @ q[0])[1]  # the Spanish question is nearest its English FAQ
+
+
+def test_routes_put_each_language_on_its_scale(e5):
+    routes = {"es": {"mpnet": 0.3, "e5": 2.0, "offset": -1.2}, "*": {"mpnet": 0.0, "e5": 1.0, "offset": 0.0},
+              "en": {"mpnet": 1.0, "e5": 0.0, "offset": 0.0}}
+    enc = MultilingualEncoder(Fixed(), e5, routes)
+    faqs = ["How do I reset my password?", "Quiero devolver un pedido"]
+    f = enc.encode(faqs)
+    assert f.shape == (2, 4 + 384 + 1) and np.allclose(np.linalg.norm(f, axis=1), 1.0, atol=1e-4)
+    q = enc.encode_queries(["reset my password", "restablecer contraseña", "passwort zurücksetzen"],
+                           languages=["en", "es", "de"])
+    m, e = Fixed().encode(faqs), e5.encode(faqs)
+    qm = Fixed().encode(["reset my password", "restablecer contraseña"])
+    qe = e5.encode_queries(["restablecer contraseña", "passwort zurücksetzen"])
+    assert np.allclose(q[0] @ f.T, m @ qm[0], atol=1e-5)  # English: mpnet's cosine
+    assert np.allclose(q[1] @ f.T, 0.3 * (m @ qm[1]) + 2.0 * (e @ qe[0]) - 1.2, atol=1e-4)
+    assert np.allclose(q[2] @ f.T, e @ qe[1], atol=1e-4)  # a language without a route of its own: "*"
+
+
+def test_the_shipped_routes_keep_english_on_mpnet():
+    routes = read_routes()
+    assert routes["en"] == {"mpnet": 1.0, "e5": 0.0, "offset": 0.0} and "*" in routes
