@@ -66,6 +66,7 @@ class MatchQuery:
     arm: str = "ann"  # app.arms.ARMS
     filter: Any = None  # kb.filters.FaqFilter: only the FAQs it keeps are candidates (None: every FAQ)
     turn: Turn | None = None  # the previous turn (app/turns.py)
+    language: str | None = None  # the query's language (models/language.py), when the caller detected it
 
     def selection(self, retriever: RetrieverLike) -> Any:
         """The retriever's index/selection.py `Selection` of this query's filter, or None without one."""
@@ -245,6 +246,19 @@ class Pipeline:
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages),
                 None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
+    def language_curve(self, request: MatchQuery) -> Any:
+        """The encoder's curve for the query's language (multilingual mode: models/encoders/multilingual.py
+        `LanguageCurve`), else None."""
+        curves = getattr(self.encoder, "language_curves", None)
+        if not curves:
+            return None
+        language = request.language
+        if language is None:
+            from models.language import detect
+
+            language = detect(request.query).language
+        return curves.get(language)
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         vecs = query_side(self.encoder)(list(texts), batch_size=max(1, min(64, len(texts))))
         return np.ascontiguousarray(vecs, dtype=np.float32)
@@ -344,7 +358,7 @@ class Pipeline:
         t3 = time.perf_counter()
         decider = self.decider
         ref = decider.reference(retriever, pool, weight, build) if self.scoring == "model" else None
-        table = decider.table(retriever, pool, weight, build) if ref is not None else None
+        table = build_table = decider.table(retriever, pool, weight, build) if ref is not None else None
         results: list[MatchResult] = []
         talk = self.small_talk.replies([r.query for r in requests], vecs) if self.small_talk is not None else \
             [None] * len(requests)
@@ -358,12 +372,17 @@ class Pipeline:
                                if m.faq_id in selection.faq_ids]
                 else:
                     matches = decider.rescore(request.query, matches, retriever, ref, build)
+                curve = self.language_curve(request)
+                if curve is not None:  # the model learnt English queries: put another language's on its scale
+                    matches = [replace(m, score=curve.apply(m.score)) for m in matches]
+                    table = curve.table
                 if plan.applied == "prompted" and self.turn_model is not None and plan.clicked is None:
                     in_context = self.context_ranked(request, matches, plan, selection, retriever, vecs[i])
                 matches = (in_context if in_context is not None else matches)[: request.top_k]
             # the build's table describes the query alone: a turn scored with its previous one has none
             decision = decider.decide(matches, decider.threshold(request.threshold, table),
                                       None if staged or in_context is not None else table)
+            table = build_table
             answer = matches[0] if decision.kind == "answer" else None
             kind, options, expected = decision.kind, list(decision.options), decision.expected_precision
             if plan.clicked is not None and (selection is None or plan.clicked in selection.faq_ids):

@@ -1,18 +1,19 @@
 """Which language a query is written in, offline: `detect(text) -> Detection` (ISO 639-1 codes).
 
-The identifier is lingua (`lingua-language-detector`, Apache-2.0: character n-gram models shipped inside
-the wheel, nothing downloaded), asked to choose among `SUPPORTED` only: the fewer languages it weighs, the
-fewer short queries it confuses, and the less memory it holds. Chat queries are short, lowercase, without
-accents and full of brand names, so a detection carries its confidence and its word count, and the callers
-decide what a weak one may change (a KB's `languages` gate refuses only what is clearly another language:
-`is_foreign`).
+The identifier is py3langid (BSD-3-Clause; langid.py's naive Bayes over byte n-grams, its model inside the
+wheel, nothing downloaded), asked to choose among `SUPPORTED` only: the fewer languages it weighs, the fewer
+short queries it confuses. Chat queries are short, lowercase, without accents and full of brand names, so a
+detection carries the probability of every candidate and its word count, and the callers decide what a weak
+one may change (a KB's `languages` gate refuses only what is clearly another language: `is_foreign`).
 
-Trade-off, measured in docs/results.md: lingua's high-accuracy models (n-grams of 1-5 characters) are the
-ones that hold on 3-word queries, and cost about 28 MB per language in memory; the low-accuracy mode
-(trigrams) holds in 3 MB per language and misses more short queries.
+Chosen over lingua (`lingua-language-detector`) on the realistic sets' queries in English, Spanish, German
+and French (docs/results.md): more of them right (99.5% of those of 3+ words against lingua's 99.1% in its
+high-accuracy mode and 96.2% in its low one), 0.02 ms a query, and about 100 MB less memory than lingua's
+high-accuracy models.
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -42,29 +43,29 @@ class Detection:
 
 
 class LanguageDetector:
-    """lingua restricted to `languages`; thread-safe (lingua's detector is), built once per process by
-    `detector()`."""
+    """py3langid restricted to `languages`; thread-safe (a detection only reads the model), built once per
+    process by `detector()`."""
 
-    def __init__(self, languages: tuple[str, ...] = SUPPORTED, low_accuracy: bool = False):
-        from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
+    def __init__(self, languages: tuple[str, ...] = SUPPORTED):
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
         unknown = [c for c in languages if c not in SUPPORTED]
         if unknown:
             raise ValueError(f"languages {unknown} are not supported; the supported ones are {', '.join(SUPPORTED)}")
         self.languages = tuple(languages)
-        chosen = [Language.from_iso_code_639_1(getattr(IsoCode639_1, c.upper())) for c in self.languages]
-        builder = LanguageDetectorBuilder.from_languages(*chosen)
-        if low_accuracy:
-            builder = builder.with_low_accuracy_mode()
-        self._lingua = builder.with_preloaded_language_models().build()
+        self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=False)
+        self._identifier.set_languages(list(self.languages))
 
     def detect(self, text: str) -> Detection:
         words = len(text.split())
-        values = self._lingua.compute_language_confidence_values(text) if words else []
-        scores = {v.language.iso_code_639_1.name.lower(): float(v.value) for v in values}
-        if not scores or max(scores.values()) <= 0.0:  # no letters lingua knows (digits, emoji): say English
-            return Detection("en", 0.0, words, scores)
-        best = max(scores, key=lambda code: scores[code])
+        if not any(ch.isalpha() for ch in text):  # digits, emoji, punctuation: nothing to tell
+            return Detection("en", 0.0, words, {})
+        ranked = self._identifier.rank(text)  # (code, log-probability), best first
+        top = ranked[0][1]
+        weights = {code: math.exp(score - top) for code, score in ranked}
+        total = sum(weights.values())
+        scores = {code: w / total for code, w in weights.items()}
+        best = ranked[0][0]
         return Detection(best, round(scores[best], 4), words, scores)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -63,6 +64,29 @@ class E5Encoder:
         return self._run(texts, query=True)
 
 
+@dataclass(frozen=True)
+class LanguageCurve:
+    """The decision model's probability for a query of one language put on that language's scale: the model
+    learnt from English queries, and reads a Spanish question to an English FAQ (no shared words) as weaker
+    than it is. p' = sigmoid(a * logit(p) + b), fitted on that language's dev queries (`python -m
+    evaluation.multilingual calibrate`), with its own expected-precision `table` (the build's is English)."""
+
+    a: float
+    b: float
+    table: list[dict] | None = None
+
+    def apply(self, p: float) -> float:
+        q = min(max(float(p), 1e-6), 1 - 1e-6)
+        return 1.0 / (1.0 + math.exp(-(self.a * math.log(q / (1 - q)) + self.b)))
+
+
+def read_curves(path: Path = ROUTES_FILE) -> dict[str, LanguageCurve]:
+    """{language: LanguageCurve} of the routes file ("calibration"); English has none (the model's own)."""
+    body = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return {lang: LanguageCurve(float(c["a"]), float(c["b"]), c.get("table"))
+            for lang, c in (body.get("calibration") or {}).items() if lang != "en"}
+
+
 def read_routes(path: Path = ROUTES_FILE) -> dict[str, dict[str, float]]:
     """{language: {"mpnet": a, "e5": b, "offset": o}}, "*" for languages without their own; English is
     always mpnet alone."""
@@ -82,6 +106,7 @@ class MultilingualEncoder:
     def __init__(self, mpnet: Any, e5: Any, routes: dict[str, dict[str, float]] | None = None):
         self.mpnet, self.e5 = mpnet, e5
         self.routes = routes if routes is not None else read_routes()
+        self.language_curves = read_curves() if routes is None else {}
         self.dim = int(mpnet.dim) + int(e5.dim) + 1
         self.id = f"multilingual:{mpnet.id}+{e5.id}"
         self.runtime = str(getattr(mpnet, "runtime", "torch"))
