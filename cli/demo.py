@@ -122,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev", help="labelled user queries JSONL {query, faq_id} (faq_ids of the KB): fine-tune an MSEM "
                    "and keep it only when it beats the zero-shot base on them (without --dev nothing is trained: "
                    "held-out KB phrasings are written like the KB, not like users)")
-    p.add_argument("--encoder", help="build with this encoder ('mpnet', 'minilm', 'msem' or a model folder)")
+    p.add_argument("--encoder", help="build with this encoder ('mpnet', 'minilm', 'multilingual', 'msem' or a model folder)")
     p.add_argument("--no-fine-tune", action="store_true", help="build with the default encoder as it is (no "
                    "training; with --dev, fine-tuning goes to var/models/msem-<base>-<KB sha256>-<dev sha256>)")
     p.add_argument("--epochs", type=int, default=15, help="fine-tuning epochs (default 15)")

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "BM25 index is built under the same version: tantivy in the build folder, and the Elasticsearch "
         "index <FAQ_ES_INDEX_PREFIX>-<version> when FAQ_ES_URL is set.",
     )
-    p.add_argument("--encoder", default=None, help="'mpnet', 'minilm', 'msem' or an MSEM model folder (default: "
+    p.add_argument("--encoder", default=None, help="'mpnet', 'minilm', 'multilingual', 'msem' or an MSEM model folder (default: "
                    "FAQ_ENCODER, else mpnet when installed, else minilm)")
     p.add_argument("--query-encoder", default=None, help="balanced mode: a `faq train query-encoder` folder "
                    "encodes the queries, recorded so `faq serve` uses it (default: FAQ_QUERY_ENCODER)")
