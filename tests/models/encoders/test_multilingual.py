@@ -52,3 +52,21 @@ def test_routes_put_each_language_on_its_scale(e5):
 def test_the_shipped_routes_keep_english_on_mpnet():
     routes = read_routes()
     assert routes["en"] == {"mpnet": 1.0, "e5": 0.0, "offset": 0.0} and "*" in routes
+
+
+def test_a_language_curve_moves_the_probability_and_brings_its_table(tmp_path):
+    import json
+
+    from models.encoders.multilingual import LanguageCurve, read_curves
+
+    curve = LanguageCurve(2.0, 1.0)
+    assert curve.apply(0.5) == pytest.approx(1 / (1 + np.exp(-1.0)))
+    assert curve.apply(0.0) < 1e-9 and curve.apply(1.0) > 1 - 1e-9
+    ps = [0.05, 0.2, 0.5, 0.8]
+    assert [curve.apply(p) for p in ps] == sorted(curve.apply(p) for p in ps)  # the order of FAQs is kept
+    path = tmp_path / "routes.json"
+    table = [{"threshold": 0.5, "expected_precision": 0.8, "answer_rate": 0.4}]
+    path.write_text(json.dumps({"routes": {}, "calibration": {"es": {"a": 1.5, "b": 0.5, "table": table},
+                                                               "en": {"a": 9, "b": 9}}}))
+    curves = read_curves(path)
+    assert set(curves) == {"es"} and curves["es"] == LanguageCurve(1.5, 0.5, table)
