@@ -3,6 +3,7 @@
     python -m evaluation.multilingual fit [--sets energy,council,grocery,campus_it] [--out FILE]
     python -m evaluation.multilingual calibrate [--sets ...] [--routes FILE]
     python -m evaluation.multilingual study [--sets ...] [--out DIR]
+    python -m evaluation.multilingual identify [--sets ...] [--lingua]
 
 `fit` writes models/encoders/multilingual-routes.json: per language, the mix of mpnet's and e5's cosines and
 the affine map that puts it on mpnet's scale (models/encoders/multilingual.py). It reads the dev split only:
@@ -263,10 +264,54 @@ def study(sets: list[str], out: Path, cache_dir: str | None) -> dict:
     return {"rows": rows}
 
 
+def identify(sets: list[str], out: Path, lingua: bool) -> dict:
+    """How often the detected language is the one a query was written in, per language and for queries of
+    3+ words and fewer (dev and test of every set); with `lingua`, lingua-language-detector's two modes on the
+    same queries (installed by hand: it is not a dependency)."""
+    import time
+
+    from models.language import SUPPORTED, LanguageDetector
+
+    queries = []
+    for name in sets:
+        for split in ("dev", "test"):
+            for language in ("en",) + LANGUAGES:
+                path = DATA / name / (f"{split}.jsonl" if language == "en" else f"{split}.{language}.jsonl")
+                if path.exists():
+                    queries += [(language, r["query"]) for r in read_jsonl(path)]
+    detectors: dict[str, object] = {"py3langid": LanguageDetector().detect}
+    if lingua:
+        from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
+
+        chosen = [Language.from_iso_code_639_1(getattr(IsoCode639_1, c.upper())) for c in SUPPORTED]
+        for mode, builder in (("lingua high", LanguageDetectorBuilder.from_languages(*chosen)),
+                              ("lingua low", LanguageDetectorBuilder.from_languages(*chosen).with_low_accuracy_mode())):
+            found = builder.with_preloaded_language_models().build()
+            detectors[mode] = (lambda d: lambda text: type("D", (), {"language": (
+                d.detect_language_of(text).iso_code_639_1.name.lower() if d.detect_language_of(text) else "en")}))(found)
+    rows = {}
+    for name, detect in detectors.items():
+        t = time.perf_counter()
+        hits = [(language, len(text.split()) >= 3, detect(text).language == language) for language, text in queries]
+        ms = (time.perf_counter() - t) * 1000 / max(len(queries), 1)
+        row = {"ms_per_query": round(ms, 4),
+               "3+ words": round(float(np.mean([ok for _, long, ok in hits if long])), 4),
+               "1-2 words": round(float(np.mean([ok for _, long, ok in hits if not long])), 4)}
+        for language in ("en",) + LANGUAGES:
+            sub = [ok for lang, long, ok in hits if lang == language and long]
+            row[f"{language} 3+ words"] = round(float(np.mean(sub)), 4) if sub else None
+        rows[name] = row
+    body = {"queries": len(queries), "by_detector": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "identify.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(body, indent=2))
+    return body
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation.multilingual", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("fit", "calibrate", "study"):
+    for name in ("fit", "calibrate", "study", "identify"):
         p = sub.add_parser(name)
         p.add_argument("--sets", default=",".join(SETS))
         p.add_argument("--model-cache", default=None, help="where mpnet is reassembled (default var/models)")
@@ -277,12 +322,16 @@ def main(argv: list[str] | None = None) -> int:
                                           "models" / "encoders" / "multilingual-routes.json")
     sub.choices["calibrate"].add_argument("--workdir", type=Path, default=Path("runs/multilingual/scratch"))
     sub.choices["study"].add_argument("--out", type=Path, default=Path("runs/multilingual"))
+    sub.choices["identify"].add_argument("--out", type=Path, default=Path("runs/multilingual"))
+    sub.choices["identify"].add_argument("--lingua", action="store_true", help="also lingua-language-detector")
     args = parser.parse_args(argv)
     sets = [s for s in args.sets.split(",") if s]
     if args.command == "fit":
         fit(sets, args.out, args.model_cache, args.mix)
     elif args.command == "calibrate":
         calibrate(sets, args.routes, args.workdir, args.model_cache)
+    elif args.command == "identify":
+        identify(sets, args.out, args.lingua)
     else:
         study(sets, args.out, args.model_cache)
     return 0
