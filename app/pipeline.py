@@ -246,9 +246,10 @@ class Pipeline:
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages),
                 None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
-    def language_curve(self, request: MatchQuery) -> Any:
-        """The encoder's curve for the query's language (multilingual mode: models/encoders/multilingual.py
-        `LanguageCurve`), else None."""
+    def language_curve(self, request: MatchQuery, retriever: RetrieverLike) -> Any:
+        """The encoder's curve for a query in another language than the KB's (multilingual mode:
+        models/encoders/multilingual.py `LanguageCurve`), else None. A question in the KB's own language
+        shares its words, which the decision model reads as it learnt to: its probability stays."""
         curves = getattr(self.encoder, "language_curves", None)
         if not curves:
             return None
@@ -257,6 +258,9 @@ class Pipeline:
             from models.language import detect
 
             language = detect(request.query).language
+        manifest = getattr(retriever, "manifest", None) or {}
+        if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}):
+            return None
         return curves.get(language)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -372,7 +376,7 @@ class Pipeline:
                                if m.faq_id in selection.faq_ids]
                 else:
                     matches = decider.rescore(request.query, matches, retriever, ref, build)
-                curve = self.language_curve(request)
+                curve = self.language_curve(request, retriever)
                 if curve is not None:  # the model learnt English queries: put another language's on its scale
                     matches = [replace(m, score=curve.apply(m.score)) for m in matches]
                     table = curve.table

@@ -45,8 +45,9 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms", "cached",
-                         "decision", "options", "threshold", "expected_precision", "context", "chitchat"}
+                         "decision", "options", "threshold", "expected_precision", "context", "chitchat", "language", "reason"}
     assert body["query"] == "I forgot my password, how can I reset it?" and body["context"] == {"applied": "none", "note": None}
+    assert body["language"] == "en" and body["reason"] is None
     assert body["chitchat"] is None
     assert body["arm"] == "ann" and body["index_version"] == manifest["version"]
     assert set(body["timings_ms"]) == {"encode", "retrieve", "rerank", "decide", "total"}
