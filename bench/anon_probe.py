@@ -24,8 +24,10 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -52,6 +54,20 @@ def faq(env: dict, *argv: str) -> str:
     if out.returncode != 0:
         raise RuntimeError(f"faq {' '.join(argv)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
     return out.stdout + out.stderr
+
+
+@contextmanager
+def admin_client(env: dict, log: Path) -> Iterator[tuple[httpx.Client, Server]]:
+    """A real `faq serve` on `env`'s data dir, ready, and a client holding its admin token; stopped after."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, log)
+    try:
+        server.wait_ready(url, 900, path="/healthz")
+        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {env['FAQ_ADMIN_TOKEN']}"}) as http:
+            yield http, server
+    finally:
+        server.stop()
 
 
 def served_env(workdir: Path, encoder: str, admin_token: str) -> dict[str, str]:

@@ -26,13 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import faq, served_env  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.anon_probe import admin_client, faq, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from evaluation.metrics import QueryOutcome, answer_metrics, reliability, top1_accuracy  # noqa: E402
@@ -79,31 +77,23 @@ def rss_mb(pid: int) -> float:
 
 def ask_all(workdir: Path, env: dict, plan: list[tuple[str, str, str, dict]]) -> tuple[list[dict], float]:
     """Serve `env`'s data dir and send each (kb, language, kind, labelled query) -> rows, server RSS MB."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, workdir / "serve.log")
     rows = []
-    try:
-        server.wait_ready(url, 900, path="/healthz")
-        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {ADMIN}"}) as http:
-            for kb, _language, _kind, q in plan[:20]:  # warm every KB and both encoders up
-                http.post(f"/kbs/{kb}/match", json={"query": q["query"]})
-            for kb, language, kind, q in plan:
-                t = time.perf_counter()
-                r = http.post(f"/kbs/{kb}/match", json={"query": q["query"], "top_k": 5})
-                ms = (time.perf_counter() - t) * 1000
-                body = r.json()
-                rows.append({"kb": kb, "language": language, "kind": kind, "gold": q["faq_id"], "status": r.status_code,
-                             "words": len(q["query"].split()),
-                             "ms": ms, "detected": body.get("language"), "reason": body.get("reason"),
-                             "decision": body.get("decision"),
-                             "ranked": [m["faq_id"] for m in body.get("matches", [])],
-                             "score": body["matches"][0]["score"] if body.get("matches") else None,
-                             "answer": (body.get("answer") or {}).get("faq_id"),
-                             "expected_precision": body.get("expected_precision")})
+    with admin_client(env, workdir / "serve.log") as (http, server):
+        for kb, _language, _kind, q in plan[:20]:  # warm every KB and both encoders up
+            http.post(f"/kbs/{kb}/match", json={"query": q["query"]})
+        for kb, language, kind, q in plan:
+            t = time.perf_counter()
+            r = http.post(f"/kbs/{kb}/match", json={"query": q["query"], "top_k": 5})
+            ms = (time.perf_counter() - t) * 1000
+            body = r.json()
+            rows.append({"kb": kb, "language": language, "kind": kind, "gold": q["faq_id"], "status": r.status_code,
+                         "words": len(q["query"].split()), "ms": ms, "detected": body.get("language"),
+                         "reason": body.get("reason"), "decision": body.get("decision"),
+                         "ranked": [m["faq_id"] for m in body.get("matches", [])],
+                         "score": body["matches"][0]["score"] if body.get("matches") else None,
+                         "answer": (body.get("answer") or {}).get("faq_id"),
+                         "expected_precision": body.get("expected_precision")})
         memory = rss_mb(server.proc.pid)
-    finally:
-        server.stop()
     return rows, memory
 
 

@@ -16,13 +16,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import faq, served_env  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.anon_probe import admin_client, faq, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.files import read_kb  # noqa: E402
@@ -55,28 +53,21 @@ def main() -> None:
         faq(env, "kb", "settings", "--kb", name, "--set", f"synonyms={json.dumps(groups)}")
         for kb in (name, f"{name}-plain"):
             faq(env, "index", "build", "--kb", kb)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = Server([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], env, workdir / "serve.log")
     rows = []
-    try:
-        server.wait_ready(url, 900, path="/healthz")
-        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {ADMIN}"}) as http:
-            for name in sets:
-                for line in (DATA / name / "test.jsonl").read_text().splitlines():
-                    q = json.loads(line)
-                    rewritten = rewrites[name](q["query"]) != q["query"]
-                    for arm in ARMS:
-                        for kb, synonyms in ((name, True), (f"{name}-plain", False)):
-                            out = http.post(f"/kbs/{kb}/match", json={"query": q["query"], "arm": arm}).json()
-                            top = out["matches"][0]["faq_id"] if out.get("matches") else None
-                            answered = out["answer"]["faq_id"] if out.get("answer") else None
-                            want = q["faq_id"]
-                            rows.append({"set": name, "arm": arm, "synonyms": synonyms, "rewritten": rewritten,
-                                         "top1": top == want if want else answered is None,
-                                         "answered_right": answered == want})
-    finally:
-        server.stop()
+    with admin_client(env, workdir / "serve.log") as (http, _):
+        for name in sets:
+            for line in (DATA / name / "test.jsonl").read_text().splitlines():
+                q = json.loads(line)
+                rewritten = rewrites[name](q["query"]) != q["query"]
+                for arm in ARMS:
+                    for kb, synonyms in ((name, True), (f"{name}-plain", False)):
+                        out = http.post(f"/kbs/{kb}/match", json={"query": q["query"], "arm": arm}).json()
+                        top = out["matches"][0]["faq_id"] if out.get("matches") else None
+                        answered = out["answer"]["faq_id"] if out.get("answer") else None
+                        want = q["faq_id"]
+                        rows.append({"set": name, "arm": arm, "synonyms": synonyms, "rewritten": rewritten,
+                                     "top1": top == want if want else answered is None,
+                                     "answered_right": answered == want})
     report = summarise(rows, sets, args)
     write_report(Path(args.out), report, markdown(report))
 
