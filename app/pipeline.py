@@ -247,9 +247,9 @@ class Pipeline:
                 None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
     def language_curve(self, request: MatchQuery, retriever: RetrieverLike) -> Any:
-        """The encoder's curve for a query in another language than the KB's (multilingual mode:
-        models/encoders/multilingual.py `LanguageCurve`), else None. A question in the KB's own language
-        shares its words, which the decision model reads as it learnt to: its probability stays."""
+        """The encoder's curve for a query that is not English (multilingual mode: models/encoders/multilingual.py
+        `LanguageCurve`): its language's when the KB is in another one, the `native` one when the KB is
+        written in it (it shares the KB's words, which the model reads as it learnt to); else None."""
         curves = getattr(self.encoder, "language_curves", None)
         if not curves:
             return None
@@ -258,9 +258,11 @@ class Pipeline:
             from models.language import detect
 
             language = detect(request.query).language
+        if language == "en":
+            return None
         manifest = getattr(retriever, "manifest", None) or {}
         if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}):
-            return None
+            return curves.get("native")
         return curves.get(language)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

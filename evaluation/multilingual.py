@@ -174,19 +174,24 @@ def fit(sets: list[str], out: Path, cache_dir: str | None, mix: bool = False) ->
     return body
 
 
-def top_scores(sets: list[str], language: str, split: str, workdir: Path, encoder: object) -> tuple[list, list]:
+def top_scores(sets: list[str], language: str, split: str, workdir: Path, encoder: object,
+               native: bool = False) -> tuple[list, list]:
     """Each query's top probability and whether its FAQ is the gold one, through the product path (each set's
-    KB imported and built in `workdir` by evaluation/scratch.py, matched as `faq serve` matches)."""
+    KB imported and built in `workdir` by evaluation/scratch.py, matched as `faq serve` matches); `native`:
+    asked of the set's KB written in the query's language (faq.<language>.jsonl), where there is one."""
     from evaluation.scratch import scratch_pipeline
 
     scores, right = [], []
     for name in sets:
         path = DATA / name / (f"{split}.jsonl" if language == "en" else f"{split}.{language}.jsonl")
-        if not path.exists():
+        kb = DATA / name / (f"faq.{language}.jsonl" if native else "faq.jsonl")
+        if not path.exists() or not kb.exists():
             continue
         queries = read_jsonl(path)
-        scratch = scratch_pipeline(DATA / name / "faq.jsonl", workdir=workdir / name, encoder=encoder,
-                                   spec="multilingual", fingerprint={"kb": name, "encoder": "multilingual"})
+        where = f"{name}-{language}" if native else name
+        scratch = scratch_pipeline(kb, workdir=workdir / where, encoder=encoder, spec="multilingual",
+                                   settings_update={"languages": [language]} if native else None,
+                                   fingerprint={"kb": where, "encoder": "multilingual"})
         try:
             results = scratch.pipeline.match([q["query"] for q in queries], 5, 0.5)
         finally:
@@ -221,6 +226,20 @@ def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) 
         report[language] = {"queries": len(p), "right": float(np.mean(right)), "mean_p": float(np.mean(p)),
                             "mean_calibrated": float(np.mean(calibrated))}
         print(f"{language}: a {a:.3f} b {b:.3f} over {len(p)} dev queries (right {np.mean(right):.3f}, mean p "
+              f"{np.mean(p):.3f} -> {np.mean(calibrated):.3f})", file=sys.stderr)
+    # questions in the KB's own language (not English): one curve for all, from the KBs written in them
+    p, right = [], []
+    for language in LANGUAGES:
+        got = top_scores(sets, language, "dev", workdir, encoder, native=True)
+        p, right = p + got[0], right + got[1]
+    if p:
+        x = np.log(np.clip(p, 1e-6, 1 - 1e-6) / (1 - np.clip(p, 1e-6, 1 - 1e-6)))
+        a, b = fit_platt(x, np.asarray(right, dtype=np.float64))
+        calibrated = 1 / (1 + np.exp(-(a * x + b)))
+        curves["native"] = {"a": round(float(a), 5), "b": round(float(b), 5), "table": traffic_table(calibrated)}
+        report["native"] = {"queries": len(p), "right": float(np.mean(right)), "mean_p": float(np.mean(p)),
+                            "mean_calibrated": float(np.mean(calibrated))}
+        print(f"native: a {a:.3f} b {b:.3f} over {len(p)} dev queries (right {np.mean(right):.3f}, mean p "
               f"{np.mean(p):.3f} -> {np.mean(calibrated):.3f})", file=sys.stderr)
     body["calibration"] = curves
     body["calibration_fit"] = report
