@@ -2,13 +2,16 @@ r"""KB and query files: reading them into validated records (kb/records.py) and 
 
 KB files have one line per question variant:
   JSONL  {"faq_id": str, "question": str, "answer": str, "tags": [str], "metadata": {str: str},
-          "source": str, "follow_ups": [{"faq_id": str, "text": str}], "context_only": bool}
+          "source": str, "follow_ups": [{"faq_id": str, "text": str}], "context_only": bool,
+          "answers": {language code: str}}
   CSV    columns faq_id, question, answer, tags (tags `;`-separated); header row required; optional
-         columns metadata (a JSON object in the cell), source, follow_ups (a JSON list in the cell) and
-         context_only (true/false, empty = false): a file without them reads as before
-`answer`, `tags` and the four FAQ fields after them may be given on every line of an FAQ or only once;
+         columns metadata (a JSON object in the cell), source, follow_ups (a JSON list in the cell),
+         context_only (true/false, empty = false) and answers (a JSON object in the cell, e.g.
+         {"es": "...", "de": "..."}): a file without them reads as before
+`answers` holds the answer in other languages (ISO 639-1 codes of kb/records.py ANSWER_LANGUAGES).
+`answer`, `tags` and the five FAQ fields after them may be given on every line of an FAQ or only once;
 lines that repeat them must agree. Each FAQ mentioned in a file needs an answer somewhere in the file;
-the others default to tags [], metadata {}, source null, follow_ups [], context_only false.
+the others default to tags [], metadata {}, source null, follow_ups [], context_only false, answers {}.
 
 Query files (for evaluation): JSONL `{"query": str, "faq_id": str | null}` or CSV with those columns.
 
@@ -54,7 +57,7 @@ _FORMULA_CELL = re.compile(r"'*[=+\-@\t\r]")
 _ESCAPED_CELL = re.compile(r"'+[=+\-@\t\r]")
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv"}
-KB_COLUMNS = ["faq_id", "question", "answer", "tags", "metadata", "source", "follow_ups", "context_only"]
+KB_COLUMNS = ["faq_id", "question", "answer", "tags", "metadata", "source", "follow_ups", "context_only", "answers"]
 STDIO = "-"
 
 
@@ -219,11 +222,11 @@ def _source_name(path: str | Path) -> str:
 
 
 def _csv_fields(row: dict) -> tuple[dict[str, Any], list[str]]:
-    """A CSV row's FAQ fields as read_kb passes them on: metadata and follow_ups parsed from JSON,
+    """A CSV row's FAQ fields as read_kb passes them on: metadata, follow_ups and answers parsed from JSON,
     context_only from true/false; problems as reasons."""
     out: dict[str, Any] = {"source": row.get("source")}
     problems: list[str] = []
-    for name in ("metadata", "follow_ups"):
+    for name in ("metadata", "follow_ups", "answers"):
         cell = row.get(name)
         if cell is None:
             out[name] = None
@@ -259,7 +262,7 @@ def validate_rows(name: str, rows: Iterable[tuple[int, dict | None, str | None]]
     """The records of `rows` ((line, row, problem) with the JSONL fields of the module docstring), each
     checked by kb/records.py, grouped per FAQ and, with `known_faq_ids`, its follow-ups' targets checked;
     every problem raised at once as `name:line: reason` in a KbFormatError. `csv_cells`: tags, metadata,
-    follow_ups and context_only are still text, as a CSV cell holds them. Every importer (this module's
+    follow_ups, context_only and answers are still text, as a CSV cell holds them. Every importer (this module's
     and kb/formats/) ends here, so all accept exactly the same data."""
     problems: list[tuple[int, str]] = []
     located: list[tuple[str, KbRecord]] = []
@@ -271,7 +274,8 @@ def validate_rows(name: str, rows: Iterable[tuple[int, dict | None, str | None]]
             continue
         assert row is not None
         tags = row.get("tags")
-        fields: dict[str, Any] = {k: row.get(k) for k in ("metadata", "source", "follow_ups", "context_only")}
+        fields: dict[str, Any] = {k: row.get(k) for k in ("metadata", "source", "follow_ups", "context_only",
+                                                          "answers")}
         cell_problems: list[str] = []
         if csv_cells:
             if tags is not None:
@@ -359,12 +363,13 @@ def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int,
         seen.add(rec.faq_id)
         n_variants += 1
         if writer is not None:
-            row = [rec.faq_id, rec.question, "", "", "", "", "", ""]
+            row = [rec.faq_id, rec.question, "", "", "", "", "", "", ""]
             if first:
                 row[2:] = [rec.answer or "", CSV_TAG_SEPARATOR.join(rec.tags or []),
                            json.dumps(rec.metadata, ensure_ascii=False) if rec.metadata else "", rec.source or "",
                            json.dumps(rec.follow_ups, ensure_ascii=False) if rec.follow_ups else "",
-                           "true" if rec.context_only else ""]
+                           "true" if rec.context_only else "",
+                           json.dumps(rec.answers, ensure_ascii=False) if rec.answers else ""]
             cells = [csv_escape(c) for c in row]
             (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
         else:
@@ -381,5 +386,7 @@ def write_records(fh: Any, kind: str, records: Iterable[KbRecord]) -> tuple[int,
                     obj["follow_ups"] = [dict(f) for f in rec.follow_ups]
                 if rec.context_only:
                     obj["context_only"] = True
+                if rec.answers:
+                    obj["answers"] = dict(rec.answers)
             fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return len(seen), n_variants

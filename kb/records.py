@@ -11,6 +11,9 @@ The FAQ fields of conversation-grade matching:
                 when given its FAQ ids; the store checks the KB again before writing), and deleting an FAQ
                 removes it from the follow-ups prompting to it
   context_only  the FAQ is answered only as the follow-up of an FAQ that prompts to it
+  answers       the answer in other languages, beside `answer`: ISO 639-1 code (ANSWER_LANGUAGES; codes
+                trimmed and lower-cased) -> a non-empty answer of at most MAX_ANSWER_CHARS characters; a query
+                detected in one of them is answered with it (app/api/service.py), else with `answer`
 
 Everything that validates a field lives here (`check_record`, `check_faq`, `group_records`) so the
 file importer, `FaqStore.import_records` and the admin CRUD methods accept exactly the same data.
@@ -20,7 +23,7 @@ request models apply it to every string a client can send.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,9 @@ MAX_METADATA_VALUE_CHARS = 500
 MAX_SOURCE_CHARS = 500
 MAX_FOLLOW_UPS = 20
 MAX_FOLLOW_UP_CHARS = 200
+#: the languages an FAQ's `answers` may be given in: app/settings.py LANGUAGE_CODES, repeated here because kb/
+#: imports nothing of the project's own (tests/kb/test_faq_answers.py holds the two equal)
+ANSWER_LANGUAGES: tuple[str, ...] = ("en", "es", "de", "fr", "it", "pt", "nl")
 #: a KB's name: it appears in URLs (/kbs/{kb}/...), folder names and Elasticsearch index names, hence
 #: lower case, digits, '-' and '_' only, starting with a letter or digit
 MAX_KB_NAME_CHARS = 64
@@ -63,6 +69,7 @@ class KbRecord:
     source: str | None = None
     follow_ups: list[dict[str, str]] | None = None
     context_only: bool | None = None
+    answers: dict[str, str] | None = None
     loc: str | None = field(default=None, compare=False)
 
 
@@ -82,10 +89,12 @@ class FaqDetails:
     source: str | None = None
     follow_ups: list[dict[str, str]] = field(default_factory=list)
     context_only: bool = False
+    answers: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"metadata": dict(self.metadata), "source": self.source,
-                "follow_ups": [dict(f) for f in self.follow_ups], "context_only": self.context_only}
+                "follow_ups": [dict(f) for f in self.follow_ups], "context_only": self.context_only,
+                "answers": dict(self.answers)}
 
 
 @dataclass
@@ -101,11 +110,12 @@ class FaqSpec:
     source: str | None = None
     follow_ups: list[dict[str, str]] = field(default_factory=list)
     context_only: bool = False
+    answers: dict[str, str] = field(default_factory=dict)
     follow_ups_loc: str = ""
 
     @property
     def details(self) -> FaqDetails:
-        return FaqDetails(self.metadata, self.source, self.follow_ups, self.context_only)
+        return FaqDetails(self.metadata, self.source, self.follow_ups, self.context_only, self.answers)
 
 
 class KbValidationError(ValueError):
@@ -269,6 +279,41 @@ def check_tags(value: Any, errors: list[str]) -> list[str] | None:
     return tags if ok else None
 
 
+def keyed_items(value: dict, name: str, errors: list[str], *, keys: str, same: str,
+                key_problem: Callable[[str], str | None]) -> tuple[list[tuple[str, Any]], bool]:
+    """(key, value) for each entry of the object `value` whose key is valid text, passes `key_problem` once
+    trimmed and lower-cased, and collides with no earlier key (an error naming both); and whether all were."""
+    items: list[tuple[str, Any]] = []
+    given: dict[str, str] = {}  # normalised key -> the key as given
+    ok = True
+    for raw_key, raw_value in value.items():
+        if not isinstance(raw_key, str):
+            errors.append(f"{name} keys must be {keys}, got {type_name(raw_key)}")
+            ok = False
+            continue
+        problem = text_problem(raw_key)
+        key = raw_key.strip().lower()
+        problem = f"{name} keys {problem}" if problem is not None else key_problem(key)
+        if problem is None and key in given:
+            problem = (f"{name} keys {given[key]!r} and {raw_key!r} are the same {same} (keys are trimmed and "
+                       "matched case-insensitively)")
+        if problem is not None:
+            errors.append(problem)
+            ok = False
+            continue
+        given[key] = raw_key
+        items.append((key, raw_value))
+    return items, ok
+
+
+def _metadata_key_problem(key: str) -> str | None:
+    if not key:
+        return "metadata has an empty key"
+    if len(key) > MAX_METADATA_KEY_CHARS:
+        return f"metadata key {key[:20]!r}... is longer than {MAX_METADATA_KEY_CHARS} characters ({len(key)})"
+    return None
+
+
 def check_metadata(value: Any, errors: list[str]) -> dict[str, str] | None:
     """Metadata: an object of strings; keys trimmed and lower-cased (two that collide are an error naming
     both), values trimmed."""
@@ -277,34 +322,9 @@ def check_metadata(value: Any, errors: list[str]) -> dict[str, str] | None:
     if not isinstance(value, dict):
         errors.append(f"metadata must be an object of strings, got {type_name(value)}")
         return None
+    items, ok = keyed_items(value, "metadata", errors, keys="strings", same="key", key_problem=_metadata_key_problem)
     out: dict[str, str] = {}
-    given: dict[str, str] = {}  # normalised key -> the key as given
-    ok = True
-    for raw_key, raw_value in value.items():
-        if not isinstance(raw_key, str):
-            errors.append(f"metadata keys must be strings, got {type_name(raw_key)}")
-            ok = False
-            continue
-        problem = text_problem(raw_key)
-        key = raw_key.strip().lower()
-        if problem is not None:
-            errors.append(f"metadata keys {problem}")
-            ok = False
-            continue
-        if not key:
-            errors.append("metadata has an empty key")
-            ok = False
-            continue
-        if len(key) > MAX_METADATA_KEY_CHARS:
-            errors.append(f"metadata key {key[:20]!r}... is longer than {MAX_METADATA_KEY_CHARS} characters ({len(key)})")
-            ok = False
-            continue
-        if key in given:
-            errors.append(f"metadata keys {given[key]!r} and {raw_key!r} are the same key (keys are trimmed and "
-                          "matched case-insensitively)")
-            ok = False
-            continue
-        given[key] = raw_key
+    for key, raw_value in items:
         name = f"metadata[{key!r}]"
         if not isinstance(raw_value, str):
             errors.append(f"{name} must be a string, got {type_name(raw_value)}")
@@ -382,6 +402,33 @@ def check_context_only(value: Any, errors: list[str]) -> bool | None:
     return None
 
 
+def _answers_key_problem(code: str) -> str | None:
+    if code in ANSWER_LANGUAGES:
+        return None
+    shown = code if len(code) <= 20 else code[:20] + "..."
+    return f"answers.{shown} is not a supported language code (one of {', '.join(ANSWER_LANGUAGES)})"
+
+
+def check_answers(value: Any, errors: list[str]) -> dict[str, str] | None:
+    """Answers per language: an object of ANSWER_LANGUAGES codes (trimmed and lower-cased; two that collide
+    are an error naming both) to non-empty answers of at most MAX_ANSWER_CHARS characters, kept as given."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        errors.append(f"answers must be an object of language code -> answer, got {type_name(value)}")
+        return None
+    items, ok = keyed_items(value, "answers", errors, keys="language codes", same="language",
+                            key_problem=_answers_key_problem)
+    out: dict[str, str] = {}
+    for code, raw_answer in items:
+        checked = check_text(f"answers.{code}", raw_answer, MAX_ANSWER_CHARS, errors)
+        if checked is None:
+            ok = False
+        else:
+            out[code] = checked
+    return out if ok else None
+
+
 def follow_up_problems(specs: dict[str, FaqSpec], known: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(location, reason) for each follow-up whose target is neither one of `specs` nor in `known`."""
     have = set(specs).union(known)
@@ -395,13 +442,14 @@ def follow_up_problems(specs: dict[str, FaqSpec], known: Iterable[str] = ()) -> 
 
 
 def check_record(faq_id: Any, question: Any, answer: Any, tags: Any, metadata: Any = None, source: Any = None,
-                 follow_ups: Any = None, context_only: Any = None,
+                 follow_ups: Any = None, context_only: Any = None, answers: Any = None,
                  loc: str | None = None) -> tuple[KbRecord | None, list[str]]:
     """Validate one variant row; returns (normalised record, []) or (None, problems)."""
     # Fast path for the common valid row without tags (imports of 100k rows): the same rules as
     # the check_* functions below, without their per-field call overhead.
     if (type(faq_id) is str and type(question) is str and tags is None and (answer is None or type(answer) is str)
-            and metadata is None and source is None and follow_ups is None and context_only is None):
+            and metadata is None and source is None and follow_ups is None and context_only is None
+            and answers is None):
         stripped_id = faq_id.strip()
         normalized = " ".join(question.split())
         if (stripped_id and normalized and len(faq_id) <= MAX_FAQ_ID_CHARS and len(normalized) <= MAX_QUESTION_CHARS
@@ -417,10 +465,11 @@ def check_record(faq_id: Any, question: Any, answer: Any, tags: Any, metadata: A
     source = check_source(source, errors)
     follow_ups = check_follow_ups(follow_ups, errors, faq_id)
     context_only = check_context_only(context_only, errors)
+    answers = check_answers(answers, errors)
     if errors:
         return None, errors
     return KbRecord(faq_id=faq_id, question=question, answer=answer, tags=tags, metadata=metadata, source=source,
-                    follow_ups=follow_ups, context_only=context_only, loc=loc), []
+                    follow_ups=follow_ups, context_only=context_only, answers=answers, loc=loc), []
 
 
 #: check_faq's answer for a field left out of a partial update (None is a value for `source`)
@@ -439,15 +488,16 @@ class CheckedFaq:
     source: Any = KEEP
     follow_ups: list[dict[str, str]] | None = None
     context_only: bool | None = None
+    answers: dict[str, str] | None = None
 
 
 def check_faq(
     faq_id: Any, answer: Any, questions: Any, tags: Any, *, metadata: Any = None, source: Any = KEEP,
-    follow_ups: Any = None, context_only: Any = None, partial: bool = False
+    follow_ups: Any = None, context_only: Any = None, answers: Any = None, partial: bool = False
 ) -> CheckedFaq:
     """Validate a whole FAQ as given to the CRUD API; raises KbValidationError listing every problem.
 
-    With `partial=True` (updates) answer/questions/tags/metadata/follow_ups/context_only may be None and
+    With `partial=True` (updates) answer/questions/tags/metadata/follow_ups/context_only/answers may be None and
     source KEEP, meaning "leave unchanged"; without it they take their defaults. Whether follow-up targets
     exist is the store's check (it knows the KB).
     """
@@ -474,6 +524,7 @@ def check_faq(
         source = check_source(source, errors)
     follow_ups = check_follow_ups(follow_ups, errors, faq_id)
     context_only = check_context_only(context_only, errors)
+    answers = check_answers(answers, errors)
     if errors:
         raise KbValidationError(errors)
     if not partial:
@@ -481,11 +532,12 @@ def check_faq(
         source = None if source is KEEP else source
         follow_ups = follow_ups or []
         context_only = bool(context_only)
-    return CheckedFaq(faq_id, answer, normalized, tags, metadata, source, follow_ups, context_only)
+        answers = answers or {}
+    return CheckedFaq(faq_id, answer, normalized, tags, metadata, source, follow_ups, context_only, answers)
 
 
 #: the FAQ fields that group_records merges like tags: given on any row, rows that repeat them agree
-_MERGED = ("tags", "metadata", "source", "follow_ups", "context_only")
+_MERGED = ("tags", "metadata", "source", "follow_ups", "context_only", "answers")
 
 
 def group_records(
@@ -537,6 +589,7 @@ def group_records(
                                  metadata=spec.get("metadata") or {}, source=spec.get("source"),
                                  follow_ups=spec.get("follow_ups") or [],
                                  context_only=bool(spec.get("context_only")),
+                                 answers=spec.get("answers") or {},
                                  follow_ups_loc=spec.get("follow_ups_loc") or spec["loc"])
     return result, problems
 

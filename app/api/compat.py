@@ -9,7 +9,8 @@ Which answers a compat route returns: the decision of `/match` decides. `answer`
 matches above the request's threshold, up to `top`. `clarify`: the options (the services' way to ask
 "did you mean"). `abstain`: the service's no-match answer (id -1, score 0). `chitchat`: the small-talk
 reply as a pair with metadata `editorial: chitchat`, as Azure's chit-chat pairs have. The request's own
-threshold filters on top of that, as the services do.
+threshold filters on top of that, as the services do. A pair's answer is the FAQ's answer in the question's
+language when it has one (`service.answer_in`, as /match answers); a qnaId lookup has no question: `answer`.
 """
 from __future__ import annotations
 
@@ -113,12 +114,14 @@ def faq_of(state: KbState, qna_id: int | None) -> str | None:
     return faqs.get(qna_id)
 
 
-def pair(retriever: Any, ids: dict[str, int], faq_id: str, score: float) -> Pair:
+def pair(retriever: Any, ids: dict[str, int], faq_id: str, score: float, language: str | None = None) -> Pair:
+    """The FAQ as a QnA pair; its answer in `language` (the question's) when it has one, as /match answers."""
     answer, _tags = retriever.answers.get(faq_id, ("", []))
     details = retriever.details.get(faq_id)
     follow_ups = list(getattr(details, "follow_ups", None) or [])
     return Pair(id=ids.get(faq_id, NO_MATCH_ID), faq_id=faq_id,
-                questions=[q for _, q in retriever.faq_variants(faq_id)], answer=answer, score=score,
+                questions=[q for _, q in retriever.faq_variants(faq_id)],
+                answer=service.answer_in(retriever, faq_id, language, answer), score=score,
                 source=getattr(details, "source", None), metadata=dict(getattr(details, "metadata", None) or {}),
                 context_only=bool(getattr(details, "context_only", False)),
                 prompts=[{"displayOrder": i, "qnaId": ids[f["faq_id"]], "displayText": f["text"]}
@@ -170,7 +173,8 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
         chosen = [(o.faq_id, o.score) for o in response.options]
     else:
         chosen = []
-    pairs = [pair(retriever, ids, f, s) for i, (f, s) in enumerate(chosen[:top]) if i == 0 or s > threshold]
+    pairs = [pair(retriever, ids, f, s, response.language) for i, (f, s) in enumerate(chosen[:top])
+             if i == 0 or s > threshold]
     if pairs and pairs[0].score < threshold:
         pairs = []
     return Outcome(pairs or [no_match(default_answer)], response)

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from app.arms import ARMS
+from app.settings import LANGUAGE_CODES
 from kb.filters import FaqFilter, parse_filter
 from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
 
@@ -320,9 +321,15 @@ class FollowUpIn(_Strict):
 
 
 # The FAQ fields of conversation-grade matching: types and counts here, the rest (key and value lengths, keys
-# that collide once lower-cased, follow-up targets) in the store's own checks, which every import path shares.
+# that collide once lower-cased, follow-up targets, language codes) in the store's own checks, which every import
+# path shares.
 Metadata = Annotated[dict[Text, Text], Field(max_length=MAX_METADATA_KEYS)]
 FollowUps = Annotated[list[FollowUpIn], Field(max_length=MAX_FOLLOW_UPS)]
+#: the answer in other languages: ISO 639-1 code (app/settings.py LANGUAGE_CODES) -> answer (kb/records.py)
+Answers = Annotated[dict[Text, Text], Field(
+    max_length=len(LANGUAGE_CODES),
+    description=f"the answer in other languages: language code ({', '.join(LANGUAGE_CODES)}) -> answer; /match "
+                "answers a query detected in one of them with it")]
 
 
 class FaqCreate(_Strict):
@@ -334,6 +341,7 @@ class FaqCreate(_Strict):
     source: OptionalText = None
     follow_ups: FollowUps = Field(default_factory=list)
     context_only: bool = False
+    answers: Answers = Field(default_factory=dict)
 
     _faq_id_not_blank = field_validator("faq_id")(_not_blank)
     _answer_not_blank = field_validator("answer")(_not_blank)
@@ -350,13 +358,15 @@ class FaqReplace(_Strict):
     source: OptionalText = None
     follow_ups: FollowUps = Field(default_factory=list)
     context_only: bool = False
+    answers: Answers = Field(default_factory=dict)
 
     _answer_not_blank = field_validator("answer")(_not_blank)
     _questions_ok = field_validator("questions")(_clean_questions)
 
 
 class FaqPatch(_Strict):
-    """PATCH: only the given fields change (`"source": null` clears the source)."""
+    """PATCH: only the given fields change (`"source": null` clears the source; `answers` replaces the whole set,
+    `{}` clears it)."""
 
     answer: OptionalText = Field(default=None, min_length=1, max_length=20_000)
     questions: list[Text] | None = Field(default=None, min_length=1, max_length=500)
@@ -365,6 +375,7 @@ class FaqPatch(_Strict):
     source: OptionalText = None
     follow_ups: FollowUps | None = None
     context_only: bool | None = None
+    answers: Answers | None = None
 
     _questions_ok = field_validator("questions")(_clean_questions)
 
@@ -383,6 +394,7 @@ class FaqOutModel(BaseModel):
     source: str | None = None
     follow_ups: list[FollowUpOut] = Field(default_factory=list)
     context_only: bool = False
+    answers: dict[str, str] = Field(default_factory=dict, description="the answer in other languages")
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

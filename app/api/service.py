@@ -22,6 +22,7 @@ from app.api.state import KbState
 from app.arms import arm_split, resolve_arm, uses_stages
 from app.pipeline import MatchQuery, MatchResult
 from app.turns import Turn
+from models.language import Detection
 from models.language import detect as detect_language
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,12 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
         state.in_flight -= 1
     if trace is not None:
         trace.retriever, trace.results = retriever, list(results)
-    # the client's own words are echoed and logged, whatever the synonyms made of them
-    responses = [_response(arm, result, retriever, item.query) for item, arm, result in zip(items, arms, results)]
-    responses = [in_language(response, settings.languages) for response in responses]
+    # the client's own words are echoed, logged and read for their language (once: it picks the answers' language
+    # and the KB's `languages` gate), whatever the synonyms made of them
+    detections = [detect_language(item.query) for item in items]
+    responses = [in_language(_response(arm, result, retriever, item.query, detection.language), settings.languages,
+                             detection)
+                 for item, arm, result, detection in zip(items, arms, results, detections)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
                                     cached=response.cached, kb=state.kb, decision=response.decision)
@@ -96,10 +100,13 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     return responses
 
 
-def in_language(response: MatchResponse, languages: list[str] | None) -> MatchResponse:
-    """The response with its query's language, and refused (abstain, reason "language") when the KB answers
-    only `languages` and the query is clearly in another (models/language.py `Detection.is_foreign`)."""
-    detection = detect_language(response.query)
+def in_language(response: MatchResponse, languages: list[str] | None,
+                detection: Detection | None = None) -> MatchResponse:
+    """The response with its query's language (`detection`, the query's; detected here when not given), and
+    refused (abstain, reason "language") when the KB answers only `languages` and the query is clearly in
+    another (models/language.py `Detection.is_foreign`)."""
+    if detection is None:
+        detection = detect_language(response.query)
     response.language = detection.language
     if languages and response.decision != "chitchat" and detection.is_foreign(languages):
         response.decision, response.reason = "abstain", "language"
@@ -119,12 +126,23 @@ def _faq_fields(faq_id: str, retriever: Any) -> dict:
             "follow_ups": [dict(f) for f in details.follow_ups]}
 
 
-def _match_out(m: Any, retriever: Any) -> dict:
-    return {"faq_id": m.faq_id, "question": m.question, "answer": m.answer, "score": m.score,
-            **_faq_fields(m.faq_id, retriever)}
+def answer_in(retriever: Any, faq_id: str, language: str | None, answer: str) -> str:
+    """The FAQ's answer in `language` when it has one (its `answers`, from the KB snapshot the retriever reflects,
+    as `_faq_fields` reads), else `answer`, its main one: the text /match and the compat routes answer with."""
+    if language is None:
+        return answer
+    details = (getattr(retriever, "details", None) or {}).get(faq_id)
+    return (getattr(details, "answers", None) or {}).get(language) or answer
 
 
-def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str | None = None) -> MatchResponse:
+def _match_out(m: Any, retriever: Any, language: str | None = None) -> dict:
+    return {"faq_id": m.faq_id, "question": m.question, "answer": answer_in(retriever, m.faq_id, language, m.answer),
+            "score": m.score, **_faq_fields(m.faq_id, retriever)}
+
+
+def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str | None = None,
+              language: str | None = None) -> MatchResponse:
+    """`result` as the API answers it; each answer text in `language` (the query's) where the FAQ has one."""
     answer = result.answer
     return MatchResponse.model_validate(
         {
@@ -132,11 +150,12 @@ def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str |
             "query": result.query if asked is None else asked,
             "arm": arm,
             "index_version": result.index_version,
-            "answer": None if answer is None else {"faq_id": answer.faq_id, "answer": answer.answer,
-                                                   "score": answer.score, **_faq_fields(answer.faq_id, retriever)},
-            "matches": [_match_out(m, retriever) for m in result.matches],
+            "answer": None if answer is None else {
+                "faq_id": answer.faq_id, "answer": answer_in(retriever, answer.faq_id, language, answer.answer),
+                "score": answer.score, **_faq_fields(answer.faq_id, retriever)},
+            "matches": [_match_out(m, retriever, language) for m in result.matches],
             "decision": result.decision,
-            "options": [_match_out(m, retriever) for m in result.options],
+            "options": [_match_out(m, retriever, language) for m in result.options],
             "threshold": result.threshold,
             "expected_precision": result.expected_precision,
             "timings_ms": result.timings_ms,

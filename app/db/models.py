@@ -33,7 +33,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -78,7 +78,8 @@ class Kb(Base):
 
 class Faq(Base):
     """One FAQ of one KB: an answer (plus tags) matched by one or more question variants, with the fields of
-    conversation-grade matching (kb/records.py): metadata, source, follow_ups and context_only."""
+    conversation-grade matching (kb/records.py): metadata, source, follow_ups and context_only, and its answers
+    in other languages (`answers`)."""
 
     __tablename__ = "faqs"
 
@@ -92,6 +93,8 @@ class Faq(Base):
     source: Mapped[str | None] = mapped_column(Text)
     follow_ups: Mapped[list] = mapped_column(JSON, nullable=False, default=list, server_default=text("'[]'"))
     context_only: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
+    # the answer in other languages: ISO 639-1 code -> text (migration 0007)
+    answers: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict, server_default=text("'{}'"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 

@@ -141,12 +141,12 @@ class FaqStore:
 
     def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = (),
                    **fields: Any) -> FaqOut:
-        """`fields`: metadata, source, follow_ups, context_only (KbStore.create_faq)."""
+        """`fields`: metadata, source, follow_ups, context_only, answers (KbStore.create_faq)."""
         return self.faqs.create_faq(faq_id, answer, questions, tags, **fields)
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
                    tags: Iterable[str] | None = None, **fields: Any) -> FaqOut:
-        """`fields`: metadata, source, follow_ups, context_only (KbStore.update_faq)."""
+        """`fields`: metadata, source, follow_ups, context_only, answers (KbStore.update_faq)."""
         return self.faqs.update_faq(faq_id, answer=answer, questions=questions, tags=tags, **fields)
 
     def prompting_to(self, faq_id: str) -> list[str]:

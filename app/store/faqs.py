@@ -75,6 +75,7 @@ class FaqOut:
     source: str | None = None
     follow_ups: list[dict[str, str]] = field(default_factory=list)
     context_only: bool = False
+    answers: dict[str, str] = field(default_factory=dict)  # language code -> the answer in it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +84,7 @@ class FaqOut:
 @dataclass
 class ImportReport:
     """What an import did (or, with dry_run, would do). An FAQ counts as updated when its answer,
-    tags, metadata, source, follow-ups, context_only or question set changed; deleting an FAQ (sync)
+    tags, metadata, source, follow-ups, context_only, answers per language or question set changed; deleting an FAQ (sync)
     also counts its variants as removed."""
 
     faqs_created: int = 0
@@ -125,7 +126,8 @@ class KbStore(StorePart):
             loc = getattr(raw, "loc", None) or f"record {i}"
             record, problems = check_record(
                 raw.faq_id, raw.question, raw.answer, raw.tags, getattr(raw, "metadata", None),
-                getattr(raw, "source", None), getattr(raw, "follow_ups", None), getattr(raw, "context_only", None))
+                getattr(raw, "source", None), getattr(raw, "follow_ups", None), getattr(raw, "context_only", None),
+                getattr(raw, "answers", None))
             if record is None:
                 errors.extend(f"{loc}: {p}" for p in problems)
                 if isinstance(raw.faq_id, str):
@@ -234,13 +236,15 @@ class KbStore(StorePart):
                 for faq_id, answer, tags in rows}
 
     def _load_details(self, conn: Connection) -> dict[str, FaqDetails]:
-        """faq_id -> its FAQ fields (metadata, source, follow-ups, context_only), decoded as `_load_faqs` does."""
+        """faq_id -> its FAQ fields (metadata, source, follow-ups, context_only, answers), decoded as `_load_faqs`
+        does."""
         rows = conn.execute(
             select(faqs_t.c.faq_id, type_coerce(faqs_t.c["metadata"], Text), faqs_t.c.source,
-                   type_coerce(faqs_t.c.follow_ups, Text), faqs_t.c.context_only).where(_faqs_of(self.kb))
+                   type_coerce(faqs_t.c.follow_ups, Text), faqs_t.c.context_only,
+                   type_coerce(faqs_t.c.answers, Text)).where(_faqs_of(self.kb))
         ).all()
-        return {faq_id: _details(meta, source, follow_ups, context_only)
-                for faq_id, meta, source, follow_ups, context_only in rows}
+        return {faq_id: _details(meta, source, follow_ups, context_only, answers)
+                for faq_id, meta, source, follow_ups, context_only, answers in rows}
 
     def _load_kb(self, conn: Connection) -> tuple[dict[str, tuple[str, list[str]]], list[VariantRow]]:
         faqs = self._load_faqs(conn)
@@ -266,7 +270,8 @@ class KbStore(StorePart):
                 # FAQ fields at their defaults are "not given", as a file without them says
                 yield KbRecord(faq_id=faq_id, question=question, answer=answer, tags=list(tags),
                                metadata=dict(d.metadata) or None, source=d.source,
-                               follow_ups=[dict(f) for f in d.follow_ups] or None, context_only=d.context_only or None)
+                               follow_ups=[dict(f) for f in d.follow_ups] or None, context_only=d.context_only or None,
+                               answers=dict(d.answers) or None)
 
     def snapshot(self) -> KbSnapshot:
         with self._read() as conn:
@@ -320,7 +325,7 @@ class KbStore(StorePart):
         return [
             FaqOut(faq_id=row.faq_id, answer=row.answer, tags=list(row.tags or []), questions=questions[row.faq_id],
                    created_at=utc(row.created_at), updated_at=utc(row.updated_at),
-                   **_details(row._mapping["metadata"], row.source, row.follow_ups, row.context_only).as_dict())
+                   **_row_details(row).as_dict())
             for row in faq_rows
         ]
 
@@ -362,11 +367,12 @@ class KbStore(StorePart):
 
     def create_faq(self, faq_id: str, answer: str, questions: Iterable[str], tags: Iterable[str] = (), *,
                    metadata: dict[str, str] | None = None, source: str | None = None,
-                   follow_ups: list[dict[str, str]] | None = None, context_only: bool = False) -> FaqOut:
+                   follow_ups: list[dict[str, str]] | None = None, context_only: bool = False,
+                   answers: dict[str, str] | None = None) -> FaqOut:
         """Raises FaqExists, or KbValidationError for invalid fields (same rules as KB files; follow-ups must
         name FAQs of the KB)."""
         checked = check_faq(faq_id, answer, questions, list(tags or ()), metadata=metadata, source=source,
-                            follow_ups=follow_ups, context_only=context_only)
+                            follow_ups=follow_ups, context_only=context_only, answers=answers)
         faq_id, answer, questions, tags = checked.faq_id, checked.answer, checked.questions, checked.tags
         now = utcnow()
         kb = self.kb
@@ -374,7 +380,8 @@ class KbStore(StorePart):
             if conn.execute(select(faqs_t.c.faq_id).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)).first() is not None:
                 raise FaqExists(f"FAQ {faq_id!r} already exists")
             self._check_targets(conn, checked.follow_ups)
-            details = FaqDetails(checked.metadata, checked.source, checked.follow_ups, checked.context_only)
+            details = FaqDetails(checked.metadata, checked.source, checked.follow_ups, checked.context_only,
+                                 checked.answers)
             try:
                 conn.execute(insert(faqs_t).values(kb=kb, faq_id=faq_id, answer=answer, tags=tags,
                                                    created_at=now, updated_at=now, **_detail_columns(details)))
@@ -388,14 +395,16 @@ class KbStore(StorePart):
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
                    tags: Iterable[str] | None = None, *, metadata: dict[str, str] | None = None, source: Any = KEEP,
-                   follow_ups: list[dict[str, str]] | None = None, context_only: bool | None = None) -> FaqOut:
-        """Change the given fields (None, and KEEP for `source` which None clears: keep). `questions`
+                   follow_ups: list[dict[str, str]] | None = None, context_only: bool | None = None,
+                   answers: dict[str, str] | None = None) -> FaqOut:
+        """Change the given fields (None, and KEEP for `source` which None clears: keep; `answers` replaces the
+        whole set, {} clears it). `questions`
         replaces the whole set; variants that stay keep their ids (so the index need not re-encode them).
         Raises FaqNotFound / KbValidationError. The revision is bumped only when something actually changed."""
         checked = check_faq(
             faq_id, answer, None if questions is None else list(questions),
             None if tags is None else list(tags), metadata=metadata, source=source, follow_ups=follow_ups,
-            context_only=context_only, partial=True,
+            context_only=context_only, answers=answers, partial=True,
         )
         faq_id, answer, questions, tags = checked.faq_id, checked.answer, checked.questions, checked.tags
         now = utcnow()
@@ -410,7 +419,7 @@ class KbStore(StorePart):
                 changes["answer"] = answer
             if tags is not None and tags != list(row.tags or []):
                 changes["tags"] = tags
-            current = _details(row._mapping["metadata"], row.source, row.follow_ups, row.context_only)
+            current = _row_details(row)
             if checked.metadata is not None and checked.metadata != current.metadata:
                 changes["metadata"] = checked.metadata
             if checked.source is not KEEP and checked.source != current.source:
@@ -419,6 +428,8 @@ class KbStore(StorePart):
                 changes["follow_ups"] = checked.follow_ups
             if checked.context_only is not None and checked.context_only != current.context_only:
                 changes["context_only"] = checked.context_only
+            if checked.answers is not None and checked.answers != current.answers:
+                changes["answers"] = checked.answers
             variants_changed = False
             if questions is not None:
                 current = {q: vid for vid, q in conn.execute(
@@ -510,12 +521,18 @@ def _json_value(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _details(meta: Any, source: str | None, follow_ups: Any, context_only: Any) -> FaqDetails:
+def _details(meta: Any, source: str | None, follow_ups: Any, context_only: Any, answers: Any) -> FaqDetails:
     return FaqDetails(metadata=_json_value(meta, {}), source=source, follow_ups=_json_value(follow_ups, []),
-                      context_only=bool(context_only))
+                      context_only=bool(context_only), answers=_json_value(answers, {}))
+
+
+def _row_details(row: Row) -> FaqDetails:
+    """The FAQ fields of a whole faqs row (`select(faqs_t)`)."""
+    return _details(row._mapping["metadata"], row.source, row.follow_ups, row.context_only, row.answers)
 
 
 def _detail_columns(details: FaqDetails) -> dict[str, Any]:
     """An FAQ's fields as faqs-table values."""
     return {"metadata": dict(details.metadata), "source": details.source,
-            "follow_ups": [dict(f) for f in details.follow_ups], "context_only": details.context_only}
+            "follow_ups": [dict(f) for f in details.follow_ups], "context_only": details.context_only,
+            "answers": dict(details.answers)}

@@ -120,7 +120,7 @@ def qna_ids(faq_ids: Iterable[str]) -> dict[str, int]:
 
 def faq_groups(records: Iterable[KbRecord]) -> list[dict[str, Any]]:
     """Records (an FAQ's fields on its first row) -> one dict per FAQ: faq_id, questions, answer, tags,
-    metadata, source, follow_ups, context_only; in file order."""
+    metadata, source, follow_ups, context_only, answers; in file order."""
     faqs: dict[str, dict[str, Any]] = {}
     for r in records:
         f = faqs.get(r.faq_id)
@@ -128,7 +128,7 @@ def faq_groups(records: Iterable[KbRecord]) -> list[dict[str, Any]]:
             f = faqs[r.faq_id] = {"faq_id": r.faq_id, "questions": [], "answer": r.answer or "",
                                   "tags": list(r.tags or []), "metadata": dict(r.metadata or {}),
                                   "source": r.source, "follow_ups": [dict(x) for x in r.follow_ups or []],
-                                  "context_only": bool(r.context_only)}
+                                  "context_only": bool(r.context_only), "answers": dict(r.answers or {})}
         if r.question not in f["questions"]:
             f["questions"].append(r.question)
     return list(faqs.values())

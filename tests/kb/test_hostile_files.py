@@ -127,7 +127,7 @@ def test_csv_export_escapes_formulas_and_cli_round_trip_is_lossless(faq_env, tmp
     assert run_cli(capsys, "kb", "export", str(export))[0] == 0
     with open(export, encoding="utf-8", newline="") as fh:
         cells = [cell for row in csv.reader(fh) for cell in row]
-    assert len(cells) == 8 * (len(FORMULA_ROWS) + 1)  # faq_id, question, answer, tags and the 4 FAQ fields
+    assert len(cells) == 9 * (len(FORMULA_ROWS) + 1)  # faq_id, question, answer, tags and the 5 FAQ fields
     assert not [c for c in cells if c.startswith(FORMULA_LEADS)], cells
     assert "'=cmd" in cells and "'\tTab first" in cells and "''=already" in cells and "It's plain" in cells
 

@@ -1,6 +1,8 @@
 """The console's FAQ list (search, pages) and editor: new, edit and delete, through the admin API's store
 calls and request models, then `service.refresh` so /match sees the change at once. The editor writes the
-FAQ fields as text: metadata one `key=value` per line, follow-ups one `faq_id | text` per line.
+FAQ fields as text: metadata one `key=value` per line, follow-ups one `faq_id | text` per line, and each answer
+in another language in a box of its own (`answers_<code>`; an emptied box removes that language), plus one box
+to add a language picked from the supported ones (`new_answer_language`, `new_answer`).
 
 A save or delete names the FAQ version (`updated_at`) the form was opened on: one that changed since is
 refused (409) with the user's text kept, so nobody overwrites an edit they have not seen.
@@ -16,8 +18,9 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
-from app.api.console.pages import (EarlyResponse, checked_post, current, flash, form_values, kb_state, kb_url,
-                                   page_router, problem_page, pydantic_problems, redirect, render, store_problems)
+from app.api.console.pages import (NEW_ANSWER, NEW_ANSWER_LANGUAGE, EarlyResponse, answers_shown, checked_post,
+                                   current, flash, form_answers, form_values, kb_state, kb_url, page_router,
+                                   problem_page, pydantic_problems, redirect, render, store_problems)
 from app.api.console.sessions import ConsoleSession
 from app.api.schemas import MAX_ID_CHARS, FaqCreate, FaqReplace
 from app.store import FaqExists, FaqNotFound, KbValidationError
@@ -73,10 +76,26 @@ def _pairs(text: str, separator: str, name: str, shape: str, problems: dict[str,
     return pairs
 
 
+def _answers(fields: dict[str, str], problems: dict[str, str]) -> dict[str, str]:
+    """The answers per language the form gives: each non-empty `answers_<code>` box (an empty one drops its
+    language), and the new one when its box has text. Whether each code is supported is the store's check."""
+    answers = {code: text for code, text in form_answers(fields).items() if text.strip()}
+    code, text = fields.get(NEW_ANSWER_LANGUAGE, "").strip(), fields.get(NEW_ANSWER, "")
+    if text.strip():
+        if not code:
+            problems["answers"] = "answers: choose the language of the new answer"
+        elif code in answers:
+            problems["answers"] = f"answers.{code}: the FAQ already has an answer in {code!r}; edit it in its own box"
+        else:
+            answers[code] = text
+    return answers
+
+
 def _faq_fields(fields: dict[str, str]) -> dict[str, Any]:
     """The form's text as the API's JSON shape: phrasings one per line, tags separated by commas, metadata
-    one `key=value` and follow-ups one `faq_id | text` per line. Raises FormProblems for lines of neither
-    shape; the values themselves are the request model's and the store's to check."""
+    one `key=value` and follow-ups one `faq_id | text` per line, answers per language as `_answers` reads them.
+    Raises FormProblems for lines of neither shape; the values themselves are the request model's and the
+    store's to check."""
     questions = [line.strip() for line in fields.get("questions", "").splitlines() if line.strip()]
     tags = [t.strip() for t in fields.get("tags", "").split(",") if t.strip()]
     problems: dict[str, str] = {}
@@ -90,17 +109,18 @@ def _faq_fields(fields: dict[str, str]) -> dict[str, Any]:
     context_only = fields.get("context_only", "")
     if context_only not in ("", "on"):
         problems["context_only"] = "context_only: must be on or absent"
+    answers = _answers(fields, problems)
     if problems:
         raise FormProblems(problems)
     return {"answer": fields.get("answer", ""), "questions": questions, "tags": tags, "metadata": metadata,
             "source": fields.get("source", "").strip() or None, "follow_ups": follow_ups,
-            "context_only": context_only == "on"}
+            "context_only": context_only == "on", "answers": answers}
 
 
 def _extra(body: Any) -> dict[str, Any]:
     """The FAQ fields of a validated form as the store takes them."""
     return {"metadata": body.metadata, "source": body.source, "follow_ups": [f.model_dump() for f in body.follow_ups],
-            "context_only": body.context_only}
+            "context_only": body.context_only, "answers": body.answers}
 
 
 @router.get("/kbs/{kb}/faqs/new")
@@ -161,7 +181,8 @@ async def edit_faq_page(request: Request, kb: str) -> Response:
     values = {"faq_id": faq.faq_id, "answer": faq.answer, "questions": "\n".join(faq.questions),
               "tags": ", ".join(faq.tags), "metadata": "\n".join(f"{k}={v}" for k, v in faq.metadata.items()),
               "source": faq.source or "", "follow_ups": "\n".join(f"{f['faq_id']} | {f['text']}" for f in faq.follow_ups),
-              "context_only": "on" if faq.context_only else "", "version": _version(faq)}
+              "context_only": "on" if faq.context_only else "", "version": _version(faq),
+              NEW_ANSWER_LANGUAGE: "", NEW_ANSWER: "", **answers_shown(faq.answers)}
     return render(request, "faq_form.html", session=session, kb=kb, creating=False, values=values, errors={})
 
 

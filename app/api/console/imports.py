@@ -63,10 +63,10 @@ class PendingImport:
 
     def as_json(self) -> dict[str, Any]:
         """What the session row keeps (records as [faq_id, question, answer, tags, metadata, source,
-        follow_ups, context_only], KbRecord's own field order, and what the file keeps beside them)."""
+        follow_ups, context_only, answers], KbRecord's own field order, and what the file keeps beside them)."""
         return {"id": self.id, "kb": self.kb, "name": self.name, "sync": self.sync, "revision": self.revision,
                 "records": [[r.faq_id, r.question, r.answer, r.tags, r.metadata, r.source, r.follow_ups,
-                             r.context_only] for r in self.records],
+                             r.context_only, r.answers] for r in self.records],
                 "format": self.format, "synonyms": self.synonyms or [],
                 "suggestions": [list(s) for s in self.suggestions or []], "default_answer": self.default_answer}
 

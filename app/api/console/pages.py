@@ -24,7 +24,7 @@ from app.api.console.sessions import ConsoleSession, Sessions
 from app.api.middleware.security_headers import SECURITY_HEADERS
 from app.api.state import KbState
 from app.api.resident_kbs import ResidentKbs, UnknownKb
-from app.settings import KB_NAME_PATTERN
+from app.settings import KB_NAME_PATTERN, LANGUAGE_CODES
 
 PREFIX = "/console"
 COOKIE = "faq_console"
@@ -122,10 +122,38 @@ async def form(request: Request) -> dict[str, str]:
     return fields
 
 
-def form_values(fields: dict[str, str]) -> dict[str, str]:
-    """The FAQ form's fields as the form shows them again (new, edit, and a review cluster's draft)."""
-    return {name: fields.get(name, "") for name in ("faq_id", "answer", "questions", "tags", "metadata", "source",
-                                                    "follow_ups", "context_only", "version")}
+#: the FAQ form's answer in another language: the field `answers_<code>` (one per language the FAQ has), and the
+#: language and text of one to add
+ANSWER_FIELD_PREFIX = "answers_"
+NEW_ANSWER_LANGUAGE = "new_answer_language"
+NEW_ANSWER = "new_answer"
+#: the languages' names, as the FAQ form's language picker shows them
+LANGUAGE_NAMES = {"en": "English", "es": "Spanish", "de": "German", "fr": "French", "it": "Italian",
+                  "pt": "Portuguese", "nl": "Dutch"}
+
+
+def answers_shown(answers: dict[str, str]) -> dict[str, Any]:
+    """An FAQ's answers per language as the FAQ form shows them: `answers` [(code, text)] in LANGUAGE_CODES order
+    (codes outside it last, as given), and `new_languages`, the codes it offers to add an answer in."""
+    order = {code: i for i, code in enumerate(LANGUAGE_CODES)}
+    shown = sorted(answers.items(), key=lambda item: order.get(item[0], len(order)))
+    return {"answers": shown, "new_languages": [(c, LANGUAGE_NAMES.get(c, c)) for c in LANGUAGE_CODES
+                                                if c not in answers]}
+
+
+def form_answers(fields: dict[str, str]) -> dict[str, str]:
+    """The posted `answers_<code>` fields, in form order: {code: text}, empty ones included."""
+    return {key[len(ANSWER_FIELD_PREFIX):]: value for key, value in fields.items()
+            if key.startswith(ANSWER_FIELD_PREFIX)}
+
+
+def form_values(fields: dict[str, str]) -> dict[str, Any]:
+    """The FAQ form's fields as the form shows them again (new, edit, and a review cluster's draft); answers per
+    language as `answers_shown` gives them."""
+    values: dict[str, Any] = {name: fields.get(name, "") for name in (
+        "faq_id", "answer", "questions", "tags", "metadata", "source", "follow_ups", "context_only", "version",
+        NEW_ANSWER_LANGUAGE, NEW_ANSWER)}
+    return {**values, **answers_shown(form_answers(fields))}
 
 
 def _field_of(location: str) -> str:
@@ -149,7 +177,7 @@ def store_problems(exc: Exception) -> dict[str, str]:
     for message in list(getattr(exc, "errors", None) or [str(exc)]):
         name = _field_of(message)
         if name not in ("faq_id", "answer", "questions", "question", "tags", "metadata", "source", "follow_ups",
-                        "context_only"):
+                        "context_only", "answers"):
             name = "form"
         name = "questions" if name == "question" else name
         problems[name] = f"{problems[name]}; {message}" if name in problems else message

@@ -92,7 +92,7 @@ def create_faq(body: FaqCreate, state: KbState = Depends(get_state)) -> FaqOutMo
 
     try:
         faq = state.store.create_faq(body.faq_id, body.answer, body.questions, tags=body.tags,
-                                     **_fields(body, ("metadata", "source", "follow_ups", "context_only")))
+                                     **_fields(body, ("metadata", "source", "follow_ups", "context_only", "answers")))
     except FaqExists as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=f"FAQ {body.faq_id!r} already exists: use PUT or PATCH") from exc
     except KbValidationError as exc:
@@ -125,13 +125,13 @@ def _update(state: KbState, faq_id: str, **fields: Any) -> FaqOutModel:
 @router.put("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Replace an FAQ")
 def replace_faq(faq_id: FaqIdPath, body: FaqReplace, state: KbState = Depends(get_state)) -> FaqOutModel:
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags,
-                   **_fields(body, ("metadata", "source", "follow_ups", "context_only")))
+                   **_fields(body, ("metadata", "source", "follow_ups", "context_only", "answers")))
 
 
 @router.patch("/faqs/{faq_id}", response_model=FaqOutModel, responses=_WRITE, summary="Change some fields of an FAQ")
 def patch_faq(faq_id: FaqIdPath, body: FaqPatch, state: KbState = Depends(get_state)) -> FaqOutModel:
     # a source left out is kept; `"source": null` clears it
-    given = [f for f in ("metadata", "follow_ups", "context_only") if getattr(body, f) is not None]
+    given = [f for f in ("metadata", "follow_ups", "context_only", "answers") if getattr(body, f) is not None]
     if "source" in body.model_fields_set:
         given.append("source")
     return _update(state, faq_id, answer=body.answer, questions=body.questions, tags=body.tags, **_fields(body, given))

@@ -1,8 +1,10 @@
 """Alembic migrations up and down on SQLite and PostgreSQL, models == migrations, `faq db` commands, and
-0002 (knowledge bases) carrying a real single-KB database up and back down without losing a row."""
+0002 (knowledge bases), 0005 (FAQ fields) and 0007 (answers per language) carrying databases with rows up and
+back down without losing one."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -34,7 +36,7 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_and_downgrade(any_url):
     assert runner.current(any_url) is None
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0006"
+    assert runner.current(any_url) == runner.head() == "0007"
     assert table_names(any_url) == TABLES
     engine = make_engine(any_url)
     try:
@@ -79,20 +81,20 @@ def test_cascade_and_unique_constraints_exist(any_url):
 
 def test_db_cli(faq_env, capsys):
     assert main(["db", "current"]) == 0
-    assert "empty, no migration applied (head is 0006)" in capsys.readouterr().out
+    assert "empty, no migration applied (head is 0007)" in capsys.readouterr().out
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().endswith(": at 0006 (head)")
+    assert capsys.readouterr().out.strip().endswith(": at 0007 (head)")
     assert main(["db", "downgrade", "base"]) == 0
     assert "empty" in capsys.readouterr().out
     assert table_names(faq_env.db_url) == set()
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0006)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0007)")
     assert table_names(faq_env.db_url) == TABLES_0001
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0006 (head)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0007 (head)")
     assert main(["db", "downgrade", "-1"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0005 (head is 0006)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0006 (head is 0007)")
 
 
 def test_the_code_expects_the_latest_revision():
@@ -148,6 +150,22 @@ def _fill_0001(url: str) -> None:
                     {"r": f"req-{i}", "at": at, "q": f"query {i}", "f": "refund" if i % 2 else None,
                      "ok": None if i == 4 else bool(i % 2)})
             conn.execute(text("UPDATE kb_meta SET value = :r WHERE key = 'revision'"), {"r": OLD_REVISION})
+    finally:
+        engine.dispose()
+
+
+def _fill_old(url: str, insert_faq: str, more: Callable[[str], dict]) -> None:
+    """OLD_FAQS (through `insert_faq`, given :f :a :t and `more(faq_id)`) and OLD_VARIANTS, as an older schema
+    holds them."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            for faq_id, answer, tags in OLD_FAQS:
+                conn.execute(text(insert_faq), {"f": faq_id, "a": answer, "t": json.dumps(tags), **more(faq_id)})
+            for vid, faq_id, question in OLD_VARIANTS:
+                conn.execute(text("INSERT INTO question_variants (id, kb, faq_id, question, created_at, updated_at) "
+                                  "VALUES (:i, 'default', :f, :q, '2026-11-01 10:00:00', '2026-11-01 10:00:00')"),
+                             {"i": vid, "f": faq_id, "q": question})
     finally:
         engine.dispose()
 
@@ -230,19 +248,9 @@ def test_0005_adds_the_faq_fields_with_defaults_and_keeps_every_row(any_url):
     from app.store import FaqStore
 
     runner.upgrade(any_url, "0004")
-    engine = make_engine(any_url)
-    try:
-        with engine.begin() as conn:
-            for faq_id, answer, tags in OLD_FAQS:
-                conn.execute(text("INSERT INTO faqs (kb, faq_id, answer, tags, created_at, updated_at) "
-                                  "VALUES ('default', :f, :a, :t, '2026-11-01 10:00:00', '2026-11-01 10:00:00')"),
-                             {"f": faq_id, "a": answer, "t": json.dumps(tags)})
-            for vid, faq_id, question in OLD_VARIANTS:
-                conn.execute(text("INSERT INTO question_variants (id, kb, faq_id, question, created_at, updated_at) "
-                                  "VALUES (:i, 'default', :f, :q, '2026-11-01 10:00:00', '2026-11-01 10:00:00')"),
-                             {"i": vid, "f": faq_id, "q": question})
-    finally:
-        engine.dispose()
+    _fill_old(any_url, "INSERT INTO faqs (kb, faq_id, answer, tags, created_at, updated_at) "
+                       "VALUES ('default', :f, :a, :t, '2026-11-01 10:00:00', '2026-11-01 10:00:00')",
+              lambda faq_id: {})
     before = _counts_and_variants(any_url)
 
     runner.upgrade(any_url)
@@ -264,3 +272,43 @@ def test_0005_adds_the_faq_fields_with_defaults_and_keeps_every_row(any_url):
     with FaqStore(any_url) as store:
         faq = store.get_faq("refund")
         assert faq.questions == ["Can I get a refund?", "money back please"] and faq.metadata == {}
+
+
+# ---------------------------------------------------------------- 0007 on a database with data
+
+def test_0007_adds_answers_per_language_and_keeps_every_row(any_url):
+    from app.store import FaqStore
+
+    runner.upgrade(any_url, "0006")
+    _fill_old(any_url, "INSERT INTO faqs (kb, faq_id, answer, tags, metadata, source, follow_ups, context_only, "
+                       "created_at, updated_at) VALUES ('default', :f, :a, :t, :m, :s, '[]', :c, "
+                       "'2026-11-01 10:00:00', '2026-11-01 10:00:00')",
+              lambda faq_id: {"m": json.dumps({"team": faq_id}), "s": f"{faq_id}.pdf", "c": faq_id == "contact"})
+    before = _counts_and_variants(any_url)
+
+    runner.upgrade(any_url)
+    assert runner.current(any_url) == runner.head() == "0007" and _counts_and_variants(any_url) == before
+    with FaqStore(any_url) as store:
+        faq = store.get_faq("refund")
+        assert (faq.answer, faq.tags, faq.questions) == ("Refunds within 14 days.", ["billing", "refund"],
+                                                         ["Can I get a refund?", "money back please"])
+        assert (faq.metadata, faq.source, faq.context_only, faq.answers) == (
+            {"team": "refund"}, "refund.pdf", False, {})
+        assert store.get_faq("contact").context_only is True
+        assert all(d.answers == {} for d in store.snapshot().details.values())
+        store.update_faq("refund", answers={"es": "Reembolsos en 14 días."})
+        assert store.get_faq("refund").answers == {"es": "Reembolsos en 14 días."}
+
+    runner.downgrade(any_url, "0006")  # the column goes; every FAQ, phrasing and other field stays
+    assert runner.current(any_url) == "0006" and _counts_and_variants(any_url) == before
+    engine = make_engine(any_url)
+    try:
+        with engine.connect() as conn:
+            assert "answers" not in {c["name"] for c in inspect(conn).get_columns("faqs")}
+            assert conn.execute(text("SELECT source FROM faqs WHERE faq_id = 'refund'")).scalar() == "refund.pdf"
+    finally:
+        engine.dispose()
+    runner.upgrade(any_url)
+    with FaqStore(any_url) as store:
+        faq = store.get_faq("refund")
+        assert faq.questions == ["Can I get a refund?", "money back please"] and faq.answers == {}
