@@ -265,8 +265,13 @@ class Pipeline:
             return curves.get("native")
         return curves.get(language)
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        vecs = query_side(self.encoder)(list(texts), batch_size=max(1, min(64, len(texts))))
+    def encode(self, texts: Sequence[str], languages: Sequence[str | None] | None = None) -> np.ndarray:
+        """The queries' vectors; an encoder routed by language gets `languages` when every query's is known (the
+        service's detections, so a query is routed in the language its response names)."""
+        routing = {}
+        if languages is not None and None not in languages and getattr(self.encoder, "routed_by_language", False):
+            routing["languages"] = list(languages)
+        vecs = query_side(self.encoder)(list(texts), batch_size=max(1, min(64, len(texts))), **routing)
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def rank(
@@ -643,7 +648,7 @@ def run_pipelines(work: Sequence[tuple[Pipeline, Group]], *,
         queries = [q for i in members for q in work[i][1][0]]
         t0 = time.perf_counter()
         try:
-            vecs = work[members[0]][0].encode([q.query for q in queries])
+            vecs = work[members[0]][0].encode([q.query for q in queries], [q.language for q in queries])
         except Exception as exc:
             for i in members:
                 outcomes[i] = exc

@@ -67,6 +67,9 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
     settings = state.settings
     rewrite = state.rewrites.for_retriever(settings.synonyms, retriever)
+    # the client's own words are read for their language once, whatever the synonyms make of them: it routes the
+    # query's vector and calibration (the pipeline), picks the answers' language and passes the KB's `languages`
+    detections = [detect_language(item.query) for item in items]
     queries = [
         MatchQuery(
             query=rewrite(item.query),
@@ -75,8 +78,9 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
             arm=arm,
             filter=item.parsed_filter(),
             turn=None if item.context is None else Turn(item.context.previous_faq_id, item.context.previous_query),
+            language=detection.language,
         )
-        for item, arm in zip(items, arms)
+        for item, arm, detection in zip(items, arms, detections)
     ]
     assert state.batcher is not None
     state.in_flight += 1  # the KB is not unloaded under this request (app/api/resident_kbs.py)
@@ -86,9 +90,7 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
         state.in_flight -= 1
     if trace is not None:
         trace.retriever, trace.results = retriever, list(results)
-    # the client's own words are echoed, logged and read for their language (once: it picks the answers' language
-    # and the KB's `languages` gate), whatever the synonyms made of them
-    detections = [detect_language(item.query) for item in items]
+    # the client's own words are echoed and logged, whatever the synonyms made of them
     responses = [in_language(_response(arm, result, retriever, item.query, detection.language), settings.languages,
                              detection)
                  for item, arm, result, detection in zip(items, arms, results, detections)]

@@ -13,7 +13,7 @@ import itertools
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -138,10 +138,12 @@ class SharedEncoder:
                 return np.zeros((0, self.inner.dim), np.float32)
             return np.stack([self._memo[t] for t in texts])
 
-    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, priority: int = 0) -> np.ndarray:
-        """The query side (`query_side`), one call at a time like `encode`."""
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, priority: int = 0,
+                       **routing: Any) -> np.ndarray:
+        """The query side (`query_side`), one call at a time like `encode`; `routing` (the queries' `languages`)
+        goes to an encoder that is `routed_by_language`."""
         with self._gate.hold(priority):
-            return query_side(self.inner)(texts, batch_size=batch_size)
+            return query_side(self.inner)(texts, batch_size=batch_size, **routing)
 
     def background(self) -> "BackgroundEncoder":
         return BackgroundEncoder(self)

@@ -1,6 +1,7 @@
 """Multilingual mode as a user runs it: `faq quickstart --encoder multilingual` builds with both encoders, a
 real `faq serve` answers an English question as accurate mode does and a Spanish or German one through
-multilingual-e5-small, says each query's language, and a KB set to `languages=en` refuses the others."""
+multilingual-e5-small, says each query's language, answers it in that language where the FAQ has an answer in it,
+and a KB set to `languages=en` refuses the others."""
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ KB = {
     "opening-hours": ("The shop is open 9:00-18:00, Monday to Saturday, and closed on Sundays.",
                       ["What are your opening hours?", "Are you open on Sunday?"]),
 }
+RESET_ES = "Usa el enlace '¿Olvidaste tu contraseña?' de la página de acceso; el enlace del correo vale una hora."
 
 
 def run(env: dict, *argv: str) -> str:
@@ -37,7 +39,8 @@ def run(env: dict, *argv: str) -> str:
 
 def test_quickstart_and_serve_in_multilingual_mode(tmp_path, real_mpnet_cache):
     kb = tmp_path / "kb.jsonl"
-    kb.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": a}) + "\n"
+    kb.write_text("".join(json.dumps({"faq_id": f, "question": q, "answer": a,
+                                      **({"answers": {"es": RESET_ES}} if f == "reset-password" else {})}) + "\n"
                           for f, (a, qs) in KB.items() for q in qs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
     env.update({"FAQ_DATA_DIR": str(tmp_path / "var"), "FAQ_MODEL_CACHE": str(real_mpnet_cache),
@@ -71,12 +74,17 @@ def test_quickstart_and_serve_in_multilingual_mode(tmp_path, real_mpnet_cache):
 
         english = ask("I forgot my password, how can I get a new one?")
         assert english["language"] == "en" and english["answer"]["faq_id"] == "reset-password"
+        assert english["answer"]["answer"] == KB["reset-password"][0]
         for query, language, faq_id in [("olvidé mi contraseña, como pongo una nueva", "es", "reset-password"),
                                         ("wann kommt mein paket an, bestellt am montag", "de", "shipping-time"),
                                         ("je voudrais etre rembourse de ma commande", "fr", "refund")]:
             body = ask(query)
             assert body["language"] == language and body["matches"][0]["faq_id"] == faq_id, body
             assert 0.0 <= body["matches"][0]["score"] <= 1.0 and body["reason"] is None
+            if faq_id == "reset-password":  # the FAQ's Spanish answer; the others have none: their English one
+                assert body["matches"][0]["answer"] == RESET_ES, body
+            else:
+                assert body["matches"][0]["answer"] == KB[faq_id][0], body
         run(env, "kb", "settings", "--set", "languages=en")
         deadline = time.monotonic() + 30
         while ask("olvidé mi contraseña, como pongo una nueva")["reason"] != "language":

@@ -70,3 +70,20 @@ def test_a_language_curve_moves_the_probability_and_brings_its_table(tmp_path):
                                                                "en": {"a": 9, "b": 9}}}))
     curves = read_curves(path)
     assert set(curves) == {"es"} and curves["es"] == LanguageCurve(1.5, 0.5, table)
+
+
+def test_the_pipeline_routes_a_query_in_the_language_it_was_given(e5):
+    """The service detects each query's language on the client's words and the pipeline routes by that one, so a
+    query is encoded in the language its response names even when the text alone would read otherwise."""
+    from app.pipeline import Pipeline
+    from models.encoders.base import SharedEncoder
+
+    routes = {"es": {"mpnet": 0.0, "e5": 2.0, "offset": -1.0}, "*": {"mpnet": 0.0, "e5": 1.0, "offset": 0.0},
+              "en": {"mpnet": 1.0, "e5": 0.0, "offset": 0.0}}
+    shared = SharedEncoder(MultilingualEncoder(Fixed(), e5, routes))
+    pipeline = Pipeline(shared, None, turn_model=False)
+    text = "reset password"  # English to the identifier
+    routed = pipeline.encode([text], ["es"])
+    assert np.allclose(routed, shared.encode_queries([text], languages=["es"]))
+    assert not np.allclose(routed, pipeline.encode([text]))  # detected here: English, mpnet
+    assert np.allclose(pipeline.encode([text], [None]), pipeline.encode([text]))
