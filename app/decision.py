@@ -101,35 +101,38 @@ class Decider:
             state.references[key] = reference_for(getattr(retriever, "manifest", None), pool, weight)
         return state.references[key]
 
-    def _words(self, state: BuildDecisions, faq_id: str) -> frozenset[str]:
-        found = state.words.get(faq_id)
+    def _words(self, state: BuildDecisions, faq_id: str, language: str = "en") -> frozenset[str]:
+        """The FAQ's words (phrasings and answer) read as `language` reads them (index/decision.py `words_of`)."""
+        key = faq_id if language == "en" else (faq_id, language)
+        found = state.words.get(key)
         if found is None:
             r = state.retriever
             texts = [q for _, q in r.faq_variants(faq_id)] if hasattr(r, "faq_variants") else []
             answer = (getattr(r, "answers", {}).get(faq_id) or ("",))[0]
             if getattr(r, "answer_vectors", None) is not None and not is_placeholder(answer):
                 texts.append(answer)
-            found = frozenset().union(*(words_of(t) for t in texts)) if texts else frozenset()
-            state.words[faq_id] = found
+            found = frozenset().union(*(words_of(t, language) for t in texts)) if texts else frozenset()
+            state.words[key] = found
         return found
 
-    def candidates(self, retriever: Any, matches: Sequence[FaqMatch],
-                   build: BuildDecisions | None = None) -> list[Candidate]:
-        """The model's view of `matches` (first-stage order)."""
+    def candidates(self, retriever: Any, matches: Sequence[FaqMatch], build: BuildDecisions | None = None,
+                   language: str = "en") -> list[Candidate]:
+        """The model's view of `matches` (first-stage order); their words read in `language`."""
         state = self._build(retriever, build)
         counts = getattr(retriever, "variant_counts", None) or {}
         return [Candidate(m.faq_id, m.cosine, m.cosine if m.phrasing_cosine is None else m.phrasing_cosine,
-                          m.answer_cosine, int(counts.get(m.faq_id, 1)), self._words(state, m.faq_id))
+                          m.answer_cosine, int(counts.get(m.faq_id, 1)), self._words(state, m.faq_id, language))
                 for m in matches]
 
     def rescore(self, query: str, matches: list[FaqMatch], retriever: Any, ref: Reference,
-                build: BuildDecisions | None = None) -> list[FaqMatch]:
+                build: BuildDecisions | None = None, language: str = "en") -> list[FaqMatch]:
         """`matches` with `score` = the model's probability (the first WINDOW; the rest are capped below
-        them), re-ordered by it when the model re-ranks."""
+        them), re-ordered by it when the model re-ranks. `language`: the one the query and the FAQs' words are
+        read in (a question in a non-English KB's own language: that language; else English, as learnt)."""
         assert self.model is not None
         if not matches:
             return matches
-        p = decide(self.model, query, self.candidates(retriever, matches, build), ref)
+        p = decide(self.model, query, self.candidates(retriever, matches, build, language), ref, language)
         head = [replace(m, score=float(x)) for m, x in zip(matches, p.tolist())]
         if self.model.rerank:
             head.sort(key=lambda m: -m.score)  # stable: ties keep the first-stage order

@@ -99,6 +99,25 @@ Group = tuple[Sequence[MatchQuery], RetrieverLike, float | None]
 # ---------------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------------
+def query_language(request: MatchQuery) -> str:
+    """The query's language: the caller's detection (the service's, on the client's words), else detected here."""
+    if request.language is not None:
+        return request.language
+    from models.language import detect
+
+    return detect(request.query).language
+
+
+def native_language(request: MatchQuery, retriever: RetrieverLike) -> str | None:
+    """The query's language when it is not English and the served KB is written in it (the build's lexical
+    languages), else None."""
+    language = query_language(request)
+    if language == "en":
+        return None
+    manifest = getattr(retriever, "manifest", None) or {}
+    return language if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}) else None
+
+
 class Pipeline:
     """Encoder + (current) Retriever [+ re-ranking stages] -> `MatchResult`s. Built by app/assembly.py `build_pipeline`.
 
@@ -253,17 +272,10 @@ class Pipeline:
         curves = getattr(self.encoder, "language_curves", None)
         if not curves:
             return None
-        language = request.language
-        if language is None:
-            from models.language import detect
-
-            language = detect(request.query).language
+        language = query_language(request)
         if language == "en":
             return None
-        manifest = getattr(retriever, "manifest", None) or {}
-        if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}):
-            return curves.get("native")
-        return curves.get(language)
+        return curves.get("native") if native_language(request, retriever) else curves.get(language)
 
     def encode(self, texts: Sequence[str], languages: Sequence[str | None] | None = None) -> np.ndarray:
         """The queries' vectors; an encoder routed by language gets `languages` when every query's is known (the
@@ -379,10 +391,14 @@ class Pipeline:
             if ref is not None and not staged:
                 if rivals[i]:
                     rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
-                    matches = [m for m in decider.rescore(request.query, rivaled, retriever, ref, build)
+                # a question in the KB's own language (not English) shares its words read in that language
+                words = native_language(request, retriever) or "en"
+                if rivals[i]:
+                    rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
+                    matches = [m for m in decider.rescore(request.query, rivaled, retriever, ref, build, words)
                                if m.faq_id in selection.faq_ids]
                 else:
-                    matches = decider.rescore(request.query, matches, retriever, ref, build)
+                    matches = decider.rescore(request.query, matches, retriever, ref, build, words)
                 curve = self.language_curve(request, retriever)
                 if curve is not None:  # the model learnt English queries: put another language's on its scale
                     matches = [replace(m, score=curve.apply(m.score)) for m in matches]

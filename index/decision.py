@@ -130,8 +130,14 @@ class Candidate:
 
 
 @lru_cache(maxsize=65536)
-def words_of(text: str) -> frozenset[str]:
-    """Content words with a light stem (plural -s, -ing, -ed), the unit the lexical overlap counts."""
+def words_of(text: str, language: str = "en") -> frozenset[str]:
+    """Content words with a light stem (plural -s, -ing, -ed), the unit the lexical overlap counts. Another
+    language's: its stop words dropped, accents folded and its Snowball stem (index/lexical.py
+    `content_analyzer`), so a question typed without accents still meets the KB's words."""
+    if language != "en":
+        from index.lexical import content_analyzer
+
+        return frozenset(w for w in content_analyzer(language).analyze(text) if not w.isdigit())
     return frozenset(_stem(w) for w in content_words(text))
 
 
@@ -142,13 +148,14 @@ def _stem(word: str) -> str:
     return word
 
 
-def features(query: str, candidates: Sequence[Candidate], ref: Reference) -> np.ndarray:
-    """(len(candidates), len(FEATURES)) float64, candidates in first-stage order."""
+def features(query: str, candidates: Sequence[Candidate], ref: Reference, language: str = "en") -> np.ndarray:
+    """(len(candidates), len(FEATURES)) float64, candidates in first-stage order; the query's words read in
+    `language`, as the candidates' were."""
     n = len(candidates)
     X = np.zeros((n, len(FEATURES)), dtype=np.float64)
     if n == 0:
         return X
-    qwords = words_of(query)
+    qwords = words_of(query, language)
     s = np.array([c.score for c in candidates], dtype=np.float64)
     top2 = np.sort(s)[::-1][:2]
     other = np.where(s == top2[0], top2[1] if n > 1 else ref.background[50], top2[0])
@@ -232,10 +239,11 @@ def load_model(path: str | Path | None = None) -> DecisionModel | None:
     return _load(str(p), p.stat().st_mtime_ns) if p.is_file() else None
 
 
-def decide(model: DecisionModel, query: str, candidates: Sequence[Candidate], ref: Reference) -> np.ndarray:
+def decide(model: DecisionModel, query: str, candidates: Sequence[Candidate], ref: Reference,
+           language: str = "en") -> np.ndarray:
     """P(right answer) for each of the first `WINDOW` candidates (float64)."""
     head = list(candidates[:WINDOW])
-    return model.prob(features(query, head, ref)) if head else np.zeros(0)
+    return model.prob(features(query, head, ref, language)) if head else np.zeros(0)
 
 
 # ---------------------------------------------------------------------------------------------

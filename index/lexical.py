@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -70,6 +71,24 @@ def analyzer_for(language: str) -> Any:
         .filter(tantivy.Filter.stemmer(STEMMERS[language]))
         .build()
     )
+
+
+@lru_cache(maxsize=None)
+def content_analyzer(language: str) -> Any:
+    """A non-English language's content words as the decision model counts them: lower case, its stop words,
+    accents folded, its Snowball stem. In the Romance languages the stop words go again once folded (users often
+    type "como" for "cómo"); not in German, where folding makes words of stop words ("ändern" -> "andern")."""
+    import tantivy
+
+    name = STEMMERS[language]
+    builder = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+               .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
+               .filter(tantivy.Filter.lowercase())
+               .filter(tantivy.Filter.stopword(name))
+               .filter(tantivy.Filter.ascii_fold()))
+    if language in ("es", "fr", "it", "pt"):
+        builder = builder.filter(tantivy.Filter.stopword(name))
+    return builder.filter(tantivy.Filter.stemmer(name)).build()
 
 
 def english_analyzer() -> Any:

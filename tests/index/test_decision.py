@@ -130,3 +130,24 @@ def test_the_background_set_ships_with_the_package():
 def test_the_shipped_model_loads_with_this_versions_features():
     model = load_model()
     assert model is not None and model.names == FEATURES and model.meta.get("trained_on")
+
+
+def test_another_languages_words_drop_its_stop_words_fold_accents_and_stem():
+    assert words_of("¿Cómo cambio mi contraseña?", "es") == words_of("como cambio mi contrasena", "es") == \
+        words_of("cambiar contraseñas", "es")
+    assert "mi" not in " ".join(words_of("¿Cómo cambio mi contraseña?", "es"))
+    # German folds umlauts too, but "ändern" must not become the stop word "andern"
+    assert len(words_of("Wie kann ich mein Passwort ändern?", "de")) == 2
+    assert words_of("je voudrais être remboursé", "fr") == words_of("je voudrais etre rembourse", "fr")
+    # English is read as the model learnt it, whatever else changed
+    assert words_of("resetting passwords", "en") == words_of("resetting passwords") == frozenset({"resett", "password"})
+
+
+def test_the_lexical_feature_counts_shared_words_in_the_language_given():
+    query = "como cambio la contrasena de mi cuenta"
+    faq_text = "¿Cómo puedo cambiar la contraseña de mi cuenta?"
+    spanish = features(query, [Candidate("a", 0.5, 0.5, None, 2, words_of(faq_text, "es"))], _ref(), "es")
+    english = features(query, [_cand("a", 0.5, faq_text)], _ref())
+    lexical = FEATURES.index("lexical")
+    # read as English, "la", "de" and "mi" count and the unaccented "como" and "contrasena" miss: 4 of 7
+    assert spanish[0, lexical] == 1.0 and english[0, lexical] == pytest.approx(4 / 7)

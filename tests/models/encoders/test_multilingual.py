@@ -87,3 +87,20 @@ def test_the_pipeline_routes_a_query_in_the_language_it_was_given(e5):
     assert np.allclose(routed, shared.encode_queries([text], languages=["es"]))
     assert not np.allclose(routed, pipeline.encode([text]))  # detected here: English, mpnet
     assert np.allclose(pipeline.encode([text], [None]), pipeline.encode([text]))
+
+
+def test_a_question_is_native_when_the_kb_is_written_in_its_language():
+    """A question in a non-English KB's own language gets the `native` curve and its words read in that language
+    (app/pipeline.py); English never does, and a Spanish question to an English KB is cross-lingual."""
+    from types import SimpleNamespace
+
+    from app.pipeline import MatchQuery, native_language
+
+    spanish_kb = SimpleNamespace(manifest={"lexical": {"languages": {"es": 188}}})
+    english_kb = SimpleNamespace(manifest={"lexical": {"languages": {"en": 188}}})
+    old_build = SimpleNamespace(manifest={})  # built before languages were recorded: English
+    question = MatchQuery("¿cómo me cambio a vuestra compañía de luz?", 5, None)
+    assert native_language(question, spanish_kb) == "es"
+    assert native_language(question, english_kb) is None and native_language(question, old_build) is None
+    assert native_language(MatchQuery("how do I switch to you?", 5, None, language="en"), spanish_kb) is None
+    assert native_language(MatchQuery("wechseln", 5, None, language="es"), spanish_kb) == "es"  # the caller's
