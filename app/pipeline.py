@@ -275,7 +275,9 @@ class Pipeline:
         language = query_language(request)
         if language == "en":
             return None
-        return curves.get("native") if native_language(request, retriever) else curves.get(language)
+        if native_language(request, retriever):
+            return curves.get("native")
+        return curves.get(language) or curves.get("*")
 
     def encode(self, texts: Sequence[str], languages: Sequence[str | None] | None = None) -> np.ndarray:
         """The queries' vectors; an encoder routed by language gets `languages` when every query's is known (the

@@ -81,7 +81,8 @@ class LanguageCurve:
 
 
 def read_curves(path: Path = ROUTES_FILE) -> dict[str, LanguageCurve]:
-    """{language: LanguageCurve} of the routes file ("calibration"); English has none (the model's own)."""
+    """{language: LanguageCurve} of the routes file ("calibration"): "*" for languages without their own,
+    "native" for questions in a non-English KB's own language; English has none (the model's own)."""
     body = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     return {lang: LanguageCurve(float(c["a"]), float(c["b"]), c.get("table"))
             for lang, c in (body.get("calibration") or {}).items() if lang != "en"}

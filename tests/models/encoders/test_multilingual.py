@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.encoders.multilingual import E5Encoder, MultilingualEncoder, read_routes
+from models.encoders.multilingual import E5Encoder, MultilingualEncoder, read_curves, read_routes
 
 
 class Fixed:
@@ -104,3 +104,21 @@ def test_a_question_is_native_when_the_kb_is_written_in_its_language():
     assert native_language(question, english_kb) is None and native_language(question, old_build) is None
     assert native_language(MatchQuery("how do I switch to you?", 5, None, language="en"), spanish_kb) is None
     assert native_language(MatchQuery("wechseln", 5, None, language="es"), spanish_kb) == "es"  # the caller's
+
+
+def test_each_query_gets_its_languages_curve_the_shared_one_or_the_native_one(e5):
+    from types import SimpleNamespace
+
+    from app.pipeline import MatchQuery, Pipeline
+    from models.encoders.base import SharedEncoder
+
+    shipped = read_curves()
+    assert {"es", "de", "fr", "*", "native"} <= set(shipped) and "en" not in shipped
+    assert shipped["es"].table == shipped["de"].table == shipped["fr"].table  # one table over their queries
+    pipeline = Pipeline(SharedEncoder(MultilingualEncoder(Fixed(), e5)), None, turn_model=False)
+    english_kb = SimpleNamespace(manifest={"lexical": {"languages": {"en": 10}}})
+    italian_kb = SimpleNamespace(manifest={"lexical": {"languages": {"it": 10}}})
+    curves = pipeline.encoder.language_curves
+    for language, kb, curve in [("en", english_kb, None), ("es", english_kb, curves["es"]),
+                                ("it", english_kb, curves["*"]), ("it", italian_kb, curves["native"])]:
+        assert pipeline.language_curve(MatchQuery("una domanda", 5, None, language=language), kb) is curve
