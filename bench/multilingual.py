@@ -13,6 +13,7 @@ queries go one at a time to `/kbs/SET/match`, with the query cache off:
   it, asked its own test.<lang>.jsonl;
 - the language gate: every KB again as SET-en with `languages=en`: the share of es/de/fr queries answered
   `abstain` with reason "language", and of English ones refused by mistake;
+- each kind of query (cross, native) over all its languages together;
 - client p50 per language, and the server's resident memory after the run.
 """
 from __future__ import annotations
@@ -143,6 +144,10 @@ def main() -> None:
         picked = [r for r in multi if r["kind"] == kind and r["language"] == language]
         if picked:
             report["rows"][f"{kind} {language} multilingual"] = measures(picked)
+    for kind in ("cross", "native"):  # the languages together, as the English row holds the four KBs together
+        picked = [r for r in multi if r["kind"] == kind]
+        if picked:
+            report["rows"][f"{kind} all multilingual"] = measures(picked)
     per_set = {}
     for name in sets:
         for kind, language in [("english", "en"), *[("cross", lang) for lang in LANGUAGES]]:

@@ -46,3 +46,27 @@ def write_kb_jsonl(path, faqs: dict[str, list[str]]):
             for q in questions:
                 fh.write(json.dumps({"faq_id": faq_id, "question": q, "answer": f"about {faq_id}"}) + "\n")
     return path
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """`faq ARGV` in this process: (exit code, stdout, stderr)."""
+    from cli.main import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def export_round_trip(db_url: str, kb_file: str, export, capsys):
+    """`faq kb import KB_FILE`, `faq kb export EXPORT`, the export imported back with --sync (asserted to change
+    nothing) and into a second KB "copy": -> (the original KB's snapshot, the copy's)."""
+    from app.store import FaqStore
+
+    assert run_cli(capsys, "kb", "import", kb_file)[0] == 0
+    assert run_cli(capsys, "kb", "export", str(export))[0] == 0
+    code, out, _ = run_cli(capsys, "kb", "import", str(export), "--sync", "--json")
+    assert code == 0 and json.loads(out)["changes"] == 0
+    code, _, err = run_cli(capsys, "kb", "import", str(export), "--kb", "copy")
+    assert code == 0, err
+    with FaqStore(db_url) as store:
+        return store.snapshot(), store.for_kb("copy").snapshot()

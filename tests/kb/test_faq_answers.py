@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.settings import LANGUAGE_CODES
-from app.store import FaqStore
-from cli.main import main
 from kb.files import read_kb, write_kb
 from kb.formats import read_any
+from tests.helpers.kb import export_round_trip, run_cli
 from kb.records import ANSWER_LANGUAGES, FaqDetails, KbFormatError, KbRecord, KbValidationError, check_faq, check_record
 
 SPANISH = "El reembolso vuelve a tu tarjeta en 10 días."
@@ -137,23 +136,10 @@ def test_formats_without_answers_still_import():
 
 # ---------------------------------------------------------------- faq kb import / export
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("name", ["export.jsonl", "export.csv"])
 def test_cli_import_export_import_keeps_answers(faq_env, tmp_path, capsys, name):
-    assert run_cli(capsys, "kb", "import", write_jsonl(tmp_path / "kb.jsonl", ROWS))[0] == 0
     export = tmp_path / name
-    assert run_cli(capsys, "kb", "export", str(export))[0] == 0
-    code, out, _ = run_cli(capsys, "kb", "import", str(export), "--sync", "--json")
-    assert code == 0 and json.loads(out)["changes"] == 0
-    code, _, err = run_cli(capsys, "kb", "import", str(export), "--kb", "copy")
-    assert code == 0, err
-    with FaqStore(faq_env.db_url) as store:
-        original, copy = store.snapshot(), store.for_kb("copy").snapshot()
+    original, copy = export_round_trip(faq_env.db_url, write_jsonl(tmp_path / "kb.jsonl", ROWS), export, capsys)
     assert copy.faqs == original.faqs and copy.details == original.details
     assert original.details["refund"] == FaqDetails(answers={"es": SPANISH, "de": GERMAN})
     assert original.details["hours"].answers == {}

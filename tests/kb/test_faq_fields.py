@@ -7,9 +7,9 @@ import json
 import pytest
 
 from app.store import FaqStore
-from cli.main import main
 from kb.records import FaqDetails, KbFormatError, KbRecord, check_faq, KbValidationError
 from kb.files import read_kb
+from tests.helpers.kb import export_round_trip, run_cli
 
 ROWS = [
     {"faq_id": "order", "question": "Where is my order?", "answer": "See Orders.", "tags": ["orders"],
@@ -25,12 +25,6 @@ ROWS = [
 def write_jsonl(path, rows) -> str:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     return str(path)
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def problems_of(tmp_path, rows, **kwargs) -> list[str]:
@@ -167,19 +161,12 @@ def test_cli_import_refuses_a_follow_up_to_a_missing_faq_and_imports_nothing(faq
 
 @pytest.mark.parametrize("name", ["export.jsonl", "export.csv"])
 def test_cli_export_and_import_reproduce_every_field(faq_env, tmp_path, capsys, name):
-    assert run_cli(capsys, "kb", "import", write_jsonl(tmp_path / "kb.jsonl", ROWS))[0] == 0
     export = tmp_path / name
-    assert run_cli(capsys, "kb", "export", str(export))[0] == 0
+    original, copy = export_round_trip(faq_env.db_url, write_jsonl(tmp_path / "kb.jsonl", ROWS), export, capsys)
     if name.endswith(".jsonl"):  # the fields are on the first line of each FAQ, like answer and tags
         lines = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
         assert lines[0]["metadata"] == {"lang": "en", "team": "shipping"} and "metadata" not in lines[1]
         assert lines[2]["context_only"] is True and "context_only" not in lines[3]
-    code, out, _ = run_cli(capsys, "kb", "import", str(export), "--sync", "--json")
-    assert code == 0 and json.loads(out)["changes"] == 0
-    code, _, err = run_cli(capsys, "kb", "import", str(export), "--kb", "copy")
-    assert code == 0, err
-    with FaqStore(faq_env.db_url) as store:
-        original, copy = store.snapshot(), store.for_kb("copy").snapshot()
     assert copy.faqs == original.faqs and copy.details == original.details
     assert [(v.faq_id, v.question) for v in copy.variants] == [(v.faq_id, v.question) for v in original.variants]
     assert original.details["order"] == FaqDetails(
