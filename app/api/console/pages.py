@@ -137,8 +137,8 @@ def answers_shown(answers: dict[str, str]) -> dict[str, Any]:
     (codes outside it last, as given), and `new_languages`, the codes it offers to add an answer in."""
     order = {code: i for i, code in enumerate(LANGUAGE_CODES)}
     shown = sorted(answers.items(), key=lambda item: order.get(item[0], len(order)))
-    return {"answers": shown, "new_languages": [(c, LANGUAGE_NAMES.get(c, c)) for c in LANGUAGE_CODES
-                                                if c not in answers]}
+    return {"answers": shown, "answer_names": LANGUAGE_NAMES,
+            "new_languages": [(c, LANGUAGE_NAMES.get(c, c)) for c in LANGUAGE_CODES if c not in answers]}
 
 
 def form_answers(fields: dict[str, str]) -> dict[str, str]:

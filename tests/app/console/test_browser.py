@@ -242,6 +242,37 @@ def test_faq_create_edit_delete_show_in_match_at_once(live, watched):
     assert "gift_cards" not in top_match(live, "loyalty programme points")
 
 
+def test_answers_per_language_are_added_and_removed_in_the_editor(live, watched, tmp_path):
+    w = watched()
+    page = sign_in(w, ROOT)
+    page.goto("/console/kbs/default/faqs/new")
+    page.fill("#faq_id", "gift_wrap")
+    page.fill("#answer", "Gift wrapping costs 2 euros at the checkout.")
+    page.fill("#questions", "Do you gift wrap?\n¿Envolvéis los pedidos para regalo?")
+    page.select_option("#new_answer_language", "es")
+    page.fill("#new_answer", "Envolver para regalo cuesta 2 euros en la caja.")
+    with page.expect_navigation():
+        page.click("#save")
+    assert "Created FAQ 'gift_wrap'" in page.inner_text(".flash")
+    assert live[2].get_faq("gift_wrap").answers == {"es": "Envolver para regalo cuesta 2 euros en la caja."}
+    asked = {"query": "¿Envolvéis los pedidos para regalo?"}
+    body = httpx.post(f"{live[0].url}/match", json=asked, timeout=30).json()
+    assert body["language"] == "es" and body["matches"][0]["faq_id"] == "gift_wrap"
+    assert body["matches"][0]["answer"] == "Envolver para regalo cuesta 2 euros en la caja."
+
+    page.goto("/console/kbs/default/faqs/edit?id=gift_wrap")
+    page.screenshot(path=str(tmp_path / "faq_answers.png"), full_page=True)
+    page.fill("#answers_es", "")  # emptied: the language goes
+    with page.expect_navigation():
+        page.click("#save")
+    assert live[2].get_faq("gift_wrap").answers == {}
+    body = httpx.post(f"{live[0].url}/match", json=asked, timeout=30).json()
+    assert body["matches"][0]["answer"] == "Gift wrapping costs 2 euros at the checkout."
+    page.goto("/console/kbs/default/faqs/edit?id=gift_wrap")
+    with page.expect_navigation():
+        page.click("#delete")
+
+
 def test_validation_errors_show_next_to_the_field(live, watched):
     w = watched()
     w.expected_statuses.update({409, 422})
