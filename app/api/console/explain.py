@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from app.pipeline import FaqMatch, MatchResult
+from app.pipeline import FaqMatch, MatchQuery, MatchResult, native_language
 from index.decision import words_of
 
 #: occlusion encodes one text per word: beyond this the page says so rather than hold the encoder longer
@@ -54,12 +54,13 @@ class WordWeights:
     skipped: str | None = None  # why there are no weights
 
 
-def signals_of(query: str, matches: Sequence[FaqMatch]) -> list[Signals]:
-    qwords = words_of(query)
+def signals_of(query: str, matches: Sequence[FaqMatch], language: str = "en") -> list[Signals]:
+    """Each match's signals; the shared words read in `language`, as the decision model read them."""
+    qwords = words_of(query, language)
     out = []
     for m in matches:
         reranked = m.first_score is not None
-        shared = qwords & (words_of(m.question) | words_of(m.answer))
+        shared = qwords & (words_of(m.question, language) | words_of(m.answer, language))
         out.append(Signals(faq_id=m.faq_id, phrasing_cosine=m.phrasing_cosine, answer_cosine=m.answer_cosine,
                            cosine=m.cosine, shared_words=tuple(sorted(shared)),
                            stage_score=m.score if reranked else None, first_score=m.first_score))
@@ -121,4 +122,5 @@ class Explanation:
 
 def explain(pipeline: Any, retriever: Any, query: str, result: MatchResult) -> Explanation:
     top = result.matches[0] if result.matches else None
-    return Explanation(signals_of(query, result.matches), word_weights(pipeline, retriever, query, top))
+    language = native_language(MatchQuery(query), retriever) or "en"  # the words the decision model read
+    return Explanation(signals_of(query, result.matches, language), word_weights(pipeline, retriever, query, top))

@@ -38,6 +38,12 @@ def test_re_ranked_faqs_show_the_stage_and_first_stage_scores():
     assert reranked.shared_words == ("money", "refund")
 
 
+def test_shared_words_are_read_in_the_language_the_decision_model_read_them():
+    spanish = FaqMatch("password", "¿Cómo cambio mi contraseña?", "En Ajustes > Cuenta.", score=0.8, cosine=0.7)
+    assert signals_of("como cambio la contrasena", [spanish], "es")[0].shared_words == ("cambi", "contrasen")
+    assert signals_of("como cambio la contrasena", [spanish])[0].shared_words == ("cambio",)  # as English
+
+
 def test_word_weights_use_one_encoder_call_and_rank_the_meaning_first():
     encoder = BagEncoder()
     weights = word_weights(encoder, NoVariants(), "how get refund please", TOP)
