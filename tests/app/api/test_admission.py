@@ -142,7 +142,7 @@ def test_single_queries_run_before_the_remaining_batch_slices(built, encoder):  
         ctx = await started(app)
         matcher = app.state.service.pipeline
         encode = matcher.encode
-        matcher.encode = lambda texts: (calls.append(list(texts)), encode(texts))[1]
+        matcher.encode = lambda texts, *languages: (calls.append(list(texts)), encode(texts, *languages))[1]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             with encoder_busy(app):
                 batcher = app.state.service.batcher
@@ -170,7 +170,7 @@ def test_deadline_answers_503_and_drops_the_queued_work(built, encoder):  # noqa
         ctx = await started(app)
         matcher = app.state.service.pipeline
         encode = matcher.encode
-        matcher.encode = lambda texts: (calls.append(len(texts)), encode(texts))[1]
+        matcher.encode = lambda texts, *languages: (calls.append(len(texts)), encode(texts, *languages))[1]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             with encoder_busy(app):
                 t0 = time.perf_counter()
@@ -237,7 +237,7 @@ def test_a_client_that_disconnects_while_queued_costs_nothing(built, encoder):  
         ctx = await started(app)
         matcher = app.state.service.pipeline
         encode = matcher.encode
-        matcher.encode = lambda texts: (calls.append(len(texts)), encode(texts))[1]
+        matcher.encode = lambda texts, *languages: (calls.append(len(texts)), encode(texts, *languages))[1]
         body = json.dumps(batch(64)).encode()
         clients = [RawClient(app, "/match/batch", [{"type": "http.request", "body": body, "more_body": False}])
                    for _ in range(4)]
