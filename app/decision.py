@@ -191,12 +191,27 @@ def feedback_labels(rows: Sequence[dict]) -> list[tuple[str, str | None]]:
     return out
 
 
+def native_language(query: str, retriever: Any, language: str | None = None) -> str | None:
+    """The query's language (`language`, the caller's detection, else detected here) when it is not English and
+    the served KB is written in it (the build's lexical languages), else None: the language the decision model
+    then reads the query's and the FAQs' words in."""
+    if language is None:
+        from models.language import detect
+
+        language = detect(query).language
+    if language == "en":
+        return None
+    manifest = getattr(retriever, "manifest", None) or {}
+    return language if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}) else None
+
+
 def labelled_rows(first_stage: Any, retriever: Any, labels: Sequence[tuple[str, str | None]],
                   batch_size: int = 64, matches: list | None = None
-                  ) -> tuple[list[tuple[str, list[Candidate], str | None]], Reference]:
+                  ) -> tuple[list[tuple[str, list[Candidate], str | None, str]], Reference]:
     """Each labelled query's candidates as the model sees them, from a pipeline scoring by the build's
     curve (`first_stage`), with the build's reference for its served (pool, weight); `matches`, when
-    given, receives each query's `FaqMatch`es (what a re-ranking stage scores)."""
+    given, receives each query's `FaqMatch`es (what a re-ranking stage scores). Each row is (query, candidates,
+    gold, the language their words are read in), as serving reads them (`native_language`)."""
     from index.decision import WINDOW
 
     pool, weight = first_stage.served_pool(retriever), first_stage.served_answer_weight(retriever)
@@ -208,18 +223,20 @@ def labelled_rows(first_stage: Any, retriever: Any, labels: Sequence[tuple[str, 
     for start in range(0, len(labels), batch_size):
         batch = labels[start:start + batch_size]
         results = first_stage.match([q for q, _ in batch], WINDOW, 1.0, retriever=retriever)
-        out += [(q, plain.candidates(retriever, r.matches), gold) for (q, gold), r in zip(batch, results)]
+        for (q, gold), r in zip(batch, results):
+            words = native_language(q, retriever) or "en"
+            out.append((q, plain.candidates(retriever, r.matches, language=words), gold, words))
         if matches is not None:
             matches += [r.matches for r in results]
     return out, ref
 
 
-def label_scores(model: DecisionModel, rows: Sequence[tuple[str, list[Candidate], str | None]], ref: Reference,
+def label_scores(model: DecisionModel, rows: Sequence[tuple[str, list[Candidate], str | None, str]], ref: Reference,
                  threshold: float = 0.5) -> dict:
     """Top-1 (in scope), answer precision / recall / F1 at `threshold` and the top answer's mean log loss."""
     right, answered, correct, in_scope, loss = 0, 0, 0, 0, 0.0
-    for text, cands, gold in rows:
-        p = decide(model, text, cands, ref)
+    for text, cands, gold, words in rows:
+        p = decide(model, text, cands, ref, words)
         order = np.argsort(-p, kind="stable") if model.rerank else np.arange(len(p))
         top = cands[int(order[0])].faq_id if len(p) else None
         q = float(p[order[0]]) if len(p) else 0.0
@@ -236,7 +253,7 @@ def label_scores(model: DecisionModel, rows: Sequence[tuple[str, list[Candidate]
             "log_loss": loss / max(len(rows), 1), "n": len(rows)}
 
 
-def fit_on_labels(prior: DecisionModel, rows: Sequence[tuple[str, list[Candidate], str | None]], ref: Reference,
+def fit_on_labels(prior: DecisionModel, rows: Sequence[tuple[str, list[Candidate], str | None, str]], ref: Reference,
                   strength: float, folds: int = 5, seed: int = 0) -> tuple[DecisionModel, dict]:
     """`prior` refitted on the labelled rows (index/decision.py `refit`), with a `folds`-fold comparison of
     the two on the labels each was not fitted on."""
@@ -244,10 +261,10 @@ def fit_on_labels(prior: DecisionModel, rows: Sequence[tuple[str, list[Candidate
 
     def design(part: Sequence) -> tuple[np.ndarray, np.ndarray]:
         Xs, ys = [], []
-        for text, cands, gold in part:
+        for text, cands, gold, words in part:
             head = cands[:WINDOW]
             if head:
-                Xs.append(features(text, head, ref))
+                Xs.append(features(text, head, ref, words))
                 ys.append(np.array([c.faq_id == gold for c in head], dtype=np.float64))
         if not Xs:
             raise ValueError("none of the labelled queries has a candidate FAQ")

@@ -63,11 +63,11 @@ def fit_stage(settings: Any, refit: Refit, say: Callable[[str], None]) -> tuple[
     if hasattr(stage, "on_build"):
         stage = stage.on_build(refit.retriever)
     p_s, p_m, right = [], [], []
-    for (text, cands, gold), found in zip(refit.rows, refit.matches):
+    for (text, cands, gold, words), found in zip(refit.rows, refit.matches):
         head = found[:WINDOW]
         if not head:
             continue
-        p_m += decide(refit.model, text, cands[:WINDOW], refit.ref).tolist()
+        p_m += decide(refit.model, text, cands[:WINDOW], refit.ref, words).tolist()
         p_s += np.asarray(stage.rescore(text, head), dtype=np.float64).tolist()
         right += [m.faq_id == gold for m in head]
     coefs = fit_stack(np.array(p_s), np.array(p_m), np.array(right))

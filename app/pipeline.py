@@ -27,7 +27,7 @@ import numpy as np
 
 from app.chitchat.responder import SmallTalk
 from app.arms import base_arm, uses_stages
-from app.decision import Decider
+from app.decision import Decider, native_language
 from app.query_cache import QueryCache, cache_text
 from app.served_build import OpenBuilds, ServedBuild
 from app.stages.base import Stage
@@ -106,16 +106,6 @@ def query_language(request: MatchQuery) -> str:
     from models.language import detect
 
     return detect(request.query).language
-
-
-def native_language(request: MatchQuery, retriever: RetrieverLike) -> str | None:
-    """The query's language when it is not English and the served KB is written in it (the build's lexical
-    languages), else None."""
-    language = query_language(request)
-    if language == "en":
-        return None
-    manifest = getattr(retriever, "manifest", None) or {}
-    return language if language in ((manifest.get("lexical") or {}).get("languages") or {"en": 0}) else None
 
 
 class Pipeline:
@@ -275,7 +265,7 @@ class Pipeline:
         language = query_language(request)
         if language == "en":
             return None
-        if native_language(request, retriever):
+        if native_language(request.query, retriever, language):
             return curves.get("native")
         return curves.get(language) or curves.get("*")
 
@@ -394,7 +384,7 @@ class Pipeline:
                 if rivals[i]:
                     rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
                 # a question in the KB's own language (not English) shares its words read in that language
-                words = native_language(request, retriever) or "en"
+                words = native_language(request.query, retriever, request.language) or "en"
                 if rivals[i]:
                     rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
                     matches = [m for m in decider.rescore(request.query, rivaled, retriever, ref, build, words)
@@ -555,7 +545,8 @@ class Pipeline:
 
         served = self.served(retriever)
         ref = self.decider.reference(retriever, pool, weight, served.decisions)
-        head = self.decider.rescore(request.query, candidates, retriever, ref, served.decisions)[
+        words = native_language(request.query, retriever, request.language) or "en"
+        head = self.decider.rescore(request.query, candidates, retriever, ref, served.decisions, words)[
             : max(request.top_k, WINDOW)]
         if not head:
             return []

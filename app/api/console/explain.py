@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from app.pipeline import FaqMatch, MatchQuery, MatchResult, native_language
+from app.decision import native_language
+from app.pipeline import FaqMatch, MatchResult
 from index.decision import words_of
 
 #: occlusion encodes one text per word: beyond this the page says so rather than hold the encoder longer
@@ -122,5 +123,5 @@ class Explanation:
 
 def explain(pipeline: Any, retriever: Any, query: str, result: MatchResult) -> Explanation:
     top = result.matches[0] if result.matches else None
-    language = native_language(MatchQuery(query), retriever) or "en"  # the words the decision model read
+    language = native_language(query, retriever) or "en"  # the words the decision model read
     return Explanation(signals_of(query, result.matches, language), word_weights(pipeline, retriever, query, top))

@@ -91,19 +91,19 @@ def test_the_pipeline_routes_a_query_in_the_language_it_was_given(e5):
 
 def test_a_question_is_native_when_the_kb_is_written_in_its_language():
     """A question in a non-English KB's own language gets the `native` curve and its words read in that language
-    (app/pipeline.py); English never does, and a Spanish question to an English KB is cross-lingual."""
+    (app/decision.py `native_language`); English never does, and a Spanish question to an English KB is cross-lingual."""
     from types import SimpleNamespace
 
-    from app.pipeline import MatchQuery, native_language
+    from app.decision import native_language
 
     spanish_kb = SimpleNamespace(manifest={"lexical": {"languages": {"es": 188}}})
     english_kb = SimpleNamespace(manifest={"lexical": {"languages": {"en": 188}}})
     old_build = SimpleNamespace(manifest={})  # built before languages were recorded: English
-    question = MatchQuery("¿cómo me cambio a vuestra compañía de luz?", 5, None)
+    question = "¿cómo me cambio a vuestra compañía de luz?"
     assert native_language(question, spanish_kb) == "es"
     assert native_language(question, english_kb) is None and native_language(question, old_build) is None
-    assert native_language(MatchQuery("how do I switch to you?", 5, None, language="en"), spanish_kb) is None
-    assert native_language(MatchQuery("wechseln", 5, None, language="es"), spanish_kb) == "es"  # the caller's
+    assert native_language("how do I switch to you?", spanish_kb, "en") is None
+    assert native_language("wechseln", spanish_kb, "es") == "es"  # the caller's detection
 
 
 def test_each_query_gets_its_languages_curve_the_shared_one_or_the_native_one(e5):
