@@ -191,14 +191,21 @@ def feedback_labels(rows: Sequence[dict]) -> list[tuple[str, str | None]]:
     return out
 
 
-def native_language(query: str, retriever: Any, language: str | None = None) -> str | None:
-    """The query's language (`language`, the caller's detection, else detected here) when it is not English and
-    the served KB is written in it (the build's lexical languages), else None: the language the decision model
-    then reads the query's and the FAQs' words in."""
-    if language is None:
-        from models.language import detect
+def query_language(query: str, language: str | None = None) -> str:
+    """The query's language: `language`, the caller's detection (the service's, on the client's words), else
+    detected here."""
+    if language is not None:
+        return language
+    from models.language import detect
 
-        language = detect(query).language
+    return detect(query).language
+
+
+def native_language(query: str, retriever: Any, language: str | None = None) -> str | None:
+    """The query's language (`query_language`) when it is not English and the served KB is written in it (the
+    build's lexical languages), else None: the language the decision model then reads the query's and the FAQs'
+    words in."""
+    language = query_language(query, language)
     if language == "en":
         return None
     manifest = getattr(retriever, "manifest", None) or {}

@@ -27,7 +27,7 @@ import numpy as np
 
 from app.chitchat.responder import SmallTalk
 from app.arms import base_arm, uses_stages
-from app.decision import Decider, native_language
+from app.decision import Decider, native_language, query_language
 from app.query_cache import QueryCache, cache_text
 from app.served_build import OpenBuilds, ServedBuild
 from app.stages.base import Stage
@@ -99,15 +99,6 @@ Group = tuple[Sequence[MatchQuery], RetrieverLike, float | None]
 # ---------------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------------
-def query_language(request: MatchQuery) -> str:
-    """The query's language: the caller's detection (the service's, on the client's words), else detected here."""
-    if request.language is not None:
-        return request.language
-    from models.language import detect
-
-    return detect(request.query).language
-
-
 class Pipeline:
     """Encoder + (current) Retriever [+ re-ranking stages] -> `MatchResult`s. Built by app/assembly.py `build_pipeline`.
 
@@ -255,14 +246,15 @@ class Pipeline:
                 tuple((s.id, getattr(s, "weight", None)) for s in self.stages),
                 None if self.small_talk is None else self.small_talk.key(), id(self.turn_model))
 
-    def language_curve(self, request: MatchQuery, retriever: RetrieverLike) -> Any:
+    def language_curve(self, request: MatchQuery, retriever: RetrieverLike, language: str | None = None) -> Any:
         """The encoder's curve for a query that is not English (multilingual mode: models/encoders/multilingual.py
         `LanguageCurve`): its language's when the KB is in another one, the `native` one when the KB is
-        written in it (it shares the KB's words, which the model reads as it learnt to); else None."""
+        written in it (it shares the KB's words, which the model reads as it learnt to); else None. `language`:
+        the query's, when the caller has it already."""
         curves = getattr(self.encoder, "language_curves", None)
         if not curves:
             return None
-        language = query_language(request)
+        language = query_language(request.query, language or request.language)
         if language == "en":
             return None
         if native_language(request.query, retriever, language):
@@ -381,17 +373,16 @@ class Pipeline:
             staged = uses_stages(request.arm)  # a stage's probability stays the score: the table is not its
             in_context = None
             if ref is not None and not staged:
-                if rivals[i]:
-                    rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
                 # a question in the KB's own language (not English) shares its words read in that language
-                words = native_language(request.query, retriever, request.language) or "en"
+                language = query_language(request.query, request.language)
+                words = native_language(request.query, retriever, language) or "en"
                 if rivals[i]:
                     rivaled = sorted(matches + rivals[i], key=lambda m: -m.score)
                     matches = [m for m in decider.rescore(request.query, rivaled, retriever, ref, build, words)
                                if m.faq_id in selection.faq_ids]
                 else:
                     matches = decider.rescore(request.query, matches, retriever, ref, build, words)
-                curve = self.language_curve(request, retriever)
+                curve = self.language_curve(request, retriever, language)
                 if curve is not None:  # the model learnt English queries: put another language's on its scale
                     matches = [replace(m, score=curve.apply(m.score)) for m in matches]
                     table = curve.table

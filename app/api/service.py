@@ -102,13 +102,10 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     return responses
 
 
-def in_language(response: MatchResponse, languages: list[str] | None,
-                detection: Detection | None = None) -> MatchResponse:
-    """The response with its query's language (`detection`, the query's; detected here when not given), and
-    refused (abstain, reason "language") when the KB answers only `languages` and the query is clearly in
-    another (models/language.py `Detection.is_foreign`)."""
-    if detection is None:
-        detection = detect_language(response.query)
+def in_language(response: MatchResponse, languages: list[str] | None, detection: Detection) -> MatchResponse:
+    """The response with its query's language (`detection`, of the client's words), and refused (abstain, reason
+    "language") when the KB answers only `languages` and the query is clearly in another (models/language.py
+    `Detection.is_foreign`)."""
     response.language = detection.language
     if languages and response.decision != "chitchat" and detection.is_foreign(languages):
         response.decision, response.reason = "abstain", "language"
