@@ -203,6 +203,16 @@ def top_scores(sets: list[str], language: str, split: str, workdir: Path, encode
     return scores, right
 
 
+def platt_curve(p: list, right: list) -> tuple[float, float, np.ndarray]:
+    """(a, b) of p' = sigmoid(a logit(p) + b) fitted on whether each query was right, and the calibrated p'."""
+    from models.scoring import fit_platt
+
+    q = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    x = np.log(q / (1 - q))
+    a, b = fit_platt(x, np.asarray(right, dtype=np.float64))
+    return float(a), float(b), 1 / (1 + np.exp(-(a * x + b)))
+
+
 def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) -> dict:
     """Per language, the curve from the decision model's probability to that language's (Platt on the logit,
     dev queries of every set, out-of-scope ones included), all sharing the expected-precision table of their
@@ -211,7 +221,6 @@ def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) 
     the routes file's `calibration`."""
     from index.decision import traffic_table
     from models.encoders.load import load_encoder
-    from models.scoring import fit_platt
 
     encoder = SharedEncoder(load_encoder("multilingual", cache_dir=cache_dir))
     encoder.inner.language_curves = {}  # the model's own probabilities are what is fitted
@@ -222,10 +231,8 @@ def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) 
         p, right = top_scores(sets, language, "dev", workdir, encoder)
         if not p:
             continue
-        x = np.log(np.clip(p, 1e-6, 1 - 1e-6) / (1 - np.clip(p, 1e-6, 1 - 1e-6)))
-        a, b = fit_platt(x, np.asarray(right, dtype=np.float64))
-        calibrated = 1 / (1 + np.exp(-(a * x + b)))
-        curves[language] = {"a": round(float(a), 5), "b": round(float(b), 5)}
+        a, b, calibrated = platt_curve(p, right)
+        curves[language] = {"a": round(a, 5), "b": round(b, 5)}
         pooled_p, pooled_right = pooled_p + list(p), pooled_right + list(right)
         pooled_calibrated += calibrated.tolist()
         report[language] = {"queries": len(p), "right": float(np.mean(right)), "mean_p": float(np.mean(p)),
@@ -240,10 +247,8 @@ def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) 
         for curve in curves.values():
             curve["table"] = table
         # a language without queries of its own (it, pt, nl): one curve fitted on all the others' queries
-        x = np.log(np.clip(pooled_p, 1e-6, 1 - 1e-6) / (1 - np.clip(pooled_p, 1e-6, 1 - 1e-6)))
-        a, b = fit_platt(x, np.asarray(pooled_right, dtype=np.float64))
-        curves["*"] = {"a": round(float(a), 5), "b": round(float(b), 5),
-                       "table": traffic_table(1 / (1 + np.exp(-(a * x + b))))}
+        a, b, calibrated = platt_curve(pooled_p, pooled_right)
+        curves["*"] = {"a": round(a, 5), "b": round(b, 5), "table": traffic_table(calibrated)}
         print(f"*: a {a:.3f} b {b:.3f} over {len(pooled_p)} dev queries of {', '.join(LANGUAGES)}", file=sys.stderr)
     # questions in the KB's own language (not English): one curve for all, from the KBs written in them
     p, right = [], []
@@ -251,10 +256,8 @@ def calibrate(sets: list[str], out: Path, workdir: Path, cache_dir: str | None) 
         got = top_scores(sets, language, "dev", workdir, encoder, native=True)
         p, right = p + got[0], right + got[1]
     if p:
-        x = np.log(np.clip(p, 1e-6, 1 - 1e-6) / (1 - np.clip(p, 1e-6, 1 - 1e-6)))
-        a, b = fit_platt(x, np.asarray(right, dtype=np.float64))
-        calibrated = 1 / (1 + np.exp(-(a * x + b)))
-        curves["native"] = {"a": round(float(a), 5), "b": round(float(b), 5), "table": traffic_table(calibrated)}
+        a, b, calibrated = platt_curve(p, right)
+        curves["native"] = {"a": round(a, 5), "b": round(b, 5), "table": traffic_table(calibrated)}
         report["native"] = {"queries": len(p), "right": float(np.mean(right)), "mean_p": float(np.mean(p)),
                             "mean_calibrated": float(np.mean(calibrated))}
         print(f"native: a {a:.3f} b {b:.3f} over {len(p)} dev queries (right {np.mean(right):.3f}, mean p "
@@ -301,6 +304,19 @@ def study(sets: list[str], out: Path, cache_dir: str | None) -> dict:
     return {"rows": rows}
 
 
+@dataclass(frozen=True)
+class _Found:
+    language: str
+
+
+def _lingua(detector: object):
+    """lingua's detector as `detect(text).language`, each text detected once (its time is measured)."""
+    def detect(text: str) -> _Found:
+        found = detector.detect_language_of(text)
+        return _Found(found.iso_code_639_1.name.lower() if found else "en")
+    return detect
+
+
 def identify(sets: list[str], out: Path, lingua: bool) -> dict:
     """How often the detected language is the one a query was written in, per language and for queries of
     3+ words and fewer (dev and test of every set); with `lingua`, lingua-language-detector's two modes on the
@@ -323,9 +339,7 @@ def identify(sets: list[str], out: Path, lingua: bool) -> dict:
         chosen = [Language.from_iso_code_639_1(getattr(IsoCode639_1, c.upper())) for c in SUPPORTED]
         for mode, builder in (("lingua high", LanguageDetectorBuilder.from_languages(*chosen)),
                               ("lingua low", LanguageDetectorBuilder.from_languages(*chosen).with_low_accuracy_mode())):
-            found = builder.with_preloaded_language_models().build()
-            detectors[mode] = (lambda d: lambda text: type("D", (), {"language": (
-                d.detect_language_of(text).iso_code_639_1.name.lower() if d.detect_language_of(text) else "en")}))(found)
+            detectors[mode] = _lingua(builder.with_preloaded_language_models().build())
     rows = {}
     for name, detect in detectors.items():
         t = time.perf_counter()
