@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.es_emulator import start_emulator, stop_emulator
+from tests.helpers.es import start_emulator, stop_emulator
 
 import numpy as np
 
