@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 from app.chitchat.responder import SmallTalk
 from app.decision import Decider
-from app.pipeline import Pipeline
+from app.match import Pipeline
 from app.served_build import OpenBuilds
 from app.settings import Settings
 from app.stages import Stage

@@ -4,7 +4,7 @@ A `ServedBuild` belongs to one retriever (a build version with one KB revision a
 It holds the query cache's results, the decider's per-build references, tables and FAQ word sets, and
 the build's files opened for the stages and the lexical arms (`BuildFiles`). Nothing in it is ever
 invalidated: a swap, a KB refresh or new settings give the next request another retriever or pipeline,
-hence a new `ServedBuild` (app/pipeline.py `Pipeline.served`), and the old one goes with its last request.
+hence a new `ServedBuild` (app/match/pipeline.py `Pipeline.served`), and the old one goes with its last request.
 
 `BuildFiles` are a build version's, not a KB revision's: a KB refresh keeps serving the build's lexical
 index and stored stage vectors, so the `ServedBuild` made for it shares them. `OpenBuilds` keeps the

@@ -1,7 +1,7 @@
 """All runtime configuration in one place, read from the environment with the `FAQ_` prefix.
 
 Imports only pydantic: what a value means (which encoder a spec loads, which engine "auto" picks) is
-decided by the code that uses it (app/assembly.py, app/pipeline.py, index/lexical.py); here values are only parsed and
+decided by the code that uses it (app/assembly.py, app/match/, index/lexical.py); here values are only parsed and
 checked, so a bad variable fails at start-up with its name.
 """
 from __future__ import annotations
@@ -275,7 +275,7 @@ class Settings(BaseSettings):
     # ONNX Runtime threads
     torch_threads: int = 2
     encode_workers: int = 1
-    # exact query cache (app/query_cache.py QueryCache): finished results of repeated queries, emptied by
+    # exact query cache (app/match/cache.py QueryCache): finished results of repeated queries, emptied by
     # every index swap and KB change; 0 = off
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     default_top_k: int = 5
@@ -327,7 +327,7 @@ class Settings(BaseSettings):
         return self.kb_dir / "decision_model.json"
     # a FAQ's cosine = mean of its best N phrasings' cosines (index/pooling.py); 1 = its best alone.
     # Builds calibrate N = 1..5 (index/calibration.py), hence the cap. Unset: 1 for builds whose answers
-    # are evidence, else 2 (app/pipeline.py `Pipeline.served_pool`).
+    # are evidence, else 2 (app/match/pipeline.py `Pipeline.served_pool`).
     pool_variants: int | None = Field(default=None, ge=1, le=5)
     # the answer's share of a FAQ's score: (1 - w) * phrasing cosine + w * answer cosine (index/answers.py).
     # Used only by builds whose KB has real answers; 0 = phrasings alone; 0.6 chosen on the Brightwater dev

@@ -48,6 +48,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "proxy_cookie": ("proxy-cookie*",),
     "replicas": ("replicas-*",),
     "rerank_latency": ("rerank_latency*",),
+    "responses": (),
     "security_probe": ("security-probe*",),
     "siamese_latency": ("siamese_latency*",),
     "smalltalk": ("smalltalk*",),

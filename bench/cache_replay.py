@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
 
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
     from app.settings import Settings
     from evaluation.scratch import scratch_pipeline
     from kb.files import read_queries

@@ -1,4 +1,4 @@
-"""What the MMAICM re-ranking stage (app/pipeline.py `MmaicmStage`) adds to a `/match` call.
+"""What the MMAICM re-ranking stage (app/stages/mmaicm.py) adds to a `/match` call.
 
 One call = one query against 20 candidate FAQs (the service's rerank_k): MMAICM scores the query
 against each candidate's answer and best phrasing in one forward pass, calibrates, and pools with the

@@ -1,4 +1,4 @@
-"""What the Siamese re-ranking stage (app/pipeline.py `SiameseStage`) adds to a `/match` call.
+"""What the Siamese re-ranking stage (app/stages/siamese.py) adds to a `/match` call.
 
 One call = one query against 20 candidate FAQs (the service's rerank_k): the stage encodes the query
 (word vectors + the Siamese encoder), looks the candidates' phrasing vectors up, runs the MLP head over

@@ -167,7 +167,7 @@ def run_arm(matcher: Any, retriever: Any, arm: str, queries: Sequence[str], vecs
     per threshold afterwards) -> (results, seconds)."""
     from tqdm import tqdm
 
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
 
     results: list[Any] = []
     t = time.perf_counter()
@@ -185,7 +185,7 @@ def measure_latency(matcher: Any, retriever: Any, arms: Sequence[str], queries: 
                     sample: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """Single-query calls (encode + retrieve + re-rank, as one /match) per arm on a sample of queries.
     Arms are interleaved query by query so a load change on the machine hits every arm alike."""
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
 
     if sample <= 0 or not queries:
         return {arm: {"total": [], "encode": [], "retrieve": [], "rerank": []} for arm in arms}

@@ -61,7 +61,7 @@ def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_que
                seed: int = 0) -> KbData:
     """One KB through the product path -> its `KbData` (queries sampled down to `max_queries` per split)."""
     from app.decision import Decider
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
     from app.settings import get_settings
     from evaluation.scratch import scratch_pipeline
     from index.decision import KbView, read_background, replay, reference_key

@@ -21,7 +21,7 @@ SETS = ("campus_it", "council", "energy", "grocery")
 
 
 def run(encoder: str, work: Path, seed: int = 0, split: str = "test") -> dict:
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
     from app.settings import get_settings
     from evaluation.machine import cpu_info
     from evaluation.metrics import reliability

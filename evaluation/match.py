@@ -42,7 +42,7 @@ def match_all(matcher: Any, retriever: Any, queries: Sequence[str], threshold: f
     """All queries through `Matcher.match_many` in batches (one pinned retriever, one arm) -> (results, seconds)."""
     from tqdm import tqdm
 
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
 
     results: list[Any] = []
     t = time.perf_counter()

@@ -52,7 +52,7 @@ def merged_records(name: str) -> list:
 def collect(encoder: str, work: Path, split: str, sets=SETS) -> list[dict]:
     """One entry per second turn of `split`: its kind, gold FAQ, the query-alone ranking and the turn
     model's candidates (ids, features)."""
-    from app.pipeline import MatchQuery
+    from app.match import MatchQuery
     from app.settings import get_settings
     from app.turns import Turn, plan_turn
     from evaluation.scratch import scratch_pipeline

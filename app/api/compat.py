@@ -247,7 +247,7 @@ def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
     """(status, message, headers) of an error `service.match` raises that is not the client's fault (no
     index yet, overload, a deadline, an engine down), as the compat routes answer it; None for others."""
     from app.api.workers import DeadlineExceeded, Overloaded
-    from app.pipeline import NoIndexError
+    from app.match import NoIndexError
     from index.elasticsearch.vectors import VectorStoreUnavailable
     from index.lexical import LexicalUnavailable
 

@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.metrics import ServiceMetrics
 from app.api.state import NO_INDEX_REASON
 from app.api.workers import DeadlineExceeded, Overloaded
-from app.pipeline import NoIndexError
+from app.match import NoIndexError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from kb.files import huge_number_problem, nesting_problem

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.arms import arm_split, resolve_arm, uses_stages
-from app.pipeline import MatchQuery, MatchResult
+from app.match import MatchQuery, MatchResult
 from app.turns import Turn
 from models.language import Detection
 from models.language import detect as detect_language

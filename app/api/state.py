@@ -27,7 +27,7 @@ from app.query_rewrite import QueryRewrites
 from app.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
 )
-from app.pipeline import NoIndexError, Pipeline
+from app.match import NoIndexError, Pipeline
 from app.served_build import OpenBuilds
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder, check_query_encoder

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.metrics import ServiceMetrics
-from app.pipeline import MatchQuery, MatchResult, Pipeline, run_pipelines
+from app.match import MatchQuery, MatchResult, Pipeline, cache, run_pipelines
 
 log = logging.getLogger(__name__)
 
@@ -232,8 +232,8 @@ class MatchBatcher:
             raise RuntimeError("MatchBatcher not started")
         pipeline = pipeline or self.pipeline
         # repeats are answered from the query cache here, without queueing behind encoder work
-        found = pipeline.cached(queries, retriever)
-        todo = [i for i, r in enumerate(found) if r is None]
+        found = cache.cached(pipeline, queries, retriever)
+        todo = cache.missing(found)
         if not todo:
             return found  # type: ignore[return-value]
         lane = INTERACTIVE if len(queries) == 1 else BULK
@@ -259,9 +259,7 @@ class MatchBatcher:
                 if not job.future.done():
                     job.future.cancel()
                 self._unqueue(job)
-        for i, result in zip(todo, (r for part in parts for r in part)):
-            found[i] = result
-        return found  # type: ignore[return-value]
+        return cache.merge(found, todo, [r for part in parts for r in part])
 
     def _take(self) -> list[_Job]:
         """The next jobs to run together (empty: nothing queued). Jobs whose request is finished
@@ -326,7 +324,7 @@ class MatchBatcher:
 
     def _run_live(self, jobs: list[_Job]) -> list[list[MatchResult] | BaseException]:
         """KBs differ in pipeline (their own settings) but usually share the encoder: one encoder call for
-        all the jobs whose pipelines share one (app/pipeline.py `run_pipelines`)."""
+        all the jobs whose pipelines share one (app/match/chain.py `run_pipelines`)."""
         on_encode = self.metrics.encode_batch.observe if self.metrics else None
         return run_pipelines([(job.pipeline, (job.queries, job.retriever, job.submitted)) for job in jobs],
                              on_encode=on_encode)

@@ -103,7 +103,7 @@ class MultilingualEncoder:
     routed by language (`languages`: the callers' detections, else detected here)."""
 
     runtime: str
-    #: `encode_queries` takes the callers' `languages` (app/pipeline.py passes the ones the service detected)
+    #: `encode_queries` takes the callers' `languages` (app/match/pipeline.py passes the ones the service detected)
     routed_by_language = True
 
     def __init__(self, mpnet: Any, e5: Any, routes: dict[str, dict[str, float]] | None = None):

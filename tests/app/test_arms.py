@@ -19,7 +19,7 @@ from app.api.main import create_app
 from app.arms import ARMS, parse_split
 from index.candidates import lexical_hits
 from app.db.models import QueryLog
-from app.pipeline import Pipeline, MatchQuery
+from app.match import Pipeline, MatchQuery
 from index.artifacts import BuildRegistry
 from index.build import build_index
 from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name

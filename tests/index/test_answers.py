@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from app.pipeline import Pipeline
+from app.match import Pipeline
 from index import artifacts
 from index.answers import WEIGHT_GRID, AnswerVectors, answer_policy, combine, is_placeholder, nearest_weight
 from index.artifacts import BuildRegistry, verify_build_dir

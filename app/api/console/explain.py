@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from app.decision import native_language
-from app.pipeline import FaqMatch, MatchResult
+from app.match import FaqMatch, MatchResult
 from index.decision import words_of
 
 #: occlusion encodes one text per word: beyond this the page says so rather than hold the encoder longer

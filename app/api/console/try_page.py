@@ -19,7 +19,7 @@ from app.api.console.pages import (checked_post, current, flash, kb_state, kb_ur
 from app.api.schemas import MAX_ID_CHARS, MatchRequest
 from app.api.state import QueryLogDisabled
 from app.api.workers import DeadlineExceeded, Overloaded
-from app.pipeline import NoIndexError
+from app.match import NoIndexError
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable

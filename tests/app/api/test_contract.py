@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from app.api.main import create_app
 from app.assembly import build_pipeline
-from app.pipeline import Pipeline
+from app.match import Pipeline
 from index.candidates import group_hits, retrieve_depth
 from app.store import KbRecord
 from index.artifacts import BuildRegistry

@@ -143,18 +143,18 @@ def test_filtered_search_is_exact_on_every_path(tmp_path, encoder, monkeypatch):
 
 
 def test_a_filter_hiding_the_questions_own_faq_does_not_make_a_weak_candidate_certain(served, monkeypatch):
-    from app import pipeline
+    from app.match import candidates
 
     client, _, _ = served
     body = {"query": "How do I reset my password?", "top_k": 3, "threshold": 0.5,
             "filter": {"all": [{"key": "team", "value": "orders"}]}}
     with_rival = client.post("/match", json=body).json()
-    monkeypatch.setattr(pipeline, "RIVAL_MARGIN", 10.0)  # no FAQ outside the filter ever competes
+    monkeypatch.setattr(candidates, "RIVAL_MARGIN", 10.0)  # no FAQ outside the filter ever competes
     alone = client.post("/match", json={**body, "top_k": 4}).json()  # another top_k: not the cached result
     assert set(ids(with_rival)) <= ORDERS and set(ids(alone)) <= ORDERS
     assert with_rival["matches"][0]["score"] < alone["matches"][0]["score"]
     assert with_rival["decision"] != "answer"
     # a question about an FAQ inside the filter is answered as before
-    monkeypatch.setattr(pipeline, "RIVAL_MARGIN", 0.1)
+    monkeypatch.setattr(candidates, "RIVAL_MARGIN", 0.1)
     right = client.post("/match", json={**body, "query": "how long until my parcel arrives"}).json()
     assert right["decision"] == "answer" and right["answer"]["faq_id"] == "shipping_time"

@@ -377,7 +377,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
 
 
 def test_queries_to_different_kbs_share_one_encoder_call(kbs, encoder):  # noqa: F811
-    from app.pipeline import MatchQuery, run_pipelines
+    from app.match import MatchQuery, run_pipelines
 
     class Counting:
         def __init__(self, inner):

@@ -14,7 +14,7 @@ from collections import Counter
 import httpx
 
 from app.api.main import create_app
-from app.pipeline import MatchQuery
+from app.match import MatchQuery
 from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.server import LiveServer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.api.console.explain import MAX_OCCLUSION_WORDS, signals_of, word_weights
-from app.pipeline import FaqMatch
+from app.match import FaqMatch
 
 VOCAB = ["refund", "money", "please", "how", "get"]
 SCALE = [3.0, 1.0, 1.0, 1.0, 1.0]  # "refund" carries the meaning

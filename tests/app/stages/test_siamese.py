@@ -1,4 +1,4 @@
-"""The Siamese matcher as a re-ranking stage (app/pipeline.py `SiameseStage`): phrasing vectors stored by
+"""The Siamese matcher as a re-ranking stage (app/stages/siamese.py): phrasing vectors stored by
 the index build and read back by the stage, phrasings added since the build encoded on the fly, the same
 probabilities as scoring the text pairs, and FAQ_RERANKER loading it. Real parts: MiniLM first stage, a
 built index, GloVe word vectors, an untrained (seeded) Siamese matcher with a calibration."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from app.assembly import build_pipeline
-from app.pipeline import MatchQuery
+from app.match import MatchQuery
 from app.stages import SiameseStage, load_stages, vector_stages
 from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry
 from index.build import build_index

@@ -75,7 +75,7 @@ def test_a_language_curve_moves_the_probability_and_brings_its_table(tmp_path):
 def test_the_pipeline_routes_a_query_in_the_language_it_was_given(e5):
     """The service detects each query's language on the client's words and the pipeline routes by that one, so a
     query is encoded in the language its response names even when the text alone would read otherwise."""
-    from app.pipeline import Pipeline
+    from app.match import Pipeline
     from models.encoders.base import SharedEncoder
 
     routes = {"es": {"mpnet": 0.0, "e5": 2.0, "offset": -1.0}, "*": {"mpnet": 0.0, "e5": 1.0, "offset": 0.0},
@@ -109,7 +109,7 @@ def test_a_question_is_native_when_the_kb_is_written_in_its_language():
 def test_each_query_gets_its_languages_curve_the_shared_one_or_the_native_one(e5):
     from types import SimpleNamespace
 
-    from app.pipeline import MatchQuery, Pipeline
+    from app.match import MatchQuery, Pipeline
     from models.encoders.base import SharedEncoder
 
     shipped = read_curves()

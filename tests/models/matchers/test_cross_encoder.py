@@ -160,7 +160,7 @@ def test_pool_is_a_weighted_mean_of_log_odds(tiny):
 
 
 def test_weight_tuning_prefers_the_stage_that_ranks_the_gold_first():
-    from app.pipeline import FaqMatch, MatchResult
+    from app.match import FaqMatch, MatchResult
     from index.calibration import Calibration
     from evaluation.rerank_tuning import tune_weight
 

@@ -1,0 +1,59 @@
+"""What the match path takes and gives: `MatchQuery` (one query with its own options), `MatchResult`, the
+`Group` of `Pipeline.run`, and the errors only the match path raises."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from app.turns import NO_TURN, Turn
+from index.candidates import FaqMatch, RetrieverLike
+
+__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError"]
+
+
+@dataclass(frozen=True)
+class MatchQuery:
+    """One query with its own options (the micro-batcher mixes requests with different options)."""
+
+    query: str
+    top_k: int = 5
+    threshold: float | None = 0.5  # None: the decider's (FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD)
+    arm: str = "ann"  # app.arms.ARMS
+    filter: Any = None  # kb.filters.FaqFilter: only the FAQs it keeps are candidates (None: every FAQ)
+    turn: Turn | None = None  # the previous turn (app/turns.py)
+    language: str | None = None  # the query's language (models/language.py), when the caller detected it
+
+    def selection(self, retriever: RetrieverLike) -> Any:
+        """The retriever's index/selection.py `Selection` of this query's filter, or None without one."""
+        if self.filter is None or self.filter.is_empty:
+            return None
+        return retriever.select(self.filter)
+
+
+@dataclass
+class MatchResult:
+    query: str
+    matches: list[FaqMatch]
+    answer: FaqMatch | None  # best match when its score >= threshold
+    index_version: str
+    timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, decide, total
+    cached: bool = False  # answered from the query cache (the same query, options and index earlier)
+    decision: str = "abstain"  # app/decision.py DECISIONS
+    options: list[FaqMatch] = field(default_factory=list)  # clarify: the plausible FAQs
+    threshold: float = 0.5  # the threshold the decision used
+    expected_precision: float | None = None  # the build's expected precision at that threshold
+    context: dict = field(default_factory=lambda: NO_TURN.report())  # what the previous turn changed (app/turns.py)
+    chitchat: dict | None = None  # decision "chitchat": {"kind", "answer"} (app/chitchat)
+
+
+#: one group of `Pipeline.run`: its queries, the retriever that answers them, and when they were submitted
+#: (a time.perf_counter() reading, where their `total` timing starts; None: when `run` starts)
+Group = tuple[Sequence[MatchQuery], RetrieverLike, float | None]
+
+
+class NoIndexError(RuntimeError):
+    """No retriever is loaded (no build yet, or the current build could not be loaded)."""
+
+
+class NoStagesError(RuntimeError):
+    """A `+rerank` arm was asked for but no stage is installed."""
