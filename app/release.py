@@ -1,8 +1,10 @@
-"""Releasing a build: build and verify a new version, let the KB's labels gate it (app/build_gate.py), make it
-current and prune to the KB's keep count. `faq index build` and the console's Build now both release through
-`release_build`, each with its own labels and its own words for what happened.
+"""Releasing a build, the one place a version becomes current or is pruned: build and verify it (index/build.py
+`build_index`, which never activates), let the KB's labels gate it (app/build_gate.py), make it current and
+prune to the KB's keep count. `faq index build` and the console's Build now both release through
+`release_build`, each with its own labels and its own words for what happened; `faq index activate` and the
+console's rollback through `activate`; scratch KBs (evaluations, benchmarks, tests) through `build_current`.
 
-Pruning comes after the activation as well as inside the build: the build prunes while the previous build is
+Pruning comes after the build as well as after the activation: the first prunes while the previous build is
 still current, and the current one is kept on top of the count, so with keep_versions 1 it would stay until
 the next build. The registry deletes what its stores hold of the pruned versions (index/artifacts.py).
 """
@@ -43,8 +45,8 @@ def release_build(store: Any, encoder: Any, registry: Any, settings: Any, *, lab
     `build_index` raises; then `current` is unchanged."""
     from index.build import build_index
 
-    manifest = build_index(store, encoder, registry, keep_versions=settings.keep_versions, activate=False,
-                           report=report, languages=settings.languages, **build)
+    manifest = build_index(store, encoder, registry, report=report, languages=settings.languages, **build)
+    prune(registry, settings.keep_versions, report)
     result = Release(manifest)
     if on_built is not None:
         on_built(manifest)
@@ -62,7 +64,34 @@ def release_build(store: Any, encoder: Any, registry: Any, settings: Any, *, lab
             report(str(result.verdict))
             if not result.verdict.passed and not force:
                 return result
-    registry.activate(result.version, verify=False)  # verified by the build
+    result.pruned = activate_version(registry, result.version, keep_versions=settings.keep_versions, verify=False)
     result.current = True
-    result.pruned = registry.prune(settings.keep_versions)
     return result
+
+
+def activate_version(registry: Any, version: str, *, keep_versions: int | None = None, verify: bool = True) -> list[str]:
+    """Make `version` current (`verify`: its files checked first; a build just verified need not be), then prune
+    to `keep_versions` (None: keep all); returns the versions pruned. Raises what `registry.activate` raises
+    (an unknown or broken version), and then `current` is unchanged."""
+    registry.activate(version, verify=verify)
+    return registry.prune(keep_versions) if keep_versions is not None else []
+
+
+def prune(registry: Any, keep_versions: int | None, report: Callable[[str], None] | None = None) -> list[str]:
+    """Delete all but the newest `keep_versions` versions (the current one kept on top); None: keep all."""
+    pruned = registry.prune(keep_versions) if keep_versions is not None else []
+    if pruned and report is not None:
+        report(f"pruned old versions: {', '.join(pruned)}")
+    return pruned
+
+
+def build_current(store: Any, encoder: Any, registry: Any, n_trees: int, *, keep_versions: int | None = None,
+                  report: Callable[[str], None] | None = None, **build: Any) -> dict:
+    """A scratch KB's build made current at once, with no labels to gate it (evaluations, benchmarks, tests):
+    `build_index(**build)`, then activated and pruned. Returns the manifest."""
+    from index.build import build_index
+
+    manifest = build_index(store, encoder, registry, n_trees, report=report, **build)
+    registry.activate(manifest["version"], verify=False)  # verified by the build
+    prune(registry, keep_versions, report)
+    return manifest

@@ -108,7 +108,7 @@ def demo_build(url: str, work: Path, encoder: Any, prefix: str, kb_file: Path = 
     """(settings, store, registry, manifest): the demo KB imported into a scratch store and built into
     Elasticsearch (and the build folder)."""
     from app.settings import Settings
-    from index.build import build_index
+    from app.release import build_current
     from index.elasticsearch.vectors import EsBuildRegistry, EsVectorStore
     from kb.files import read_kb
     from migrations.runner import migrated_store
@@ -118,7 +118,7 @@ def demo_build(url: str, work: Path, encoder: Any, prefix: str, kb_file: Path = 
     store = migrated_store(settings)
     store.import_records(read_kb(kb_file))
     registry = EsBuildRegistry(settings.index_dir, EsVectorStore(url, prefix, settings.kb, timeout_s=10.0))
-    manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
+    manifest = build_current(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
                            batch_size=64, encoder_spec="minilm", lexical=False)
     return settings, store, registry, manifest
 
@@ -252,10 +252,10 @@ def swap_under_load(url: str, work: Path, encoder: Any, clients: int = 4) -> dic
         steps.append({"step": reason, "current": registry.current(), "alias": es.current_version(),
                       "at_s": round(time.perf_counter() - t0, 2)})
 
-    from index.build import build_index
+    from app.release import build_current
 
     def rebuild(keep: int | None = None) -> str:
-        return build_index(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
+        return build_current(store, encoder, registry, n_trees=settings.ann_n_trees, search_k=settings.ann_search_k,
                            batch_size=64, encoder_spec="minilm", lexical=False, keep_versions=keep)["version"]
 
     steps: list[dict] = []

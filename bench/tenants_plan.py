@@ -218,7 +218,7 @@ def build_all(args: argparse.Namespace, plan: list[dict]) -> dict:
     from app.assembly import load_configured_encoder
     from app.settings import Settings
     from index.artifacts import BuildRegistry
-    from index.build import build_index
+    from app.release import build_current
     from migrations.runner import migrated_store
 
     torch.set_num_threads(2)
@@ -246,7 +246,7 @@ def build_all(args: argparse.Namespace, plan: list[dict]) -> dict:
         if encoder is None:
             encoder = load_configured_encoder(multi, spec="minilm")
         t0 = time.perf_counter()
-        manifest = build_index(kb_store, encoder, registry, n_trees=args.n_trees, search_k=multi.ann_search_k,
+        manifest = build_current(kb_store, encoder, registry, n_trees=args.n_trees, search_k=multi.ann_search_k,
                                encoder_spec="minilm")
         built += 1
         done_s = time.perf_counter() - t_start

@@ -380,9 +380,11 @@ def expected_precision_text(manifest: dict, settings, traffic: list[float] | Non
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
+    from app.release import activate_version
+
     registry = _registry(kb_settings(args))
     try:
-        registry.activate(args.version)
+        activate_version(registry, args.version)
     except (UnknownVersion, IndexVerificationError) as exc:
         return _error(str(exc))
     print(f"current -> {args.version}")

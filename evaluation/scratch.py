@@ -94,7 +94,7 @@ def scratch_pipeline(
     from app.assembly import encoder_spec, load_configured_encoder
     from app.settings import get_settings
     from index.artifacts import BuildRegistry
-    from index.build import build_index
+    from app.release import build_current
     from index.retriever import Retriever
     from kb.files import read_kb
     from migrations.runner import migrated_store
@@ -143,7 +143,7 @@ def scratch_pipeline(
         timings["load_encoder_s"] = time.perf_counter() - t
     if not reused:
         t = time.perf_counter()
-        manifest = build_index(
+        manifest = build_current(
             store, encoder, registry, n_trees=scratch_settings.ann_n_trees, search_k=scratch_settings.ann_search_k,
             batch_size=batch_size, progress=progress, report=report, encoder_spec=spec, es_url=es_url,
             es_index_prefix=scratch_settings.es_index_prefix,

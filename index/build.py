@@ -428,9 +428,7 @@ def build_index(
     batch_size: int = 64,
     progress: bool = False,
     *,
-    keep_versions: int | None = None,
     recall_floor: float = DEFAULT_RECALL_FLOOR,
-    activate: bool = True,
     report: Callable[[str], None] | None = None,
     encoder_spec: str | None = None,
     lexical: bool = True,
@@ -441,9 +439,9 @@ def build_index(
     query_side: Any = None,
     languages: Any = None,
 ) -> dict:
-    """Build, verify and (by default) activate a new index version; returns its manifest.
+    """Build and verify a new index version; returns its manifest. The version is never made current here:
+    releasing it (app/release.py: gate, activate, prune) is the service's decision, not the index's.
 
-    `keep_versions`: prune to that many versions afterwards (None: keep all).
     `report`: called with one-line human messages (the CLI prints them).
     `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the
     manifest so the service serves this build with the encoder that built it.
@@ -456,9 +454,9 @@ def build_index(
     `stage_vectors`: re-ranking stages whose phrasing-side vectors are stored with the build
     (`write_stage_vectors`; app/stages `vector_stages` picks them from FAQ_RERANKER).
     The registry's `vector_store` (index/elasticsearch/vectors.py EsBuildRegistry), if any, also gets the
-    build's vectors. Pruned versions, and this one when it fails, lose their copies in the registry's stores
+    build's vectors. This version, when it fails, loses its copies in the registry's stores
     (with `lexical` and `es_url`, the BM25 index there is one of them).
-    Raises BuildError / IndexVerificationError; in that case `current` is unchanged.
+    Raises BuildError / IndexVerificationError.
     """
     if n_trees < 1:
         raise BuildError(f"n_trees must be >= 1, got {n_trees}")
@@ -506,12 +504,6 @@ def build_index(
                 interrupts.defer()  # from here on the build is as good as done: finish it rather than undo it
                 registry.commit(staging, version)
                 staging = None
-                if activate:
-                    registry.activate(version, verify=False)  # just verified above
-                if keep_versions is not None:
-                    pruned = registry.prune(keep_versions)
-                    if pruned:
-                        say(f"pruned old versions: {', '.join(pruned)}")
             except BaseException as exc:  # also KeyboardInterrupt: the row must not stay "building"
                 interrupts.defer()  # a second signal must not cut the cleanup short
                 if staging is not None:

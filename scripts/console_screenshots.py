@@ -68,7 +68,7 @@ def demo_console() -> Iterator[DemoConsole]:
     from app.expected_precision import CURVE_FILE, plot_expected_precision
     from app.settings import Settings
     from index.artifacts import BuildRegistry
-    from index.build import build_index
+    from app.release import build_current
     from kb.files import read_kb
     from migrations.runner import migrated_store
     from models.encoders.pretrained import MiniLMEncoder
@@ -83,7 +83,7 @@ def demo_console() -> Iterator[DemoConsole]:
         store.import_records(read_kb(DEMO_KB))
         encoder = MiniLMEncoder(device="cpu")
         registry = BuildRegistry(settings.index_dir)
-        manifest = build_index(store, encoder, registry, n_trees=settings.ann_n_trees, encoder_spec="minilm")
+        manifest = build_current(store, encoder, registry, n_trees=settings.ann_n_trees, encoder_spec="minilm")
         plot_expected_precision(manifest, settings, registry.path(manifest["version"]) / CURVE_FILE)
         app = create_app(settings, store=store, encoder=encoder)
         port = _free_port()

@@ -21,7 +21,7 @@ from index.candidates import lexical_hits
 from app.db.models import QueryLog
 from app.match import Pipeline, MatchQuery
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from index.elasticsearch.lexical import ElasticsearchLexicalIndex, es_index_name
 from index.lexical import TANTIVY_DIR, TantivyLexicalIndex
 from index.retriever import Retriever
@@ -30,7 +30,7 @@ from tests.helpers.es import start_es_emulator, stop_es_emulator
 
 
 def build_with(store, encoder, settings, es_url=None) -> dict:  # noqa: F811
-    return build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, es_url=es_url,
+    return build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, es_url=es_url,
                        es_index_prefix=settings.es_index_prefix)
 
 

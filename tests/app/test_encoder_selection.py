@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from app.api.main import create_app
 from app.settings import Settings
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from models.encoders.load import default_msem_dir, load_encoder
 from tests.helpers.api import make_settings, make_store
 
@@ -42,7 +42,7 @@ def test_unknown_or_unshipped_encoder_is_a_clear_error(tmp_path):
 def test_service_serves_with_the_encoder_that_built_the_index(tmp_path, encoder):  # noqa: F811
     settings = make_settings(tmp_path, encoder=None)
     store = make_store(settings)
-    manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
+    manifest = build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
     assert manifest["encoder_spec"] == "minilm"
     with TestClient(create_app(settings, store=store)) as client:  # no encoder given: taken from the manifest
         service = client.app.state.service
@@ -59,7 +59,7 @@ def test_service_follows_the_build_runtime_and_refuses_int8_against_fp32(tmp_pat
 
     settings = make_settings(tmp_path, encoder=None)
     store = make_store(settings)
-    manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
+    manifest = build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, encoder_spec="minilm")
     assert manifest["encoder_runtime"] == "torch"
     assert encoder_runtime(settings, manifest) == "torch" and encoder_runtime(settings) == "auto"
     assert encoder_runtime(settings, {"version": "old"}) == "torch"  # built before runtimes were recorded

@@ -181,7 +181,7 @@ def test_feedback_to_online_report_end_to_end(tmp_path, faq_env, monkeypatch, ca
     from app.settings import get_settings
     from app.store import FaqStore
     from index.artifacts import BuildRegistry
-    from index.build import build_index
+    from app.release import build_current
 
     encoder = minilm_encoder
     monkeypatch.setenv("FAQ_AB_SPLIT", "ann:50,lexical:50")
@@ -194,7 +194,7 @@ def test_feedback_to_online_report_end_to_end(tmp_path, faq_env, monkeypatch, ca
     from app.store import KbRecord
 
     store.import_records([KbRecord(f, q, a, []) for f, a, qs in INDEX_TEST_FAQS for q in qs])
-    build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
+    build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
 
     sessions = {"ann": [], "lexical": []}
     split = arm_split(settings)

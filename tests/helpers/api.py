@@ -8,7 +8,7 @@ from pathlib import Path
 from app.settings import Settings
 from app.store import FaqStore, KbRecord
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 
 
 # A small KB: 8 FAQs x 3 paraphrases (variants of one FAQ crowd the top, which grouping must handle).
@@ -53,7 +53,7 @@ def make_store(settings: Settings, records: list[KbRecord] | None = None) -> Faq
 
 
 def build(store: FaqStore, encoder, settings: Settings) -> dict:
-    return build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
+    return build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
 
 
 SHOP = {

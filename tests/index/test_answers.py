@@ -11,7 +11,7 @@ from app.match import Pipeline
 from index import artifacts
 from index.answers import WEIGHT_GRID, AnswerVectors, answer_policy, combine, is_placeholder, nearest_weight
 from index.artifacts import BuildRegistry, verify_build_dir
-from index.build import build_index
+from app.release import build_current
 from index.calibration import calibration_for
 from index.candidates import answer_hits
 from index.retriever import Retriever
@@ -49,7 +49,7 @@ def test_weights_round_to_the_calibrated_grid_and_mix():
 def built(store, index_kb_records, minilm_encoder, tmp_path):
     store.import_records(index_kb_records)
     registry = BuildRegistry(tmp_path / "indexes")
-    manifest = build_index(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32)
+    manifest = build_current(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32)
     return store, registry, manifest
 
 
@@ -83,7 +83,7 @@ def test_a_kb_of_placeholder_answers_builds_and_matches_as_before(store, minilm_
     store.import_records([KbRecord(f, q, f"[intent: {f}]", []) for f, _, qs in INDEX_TEST_FAQS for q in qs])
     registry = BuildRegistry(tmp_path / "indexes")
     said: list[str] = []
-    manifest = build_index(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32, report=said.append)
+    manifest = build_current(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32, report=said.append)
     assert manifest["answers"]["used"] is False and "answer_weights" not in manifest["calibration"]
     assert any("answer evidence is off" in line for line in said)
     assert not (registry.current_dir() / artifacts.ANSWERS_FILE).exists()

@@ -10,6 +10,7 @@ import pytest
 
 from index import artifacts
 from index.artifacts import BuildRegistry, IndexVerificationError
+from app.release import build_current, prune
 from index.build import BuildError, build_index
 
 
@@ -19,10 +20,15 @@ def kb_store(store, index_kb_records):
     return store
 
 
-def build(store, encoder, registry, **kw):
+def build(store, encoder, registry, activate=True, keep_versions=None, **kw):
+    """A build made current as a scratch KB's is (app/release.py), or only built and pruned (`--no-activate`)."""
     kw.setdefault("n_trees", 10)
     kw.setdefault("batch_size", 32)
-    return build_index(store, encoder, registry, **kw)
+    if activate:
+        return build_current(store, encoder, registry, keep_versions=keep_versions, **kw)
+    manifest = build_index(store, encoder, registry, **kw)
+    prune(registry, keep_versions)
+    return manifest
 
 
 def test_build_writes_a_verified_versioned_artifact(kb_store, minilm_encoder, tmp_path):

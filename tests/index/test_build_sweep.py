@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from index.artifacts import BuildRegistry
+from app.release import build_current
 from index.build import ORPHAN_ERROR, BuildInterrupted, build_index, sweep_builds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_a_sweep_during_a_build_leaves_it_alone(kb_store, minilm_encoder, tmp_pa
             reports.append(sweep_builds(kb_store, BuildRegistry(registry.index_dir), grace_s=0))
             return minilm_encoder.encode(texts, batch_size=batch_size)
 
-    version = build_index(kb_store, SweepingEncoder(), registry, n_trees=5)["version"]
+    version = build_current(kb_store, SweepingEncoder(), registry, n_trees=5)["version"]
     assert reports and all(r.live == [version] and not r.failed and not r.removed for r in reports)
     assert kb_store.list_builds()[0]["status"] == "ready" and registry.current() == version
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from index.artifacts import BuildRegistry, IndexVerificationError
-from index.build import build_index
+from app.release import build_current
 from index.elasticsearch.vectors import (
     EsBuildRegistry, EsVectorStore, VectorStoreUnavailable, version_of, delete_kb_vectors, load_retriever,
     open_registry, vec_alias, vec_index_name,
@@ -42,7 +42,7 @@ def kb_store(store, index_kb_records):
 
 
 def build(store, encoder, registry, **kw):
-    return build_index(store, encoder, registry, n_trees=10, search_k=-1, batch_size=32, **kw)
+    return build_current(store, encoder, registry, n_trees=10, search_k=-1, batch_size=32, **kw)
 
 
 def served(registry, store, encoder, version=None):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from index.retriever import Hit, Retriever
 
 
@@ -18,7 +18,7 @@ def built(store, index_kb_records, minilm_encoder, tmp_path):
     """(store, registry) with the test KB imported and one build current."""
     store.import_records(index_kb_records)
     registry = BuildRegistry(tmp_path / "indexes")
-    build_index(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32)
+    build_current(store, minilm_encoder, registry, n_trees=10, search_k=-1, batch_size=32)
     return store, registry
 
 
@@ -100,7 +100,7 @@ def test_rebuild_folds_the_delta_in(built, minilm_encoder):
     store.delete_faq("dark-mode")
     before = fresh(store, registry, minilm_encoder)
     assert (before.n_delta, before.n_tombstones) == (1, 2)
-    build_index(store, minilm_encoder, registry, n_trees=10, batch_size=32)
+    build_current(store, minilm_encoder, registry, n_trees=10, batch_size=32)
     after = fresh(store, registry, minilm_encoder)
     assert after.version != before.version and (after.n_delta, after.n_tombstones) == (0, 0)
     assert after.kb_revision == store.revision() == after.manifest["kb_revision"]

@@ -24,6 +24,7 @@ from app.api.console.pages import (EarlyResponse, checked_post, current, flash, 
                                    problem_page, redirect, render)
 from app.api.state import KbState
 from app.build_gate import feedback_labels_of
+from app.release import activate_version
 from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
 from index.artifacts import VERSION_RE, IndexVerificationError, UnknownVersion
 
@@ -220,7 +221,7 @@ async def activate(request: Request, kb: str) -> Response:
         if version not in registry.versions():
             return f"version: no finished build {version!r} in this KB"
         try:
-            registry.activate(version)
+            activate_version(registry, version)
         except (UnknownVersion, IndexVerificationError) as exc:
             return str(exc)
         try:
@@ -228,7 +229,7 @@ async def activate(request: Request, kb: str) -> Response:
         except Exception as exc:  # noqa: BLE001 - EncoderMismatch or a broken build: serve the old one again
             log.exception("could not serve %s", version)
             if before is not None:
-                registry.activate(before, verify=False)
+                activate_version(registry, before, verify=False)
             return f"{version} could not be served ({exc}): {before or 'nothing'} stays current"
         return None
 

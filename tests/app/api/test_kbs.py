@@ -345,7 +345,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
     import uuid
 
     from index.elasticsearch.vectors import delete_kb_vectors, open_registry
-    from index.build import build_index
+    from app.release import build_current
 
     prefix = f"t{uuid.uuid4().hex[:8]}"
     settings = make_settings(tmp_path, vector_store="elasticsearch", es_url=es_emulator_url, es_index_prefix=prefix,
@@ -355,7 +355,7 @@ def test_elasticsearch_vector_store_serves_every_kb_like_annoy(tmp_path, encoder
     store.for_kb("shop").import_records(shop_records())
     for kb in ("default", "shop"):
         scoped = settings.for_kb(kb)
-        build_index(store.for_kb(kb), encoder, open_registry(scoped), n_trees=5, lexical=False)
+        build_current(store.for_kb(kb), encoder, open_registry(scoped), n_trees=5, lexical=False)
     queries = {"/match": ["I forgot my password", "when will my parcel arrive", "refund please"],
                "/kbs/shop/match": ["can my dog come in", "where do I park the car", "wifi name"]}
     answers = {}

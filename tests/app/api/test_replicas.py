@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from tests.helpers.api import kb_records, make_settings, make_store
 
 pytestmark = pytest.mark.postgres
@@ -64,7 +64,7 @@ def test_two_replicas_share_writes_and_builds_and_survive_a_kill(tmp_path, pg_ur
     settings = make_settings(tmp_path / "data", database_url=pg_url)
     store = make_store(settings, kb_records())
     registry = BuildRegistry(settings.index_dir)
-    first = build_index(store, encoder, registry, n_trees=5)["version"]
+    first = build_current(store, encoder, registry, n_trees=5)["version"]
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAQ_")}
     env.update({"FAQ_DATA_DIR": str(settings.data_dir), "FAQ_DATABASE_URL": pg_url, "FAQ_ENCODER": "minilm",
@@ -113,7 +113,7 @@ def test_two_replicas_share_writes_and_builds_and_survive_a_kill(tmp_path, pg_ur
             time.sleep(0.05)
 
         # a build run as a separate job: both replicas load it, no request fails
-        second = build_index(store, encoder, registry, n_trees=5)["version"]
+        second = build_current(store, encoder, registry, n_trees=5)["version"]
         t1 = time.monotonic()
         while not (version(urls[0]) == version(urls[1]) == second):
             assert time.monotonic() - t1 < POLL_S + 30, (version(urls[0]), version(urls[1]))

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from app.api.main import create_app
 from app.stages import vector_stages
 from index.artifacts import BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from tests.helpers.api import make_settings, make_store
 from tests.helpers.stages import KINDS
 
@@ -38,7 +38,7 @@ def served(tmp_path_factory, encoder, folders):  # noqa: F811
     settings = make_settings(tmp_path_factory.mktemp("stage-kinds-data"), rerank_k=6)
     store = make_store(settings)
     stages = vector_stages(settings.model_copy(update={"reranker": str(folders["siamese"])}))
-    build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, stage_vectors=stages)
+    build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, stage_vectors=stages)
     return settings, store
 
 

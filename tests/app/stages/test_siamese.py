@@ -14,7 +14,7 @@ from app.assembly import build_pipeline
 from app.match import MatchQuery
 from app.stages import SiameseStage, load_stages, vector_stages
 from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry
-from index.build import build_index
+from app.release import build_current
 from index.retriever import Retriever
 from kb.records import KbRecord
 from models.calibration import Calibration
@@ -52,7 +52,7 @@ def built(tmp_path_factory, encoder, model_dir):  # noqa: F811
     settings = make_settings(tmp_path_factory.mktemp("stage"), reranker=str(model_dir))
     store = make_store(settings)
     stages = vector_stages(settings)
-    manifest = build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, stage_vectors=stages)
+    manifest = build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5, stage_vectors=stages)
     return settings, store, manifest, stages[0]
 
 
@@ -116,7 +116,7 @@ def test_stage_without_stored_vectors_still_scores(tmp_path, encoder, model_dir)
     """A build made before the folder was configured: the stage encodes the candidates itself."""
     settings = make_settings(tmp_path)
     store = make_store(settings)
-    build_index(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
+    build_current(store, encoder, BuildRegistry(settings.index_dir), n_trees=5)
     retriever = Retriever.load(BuildRegistry(settings.index_dir).current_dir()).with_kb(store.snapshot(), encoder)
     [stage] = load_stages(settings.model_copy(update={"reranker": str(model_dir)}))
     assert isinstance(stage, SiameseStage) and stage.served_weight == pytest.approx(0.3)
