@@ -25,11 +25,12 @@ import re
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import service
 from app.api.deps import Refusal, key_refusal
@@ -257,13 +258,27 @@ class BadBody:
     target: str
     message: str
     invalid_json: bool = False
+    #: the request guard's refusals of the body itself (408 too slow, 413 too large, 415 not JSON) keep theirs
+    status: int = 400
+    headers: dict[str, str] = field(default_factory=dict)
+    #: each status's code in the services' error shapes
+    CODES: ClassVar[dict[int, str]] = {408: "RequestTimeout", 413: "PayloadTooLarge", 415: "UnsupportedMediaType"}
+
+    @property
+    def code(self) -> str | None:
+        """The error code of a status other than 400 (None: the route's own code for a bad argument)."""
+        return self.CODES.get(self.status)
 
 
 async def read_body(request: Request, model: Any) -> Any:
     """The JSON body as `model` (an empty body is `{}`), or a BadBody naming the first bad field and why,
     in the words of /match's errors (app/api/errors.py)."""
     try:
-        return model.model_validate(json.loads(await request.body() or b"{}"))
+        raw = await request.body()
+    except StarletteHTTPException as exc:  # the request guard's (app/api/middleware/request_guard.py)
+        return BadBody("body", str(exc.detail), status=exc.status_code, headers=dict(exc.headers or {}))
+    try:
+        return model.model_validate(json.loads(raw or b"{}"))
     except ValidationError as exc:
         first = exc.errors()[0]
         return BadBody(".".join(str(p) for p in first["loc"]) or "body", _reason(first))

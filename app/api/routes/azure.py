@@ -142,6 +142,8 @@ async def query_knowledgebases(
                      version, inner="KnowledgeBaseNotFound")
     body = await compat.read_body(request, AnswersOptions)
     if isinstance(body, compat.BadBody):
+        if body.code is not None:
+            return error(body.status, body.code, body.message, version, body.target, headers=body.headers)
         return error(400, "InvalidArgument", f"Invalid input. {body.message if body.invalid_json else body.target + ': ' + body.message}",
                      version, body.target, inner="InvalidRequest" if body.invalid_json else "InvalidParameterValue")
     has_question = bool((body.question or "").strip())

@@ -122,8 +122,9 @@ async def generate_answer(request: Request, kb: str) -> JSONResponse:
         return error(404, "KbNotFound", f"no knowledge base {name!r}: KB names are a-z, 0-9, '-' and '_'")
     body = await compat.read_body(request, GenerateAnswer)
     if isinstance(body, compat.BadBody):
-        return error(400, "BadArgument", body.message if body.invalid_json else f"{body.target}: {body.message}",
-                     body.target)
+        return error(body.status, body.code or "BadArgument",
+                     body.message if body.invalid_json or body.code else f"{body.target}: {body.message}",
+                     body.target, headers=body.headers)
     if body.qnaId is None and not (body.question or "").strip():
         return error(400, "BadArgument", "question must not be empty (or send qnaId)", "question")
     try:

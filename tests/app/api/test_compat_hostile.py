@@ -322,3 +322,23 @@ def test_any_body_is_answered_or_refused_in_words_without_pydantics(served, body
         if r.status_code == 400:
             target, message = refusal(r, route)
             assert not any(w in message for w in PYDANTIC_WORDS), (route, body, message)
+
+
+@pytest.mark.parametrize("route", ["qna", "azure"])
+def test_a_body_the_guard_refuses_is_answered_in_the_services_shape(served, route):
+    """Too large (413) or not JSON (415): refused before it is read, in the route's own error shape."""
+    _, _, _, client = served
+    limit = served[0].state.service.settings.max_body_bytes
+    send = qna if route == "qna" else azure
+    big = send(client, json.dumps({"question": "x" * (limit + 10)}))
+    assert big.status_code == 413 and big.json()["error"]["code"] == "PayloadTooLarge"
+    assert f"the limit is {limit} bytes" in big.json()["error"]["message"]
+    headers = ({"Authorization": f"EndpointKey {ADMIN}"} if route == "qna" else {"Ocp-Apim-Subscription-Key": ADMIN})
+    path = QNA.format(kb="bikes") if route == "qna" else AZURE
+    params = {} if route == "qna" else {"projectName": "gym", "deploymentName": "production",
+                                        "api-version": "2023-04-01"}
+    plain = client.post(path, params=params, content=b"how do I fix a puncture",
+                        headers={**headers, "Content-Type": "text/plain"})
+    assert plain.status_code == 415 and plain.json()["error"]["code"] == "UnsupportedMediaType"
+    if route == "azure":
+        assert plain.headers["x-ms-error-code"] == "UnsupportedMediaType"
