@@ -304,11 +304,14 @@ __all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID
 def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
     """(status, message, headers) of an error `service.match` raises that is not the client's fault (no
     index yet, overload, a deadline, an engine down), as the compat routes answer it; None for others."""
+    from app.api.state import KbSettingsRefused
     from app.api.workers import DeadlineExceeded, Overloaded
     from app.pipeline import NoIndexError
     from index.elasticsearch.vectors import VectorStoreUnavailable
     from index.lexical import LexicalUnavailable
 
+    if isinstance(exc, KbSettingsRefused):
+        return 503, str(exc), {}
     if isinstance(exc, NoIndexError):
         return 503, str(exc) or "no index built yet: run `faq index build`", {"Retry-After": "30"}
     if isinstance(exc, Overloaded):

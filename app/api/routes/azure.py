@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from app.api import compat
+from app.api.state import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import CombinedFilter, FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS
@@ -158,6 +159,8 @@ async def query_knowledgebases(
     except compat.UnknownKb:
         return error(404, "ProjectNotFound", f"no project {project!r} (`faq kb list`)", version,
                      inner="KnowledgeBaseNotFound")
+    except KbSettingsRefused as exc:
+        return error(503, "ServiceUnavailable", str(exc), version)
     ctx = body.context
     outcome = await compat.respond(
         state, qna_id=body.qnaId, question=body.question or "", top=body.top,

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator
 
 from app.api import compat
+from app.api.state import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
@@ -131,6 +132,8 @@ async def generate_answer(request: Request, kb: str) -> JSONResponse:
         state = await compat.state_for(request, kb)
     except compat.UnknownKb:
         return error(404, "KbNotFound", f"no knowledge base {kb!r} (`faq kb list`)")
+    except KbSettingsRefused as exc:
+        return error(503, "ServiceUnavailable", str(exc))
     ctx = body.context
     outcome = await compat.respond(
         state, qna_id=body.qnaId, question=body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,

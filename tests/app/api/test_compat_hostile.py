@@ -342,3 +342,18 @@ def test_a_body_the_guard_refuses_is_answered_in_the_services_shape(served, rout
     assert plain.status_code == 415 and plain.json()["error"]["code"] == "UnsupportedMediaType"
     if route == "azure":
         assert plain.headers["x-ms-error-code"] == "UnsupportedMediaType"
+
+
+@pytest.mark.parametrize("bad", ["hi \x00 there", "hi \ud800 there"])
+def test_a_kb_whose_stored_settings_this_version_refuses_is_a_503_naming_the_fix(served, bad):
+    """Stored before the storable-text rule (or written by hand): every route to the KB says what to unset."""
+    _, store, _, client = served
+    name = "broken-nul" if "\x00" in bad else "broken-surrogate"
+    store.catalog.create(name, {"small_talk_answers": {"greeting": [bad]}})
+    fix = f"faq kb settings --kb {name} --unset KEY"
+    r = client.post(f"/kbs/{name}/match", json={"query": "hello"}, headers=ADMIN_HEADERS)
+    assert r.status_code == 503 and "small_talk_answers" in r.json()["error"] and fix in r.json()["error"]
+    q = qna(client, {"question": "hello"}, kb=name)
+    assert q.status_code == 503 and q.json()["error"]["code"] == "ServiceUnavailable" and fix in q.text
+    a = azure(client, {"question": "hello"}, project=name)
+    assert a.status_code == 503 and a.json()["error"]["code"] == "ServiceUnavailable" and fix in a.text
