@@ -58,6 +58,10 @@ def small_talk_answers(value: object) -> dict[str, list[str]] | None:
         if len(answers) > MAX_SMALL_TALK_ANSWERS or any(len(a) > MAX_SMALL_TALK_CHARS for a in answers):
             raise ValueError(f"small_talk_answers.{kind}: at most {MAX_SMALL_TALK_ANSWERS} answers of at most "
                              f"{MAX_SMALL_TALK_CHARS} characters")
+        for i, a in enumerate(answers):
+            problem = storable_problem(a)
+            if problem:  # sent to clients as it is: it must be text every JSON body and database can hold
+                raise ValueError(f"small_talk_answers.{kind}[{i}]: {problem}")
         out[kind] = [a.strip() for a in answers]
     return out
 LEXICAL_ENGINES: tuple[str, ...] = get_args(LexicalEngine)
@@ -83,6 +87,14 @@ def language_list(value: object) -> list[str] | None:
     return codes or None
 #: the longest default answer a KB keeps (the FAQ answer limit of kb/records.py)
 MAX_DEFAULT_ANSWER_CHARS = 20000
+
+
+def storable_default_answer(value: str | None) -> str | None:
+    """The default answer, held to the rule of every text the routes send (`storable_problem`)."""
+    problem = None if value is None else storable_problem(value)
+    if problem:
+        raise ValueError(f"default_answer: {problem}")
+    return value
 
 
 def synonym_groups(value: object) -> list[list[str]] | None:
@@ -119,10 +131,21 @@ def synonym_problem(groups: object) -> str | None:
             return f"group {i} has {len(terms)} terms, at most {MAX_SYNONYM_TERMS}"
         if any(not t or len(t) > MAX_SYNONYM_CHARS or "\x00" in t for t in terms):
             return f"group {i}: every term is 1-{MAX_SYNONYM_CHARS} characters, without NUL"
-        try:
-            "".join(terms).encode("utf-8")
-        except UnicodeEncodeError:
+        if storable_problem("".join(terms)):
             return f"group {i}: a term holds an unpaired surrogate (not valid Unicode text)"
+    return None
+
+
+def storable_problem(text: str) -> str | None:
+    """Why `text` cannot be stored or sent as text (kb/records.py `text_problem`, which this module may not
+    import, words the same rule): NUL, which PostgreSQL text cannot hold, or a lone surrogate, which no
+    database driver or JSON body can encode."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (it contains an unpaired surrogate)"
     return None
 
 
@@ -204,6 +227,11 @@ class KbSettings(BaseModel):
     @classmethod
     def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
         return small_talk_answers(value)
+
+    @field_validator("default_answer")
+    @classmethod
+    def _storable_default_answer(cls, value: str | None) -> str | None:
+        return storable_default_answer(value)
 
     @field_validator("synonyms", mode="before")
     @classmethod
@@ -308,6 +336,11 @@ class Settings(BaseSettings):
     @classmethod
     def _own_answers(cls, value: object) -> dict[str, list[str]] | None:
         return small_talk_answers(value)
+
+    @field_validator("default_answer")
+    @classmethod
+    def _storable_default_answer(cls, value: str | None) -> str | None:
+        return storable_default_answer(value)
 
     @field_validator("synonyms", mode="before")
     @classmethod

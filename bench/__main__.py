@@ -3,9 +3,12 @@
     python -m bench list              # each benchmark, what it measures, its latest result file
     python -m bench run NAME [ARGS]   # run one (ARGS go to it; `run NAME --help` lists them)
 
-A benchmark is a module of bench/ with a `main`; the others (reports.py, tenants_plan.py, ...) are the
-pieces benchmarks share. CATALOGUE names the result files each benchmark writes under bench/results/
-(shell patterns): some write under several names, one per setting they were run with.
+A benchmark is a module of bench/ with a `main`; the others (reports.py, serving.py, tenants_plan.py, ...)
+are the pieces benchmarks share. CATALOGUE names the result files each benchmark writes under bench/results/
+(shell patterns): some write under several names, one per setting they were run with. A result file no
+pattern names is history that docs/ cites, written by a benchmark since merged into another (the probes
+security_probe.py took in: anon_probe.md, auth_throttle.md, hostile_imports.md, console_sessions.md,
+proxy-cookie.md).
 """
 from __future__ import annotations
 
@@ -24,28 +27,23 @@ RESULTS = BENCH / "results"
 #: benchmark -> the names of its result files (patterns); () for one that prints only
 CATALOGUE: dict[str, tuple[str, ...]] = {
     "ann_params": ("ann_params*",),
-    "anon_probe": ("anon_probe*",),
-    "auth_throttle": ("auth_throttle*",),
     "build_scale": ("build_scale*",),
     "cache_replay": ("cache_replay*",),
     "compare": ("compare*",),
     "compat": ("compat*",),
     "console_load": ("console_load*",),
     "console_scale": ("console_scale*",),
-    "console_sessions": ("console_sessions*",),
     "decision_latency": ("decision_latency*",),
     "encoder_speed": ("encoder_speed*", "encoder_runtime*", "query_encoder_speed*"),
     "es_vectors": ("es_vectors*",),
     "filters": ("filters*", "filter_calibration*"),
     "floor": (),
     "hostile": ("hostile-*",),
-    "hostile_imports": ("hostile_imports*",),
     "load": ("load*",),
     "mmaicm_latency": ("mmaicm_latency*",),
     "msem_ablation": ("msem_ablation*",),
     "multilingual": ("multilingual*",),
     "peer": (),
-    "proxy_cookie": ("proxy-cookie*",),
     "replicas": ("replicas-*",),
     "rerank_latency": ("rerank_latency*",),
     "responses": (),

@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, configured_model_cache, free_port, rss_mb  # noqa: E402
+from bench.compare import configured_model_cache  # noqa: E402
+from bench.serving import Server, free_port, rss_mb  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "build_scale.json"

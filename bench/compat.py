@@ -31,8 +31,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import faq, served_env  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.serving import Server, faq, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from evaluation.turns import merged_records  # noqa: E402

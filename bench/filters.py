@@ -26,7 +26,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.serving import Server, faq, free_port  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.filters import parse_filter  # noqa: E402
@@ -49,13 +48,6 @@ ADMIN = "filters-bench-admin-token-0123456789abcdef"
 REGIONS = ("eu", "us", "apac")
 TAGS = ("web", "app", "store")
 SOURCES = tuple(f"manual-{i}.pdf" for i in range(1, 6))
-
-
-def faq(env: dict, *argv: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "cli.main", *argv], cwd=REPO, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"faq {' '.join(argv)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
-    return out.stdout + out.stderr
 
 
 def make_kb(clinc: Path, seed: int) -> tuple[list[dict], dict, list[str]]:

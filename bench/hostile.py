@@ -48,7 +48,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port  # noqa: E402
+from bench.serving import Server, faq, free_port  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from bench.load import percentiles  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
@@ -57,14 +57,6 @@ from kb.files import read_queries  # noqa: E402
 TOKEN = "hostile-bench-admin-token-of-32-chars"
 SCENARIOS = ("batches", "abandon", "import", "slowbody", "slowheaders", "sigterm")
 MAX_BATCH = 64
-
-
-def faq(env: dict, *argv: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "cli.main", *argv], cwd=REPO, env=env, capture_output=True,
-                         text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"faq {' '.join(argv)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
-    return out.stdout + out.stderr
 
 
 class Clients:

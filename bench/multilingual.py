@@ -31,7 +31,7 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import admin_client, faq, served_env  # noqa: E402
+from bench.serving import admin_client, faq, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from evaluation.metrics import QueryOutcome, answer_metrics, reliability, top1_accuracy  # noqa: E402

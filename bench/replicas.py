@@ -41,8 +41,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compare import Server, free_port, rss_mb  # noqa: E402
-from bench.hostile import Clients, faq, fresh_database  # noqa: E402
+from bench.hostile import Clients, fresh_database  # noqa: E402
+from bench.serving import Server, faq, free_port, rss_mb  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 from kb.files import read_queries  # noqa: E402
 

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anon_probe import admin_client, faq, served_env  # noqa: E402
+from bench.serving import admin_client, faq, served_env  # noqa: E402
 from evaluation.turns import merged_records  # noqa: E402
 from kb.files import write_kb  # noqa: E402
 

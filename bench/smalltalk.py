@@ -27,8 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.chitchat.answers import KINDS  # noqa: E402
-from bench.anon_probe import faq, served_env  # noqa: E402
-from bench.compare import Server, free_port  # noqa: E402
+from bench.serving import Server, faq, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.compare import Server, free_port, rss_mb, server_env
-from bench.hostile import Clients, faq
+from bench.compare import server_env
+from bench.hostile import Clients
 from bench.load import add_server_timings, percentiles
+from bench.serving import Server, faq, free_port, rss_mb
 from bench.tenants_plan import (
     ADMIN_TOKEN, COLD_TARGET_MS, LATENCY_TARGET, MULTI_MIX, MULTI_REF, RSS_SLACK, SINGLE, SINGLE_ROUTE, first_at,
     metric_value, pool_runs, ratio,

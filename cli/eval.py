@@ -290,6 +290,8 @@ def _parse_time(value: str | None, flag: str):
 
 
 def cmd_online(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from evaluation.online import format_online_markdown, online_report, write_online_report
     from cli.scope import open_kb
 
@@ -298,6 +300,8 @@ def cmd_online(args: argparse.Namespace) -> int:
         arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
         with open_kb(args) as scope:
             report = online_report(scope.store, since=since, until=until, arms=arms, control=args.control)
+    except ValidationError:  # a bad FAQ_* value: cli/main.py names the variable, as for every command
+        raise
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from typing import Any
 
 from app.kb_imports import export_contents, keep_beside, settings_problem
 from app.store import ImportReport, KbNotFound
-from cli.scope import add_kb_option, open_kb
+from cli.scope import KbScope, add_kb_option, open_kb
 from kb.formats import EXPORT_FORMATS, FORMATS, Imported, read_any, write_any
 from kb.records import DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records
 
@@ -78,28 +78,36 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"error: {name}: {problem}\nnothing was imported", file=sys.stderr)
         return EXIT_BAD_INPUT
     extras: dict[str, Any] = {}
-    # read first: a file that does not read must not leave a new, empty KB behind
+    # read first, then check against no KB before making one: a file that fails must not leave a new, empty KB
+    # behind (follow-ups naming FAQs of neither the file nor the KB are only found once the file is read)
+    scope: KbScope | None = None
     try:
-        scope = open_kb(args, create=not args.dry_run)
+        scope = open_kb(args)
     except KbNotFound as exc:
-        if not args.dry_run:
-            raise
         try:
-            kb, created, report = exc.kb, True, _report_for_new_kb(records, args.sync)
+            report = _report_for_new_kb(records, args.sync)
         except KbValidationError as problems:
             print(f"error: {problems}\nnothing was imported", file=sys.stderr)
             return EXIT_BAD_INPUT
+        kb, created = exc.kb, True
         extras = {"synonyms_added": len(imported.synonyms), "suggestions_added": len(imported.suggestions),
                   "default_answer": imported.default_answer is not None}
-    else:
+        if not args.dry_run:
+            scope = open_kb(args, create=True)
+    if scope is not None:
         kb, created = scope.name, scope.created
         with scope:
             try:
                 report = scope.store.import_records(records, sync=args.sync, dry_run=args.dry_run)
-            except KbValidationError as exc:  # read_any already checks the same rules; kept for safety
+                extras = keep_beside(scope.store, scope.name, imported, args.sync, args.dry_run)
+            except BaseException as exc:
+                if created:
+                    _forget_new_kb(scope)
+                if not isinstance(exc, KbValidationError):
+                    raise
+                # what only the store can tell (read_any and the check above apply the rules they can)
                 print(f"error: {exc}\nnothing was imported", file=sys.stderr)
                 return EXIT_BAD_INPUT
-            extras = keep_beside(scope.store, scope.name, imported, args.sync, args.dry_run)
     if args.json:
         print(json.dumps({"file": name, "format": imported.format, "kb": kb,
                           "kb_created": created and not args.dry_run, "rows": len(records), **report.as_dict(),
@@ -110,6 +118,17 @@ def cmd_import(args: argparse.Namespace) -> int:
                   f"Created KB {kb!r}.")
         print(format_report(name, len(records), report, kb, imported, extras))
     return EXIT_OK
+
+
+def _forget_new_kb(scope: KbScope) -> None:
+    """Delete the KB this import created, when its import failed and nothing else filled it meanwhile."""
+    if scope.name == DEFAULT_KB:  # the routes without /kbs/ serve it: it stays, as `faq kb delete` leaves it
+        return
+    try:
+        if scope.store.count_faqs() == 0:
+            scope.store.catalog.delete(scope.name)
+    except Exception as exc:  # the import's own error is the one to report; this one only leaves a KB behind
+        print(f"warning: KB {scope.name!r} was created and is left empty: {exc}", file=sys.stderr)
 
 
 def _report_for_new_kb(records: list[KbRecord], sync: bool) -> ImportReport:

@@ -76,10 +76,16 @@ def settings_problems(exc: ValidationError, what: str = "--set") -> list[str]:
 
 
 def settings_for(name: str, stored: dict[str, Any] | None = None) -> Settings:
-    """The deployment's settings for KB `name` with its `stored` settings over them."""
+    """The deployment's settings for KB `name` with its `stored` settings over them. A bad FAQ_* value raises
+    pydantic's ValidationError titled "Settings" as is, which cli/main.py reports naming the variable."""
+    # read before the handler below: a bad deployment value is not the KB's stored settings' fault, and
+    # blaming them would send the operator to `--unset` a key the KB does not even have
+    deployment = get_settings()
     try:
-        return get_settings().for_kb(name, stored)
+        return deployment.for_kb(name, stored)
     except ValidationError as exc:  # stored by an older version, or written to the database by hand
+        if exc.title != KbSettings.__name__:
+            raise
         raise KbChoiceError(f"KB {name!r} has stored settings this version refuses: "
                             f"{'; '.join(settings_problems(exc, 'stored'))}; fix them with "
                             f"`faq kb settings --kb {name} --unset KEY`") from None

@@ -11,26 +11,35 @@ matches above the request's threshold, up to `top`. `clarify`: the options (the 
 reply as a pair with metadata `editorial: chitchat`, as Azure's chit-chat pairs have. The request's own
 threshold filters on top of that, as the services do. A pair's answer is the FAQ's answer in the question's
 language when it has one (`service.answer_in`, as /match answers); a qnaId lookup has no question: `answer`.
+
+A qnaId lookup reaches only what a question could: a pair the request's filters exclude, or a context-only
+pair the previous pair does not prompt to, is the no-match answer. A userId is the request's session (its A/B
+arm, its query log rows); neither service limits its length, so one longer than a session id is logged as a
+digest of it, the same for all of that user's requests.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import service
 from app.api.deps import Refusal, key_refusal
 from app.api.resident_kbs import ResidentKbs, UnknownKb
-from app.api.schemas import MatchContext, MatchRequest, MatchResponse
+from app.api.errors import body_problem, format_validation_errors
+from app.api.schemas import MAX_SESSION_CHARS, MatchContext, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
+from app.turns import Turn, plan_turn
 from kb.filters import CombinedFilter, FaqFilter
 from kb.formats.base import qna_ids
 
@@ -75,7 +84,8 @@ class Outcome:
         """The extra field the official clients ignore: our decision, options and expected precision."""
         r = self.response
         if r is None:
-            return {"decision": "answer", "lookup": True}
+            found = bool(self.pairs) and self.pairs[0].id != NO_MATCH_ID
+            return {"decision": "answer" if found else "abstain", "lookup": True}
         return {"requestId": r.request_id, "decision": r.decision, "faqId": r.answer.faq_id if r.answer else None,
                 "options": [o.faq_id for o in r.options], "threshold": r.threshold,
                 "expectedPrecision": r.expected_precision, "context": r.context.applied,
@@ -138,14 +148,35 @@ def no_match(answer: str) -> Pair:
     return Pair(id=NO_MATCH_ID, faq_id=None, questions=[], answer=answer, score=0.0, source=None, metadata={})
 
 
-def lookup(state: KbState, qna_id: int) -> Outcome | None:
-    """The pair with this QnA id, score 1 (both services answer a qnaId without ranking); None if unknown."""
+def lookup(state: KbState, qna_id: int, *, flt: FaqFilter | CombinedFilter | None = None,
+           previous_qna_id: int | None = None) -> Outcome | None:
+    """The pair with this QnA id, score 1 (both services answer a qnaId without ranking); None if unknown,
+    or if a question could not be answered with it either: the request's filters exclude it, or it is
+    context-only and the previous pair does not prompt to it."""
     retriever = state.require_retriever()
     ids, faqs = id_map(state).of(retriever)
     faq_id = faqs.get(qna_id)
     if faq_id is None:
         return None
+    # the match path's own rules (app/match/): a lookup must not reach what a query cannot
+    if flt is not None and not flt.is_empty and faq_id not in retriever.select(flt).faq_ids:
+        return None
+    if faq_id in getattr(retriever, "context_only", frozenset()):
+        previous = faqs.get(previous_qna_id) if previous_qna_id is not None else None
+        if faq_id not in plan_turn(Turn(previous_faq_id=previous), "", retriever).prompted:
+            return None
     return Outcome([pair(retriever, ids, faq_id, 1.0)])
+
+
+def session_of(user_id: str | None) -> str | None:
+    """The session a compat request is logged and given its A/B arm under: its userId, or a digest of one
+    longer than a session id may be (neither service limits userId), the same for all of that user's
+    requests so the arm stays theirs."""
+    if not user_id:
+        return None
+    if len(user_id) <= MAX_SESSION_CHARS:
+        return user_id
+    return "userId-sha256:" + hashlib.sha256(user_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def ask(state: KbState, question: str, *, top: int, threshold: float, default_answer: str,
@@ -158,7 +189,7 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
         context = MatchContext(previous_faq_id=previous, previous_query=previous_query or None)
     # ranked as deep as /match ranks by default whatever `top` is: the decision (clarify needs rivals) is the same
     depth = max(top, state.settings.default_top_k)
-    item = MatchRequest(query=question, top_k=depth, session_id=user_id or None, context=context)
+    item = MatchRequest(query=question, top_k=depth, session_id=session_of(user_id), context=context)
     if flt is not None and not flt.is_empty:
         item._built_filter = flt
     response = (await service.match(state, [item]))[0]
@@ -188,7 +219,8 @@ async def respond(state: KbState, *, qna_id: int | None, question: str, top: int
     its own service's error shape."""
     try:
         if qna_id is not None:
-            return lookup(state, qna_id) or Outcome([no_match(default_answer)])
+            return (lookup(state, qna_id, flt=flt, previous_qna_id=previous_qna_id)
+                    or Outcome([no_match(default_answer)]))
         return await ask(state, question, top=top, threshold=threshold, default_answer=default_answer, flt=flt,
                          previous_qna_id=previous_qna_id, previous_query=previous_query, user_id=user_id)
     except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
@@ -226,31 +258,60 @@ class BadBody:
     target: str
     message: str
     invalid_json: bool = False
+    #: the request guard's refusals of the body itself (408 too slow, 413 too large, 415 not JSON) keep theirs
+    status: int = 400
+    headers: dict[str, str] = field(default_factory=dict)
+    #: each status's code in the services' error shapes
+    CODES: ClassVar[dict[int, str]] = {408: "RequestTimeout", 413: "PayloadTooLarge", 415: "UnsupportedMediaType"}
+
+    @property
+    def code(self) -> str | None:
+        """The error code of a status other than 400 (None: the route's own code for a bad argument)."""
+        return self.CODES.get(self.status)
 
 
 async def read_body(request: Request, model: Any) -> Any:
-    """The JSON body as `model` (an empty body is `{}`), or a BadBody naming the first bad field."""
+    """The JSON body as `model` (an empty body is `{}`), or a BadBody naming the first bad field and why,
+    in the words of /match's errors (app/api/errors.py)."""
     try:
-        return model.model_validate(json.loads(await request.body() or b"{}"))
+        raw = await request.body()
+    except StarletteHTTPException as exc:  # the request guard's (app/api/middleware/request_guard.py)
+        return BadBody("body", str(exc.detail), status=exc.status_code, headers=dict(exc.headers or {}))
+    try:
+        return model.model_validate(json.loads(raw or b"{}"))
     except ValidationError as exc:
         first = exc.errors()[0]
-        return BadBody(".".join(str(p) for p in first["loc"]) or "body", first["msg"])
-    except ValueError as exc:  # bad JSON, bad UTF-8, a number too long to convert
-        return BadBody("body", f"the body is not valid JSON: {exc}", invalid_json=True)
+        return BadBody(".".join(str(p) for p in first["loc"]) or "body", _reason(first))
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, a huge number, nesting past the stack
+        return BadBody("body", f"the body is not valid JSON: {body_problem(exc) or exc}", invalid_json=True)
+
+
+def _reason(error: Any) -> str:
+    """Why a field was refused, from a pydantic error, without pydantic's wording."""
+    kind, ctx = error.get("type"), error.get("ctx") or {}
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind == "string_unicode":  # a lone surrogate (JSON's \ud800 escape) in a field without STORABLE
+        return "must be valid Unicode text (it contains an unpaired surrogate)"
+    return format_validation_errors([error])[0]["message"]
 
 
 __all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
-           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "respond", "state_for"]
+           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "respond", "session_of",
+           "state_for"]
 
 
 def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
     """(status, message, headers) of an error `service.match` raises that is not the client's fault (no
     index yet, overload, a deadline, an engine down), as the compat routes answer it; None for others."""
+    from app.api.state import KbSettingsRefused
     from app.api.workers import DeadlineExceeded, Overloaded
     from app.match import NoIndexError
     from index.elasticsearch.vectors import VectorStoreUnavailable
     from index.lexical import LexicalUnavailable
 
+    if isinstance(exc, KbSettingsRefused):
+        return 503, str(exc), {}
     if isinstance(exc, NoIndexError):
         return 503, str(exc) or "no index built yet: run `faq index build`", {"Retry-After": "30"}
     if isinstance(exc, Overloaded):

@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.metrics import ServiceMetrics
 from app.api.state import NO_INDEX_REASON
 from app.api.workers import DeadlineExceeded, Overloaded
+from app.api.state import KbSettingsRefused
 from app.match import NoIndexError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
@@ -176,6 +177,10 @@ def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
                 return answer_error(request, 400, f"invalid JSON body: {problem}",
                                     detail=[{"field": "body", "message": problem}])
         return answer_error(request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(KbSettingsRefused)
+    async def on_kb_settings_refused(request: Request, exc: KbSettingsRefused) -> Response:
+        return answer_error(request, 503, str(exc))
 
     @app.exception_handler(NoIndexError)
     async def on_no_index(request: Request, exc: NoIndexError) -> Response:

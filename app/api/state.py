@@ -23,6 +23,8 @@ import weakref
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from app.query_rewrite import QueryRewrites
 from app.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
@@ -44,6 +46,18 @@ if TYPE_CHECKING:
     from index.retriever import Retriever
 
 log = logging.getLogger(__name__)
+
+
+class KbSettingsRefused(RuntimeError):
+    """A KB's stored settings hold a value this version refuses (stored by an older one, or by hand): the KB
+    cannot be served until they are fixed, and every request to it is told how."""
+
+    def __init__(self, kb: str, exc: ValidationError):
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))
+        super().__init__(f"KB {kb!r} has stored settings this version refuses ({problems}): fix them with "
+                         f"`faq kb settings --kb {kb} --unset KEY` (or --set KEY=VALUE)")
+        self.kb = kb
 
 NO_INDEX_REASON = "no index built: run `faq index build`"
 
@@ -133,7 +147,10 @@ class KbState:
             self.store = resources.store if self.is_default else resources.store.for_kb(self.kb)
         # the KB's own settings (`faq kb settings`) over the deployment's
         self.applied_settings = self.stored_settings()
-        self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
+        try:
+            self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
+        except ValidationError as exc:  # stored by an older version, or written to the database by hand
+            raise KbSettingsRefused(self.kb, exc) from None
         self.registry = open_registry(self.settings)
         manifest = self._current_manifest()
         self.query_encoder = self._load_query_encoder(manifest)

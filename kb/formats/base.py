@@ -20,6 +20,8 @@ from kb.records import KbRecord
 
 #: the numbers QnA Maker and Azure use as QnA ids are 32-bit signed integers (their .NET clients parse them so)
 MAX_QNA_ID = 2**31 - 1
+#: a faq_id that is a QnA id as those services write one: ASCII digits, at most as many as MAX_QNA_ID has
+_QNA_NUMBER = re.compile(r"[0-9]{1,10}")
 
 
 @dataclass
@@ -104,7 +106,8 @@ def qna_ids(faq_ids: Iterable[str]) -> dict[str, int]:
     ids = sorted(set(faq_ids))
     out: dict[str, int] = {}
     for f in ids:
-        if f.isdigit() and 0 < int(f) <= MAX_QNA_ID and str(int(f)) == f:
+        # ASCII digits only: str.isdigit() also holds for "²" and "①", which int() refuses
+        if _QNA_NUMBER.fullmatch(f) and 0 < int(f) <= MAX_QNA_ID and str(int(f)) == f:
             out[f] = int(f)
     taken = set(out.values())
     for f in ids:

@@ -12,7 +12,8 @@ Mapping: each Question is an FAQ with one phrasing, its `name`; the answer is th
 as readable text (block elements end lines, `<li>` items are "- " lines, links read `text (url)` with the
 url made absolute against the page's URL, entities decoded, whitespace collapsed within lines); faq_id is
 `slug_id(question)`, the same on every import; source is the page's canonical URL (`<link rel="canonical">`,
-else `<meta property="og:url">`), else none.
+else `<meta property="og:url">`) when it is an http(s) address, else none (a note names the one refused). Links
+in answers are shown when they lead to an http(s), mailto or tel address, or a relative one.
 A page giving its questions both ways (a plugin's JSON-LD beside the theme's microdata) yields each question
 once: microdata questions already read from JSON-LD (same text, case and spacing aside) are skipped, with
 a note. `suggestedAnswer`s are not kept (a note counts them). Errors name the line of the Question's
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from kb.files import validate_rows
 from kb.formats.base import Imported, json_key_pattern, line_finder, slug_id
@@ -53,6 +54,14 @@ _HIDDEN = {"script", "style", "template", "noscript", "head", "title"}
 _URL_PROPS = {"a": "href", "link": "href", "area": "href", "img": "src", "audio": "src", "video": "src",
               "source": "src", "iframe": "src", "object": "data", "time": "datetime", "data": "value",
               "meter": "value"}
+
+#: what an FAQ's source may be: /match returns it, and clients show it as a link to the page, so only an
+#: address a browser opens as a page is kept (never `javascript:`, `data:` or `file:`)
+WEB_SCHEMES = ("http", "https")
+#: what a link inside an answer may point to: a page, or an address to write to or call
+_LINK_SCHEMES = WEB_SCHEMES + ("mailto", "tel")
+#: what a browser strips from both ends of a URL: the C0 controls and the space
+_URL_PADDING = "".join(map(chr, range(0x21)))
 
 Row = tuple[int, dict | None, str | None]
 
@@ -100,7 +109,7 @@ class TextRenderer:
         elif tag == "a" and self.links:
             href, at = self.links.pop()
             shown = " ".join("".join(self.parts[at:]).split())
-            url = joined(self.base(), href.strip()) if href and _shown_url(href) else ""
+            url = _link_target(self.base(), href)
             if shown and url and url not in (shown, f"mailto:{shown}", f"tel:{shown}"):
                 self._text(f" ({url})")
         if tag in _PARAGRAPH:
@@ -146,10 +155,39 @@ def joined(base: str | None, href: str) -> str:
         return href
 
 
-def _shown_url(href: str) -> bool:
-    """Whether a link's target is worth showing: not an anchor on the page nor a script."""
-    h = href.strip().lower()
-    return bool(h) and not h.startswith(("#", "javascript:"))
+def _link_target(base: str | None, href: str | None) -> str:
+    """Where a link in an answer is shown to lead: its URL made absolute against the page's, when that is an
+    http(s), mailto or tel address or stays relative; "" for an anchor on the page, a script, data, a file."""
+    if not href or not href.strip() or href.strip().startswith("#"):
+        return ""
+    url = joined(base, href.strip())
+    return url if _scheme(url) in _LINK_SCHEMES + ("",) else ""
+
+
+def _cleaned(url: str) -> str:
+    # browsers drop tabs and line breaks anywhere in a URL, and controls and spaces around it: "java\tscript:"
+    # runs as a script there, so it must be read as one here
+    return re.sub(r"[\t\n\r]", "", url).strip(_URL_PADDING)
+
+
+def _scheme(url: str) -> str | None:
+    """The URL's scheme in lower case as a browser reads it ('' for a relative URL), None when it does not parse."""
+    try:
+        return urlsplit(_cleaned(url)).scheme.lower()
+    except ValueError:  # "http://[::1" and the like
+        return None
+
+
+def web_url(url: str | None) -> str | None:
+    """`url` as a browser reads it when it is an absolute http(s) address with a host, else None."""
+    if not url:
+        return None
+    cleaned = _cleaned(url)
+    try:
+        parts = urlsplit(cleaned)
+        return cleaned if parts.scheme.lower() in WEB_SCHEMES and parts.hostname else None
+    except ValueError:  # "http://[::1" and the like
+        return None
 
 
 class _Fragment(HTMLParser):
@@ -300,9 +338,23 @@ class _Page(HTMLParser):
             self._close(self.stack.pop())
 
     def url(self) -> str | None:
-        """What relative links are relative to: <base href>, else the page's own URL."""
-        page = self.canonical or self.og_url
+        """What relative links are relative to: <base href>, else the page's own URL (`source`)."""
+        page = self.source()[0]
         return joined(page, self.base_href) if self.base_href else page
+
+    def source(self) -> tuple[str | None, str | None]:
+        """The page's own URL: its canonical link (a relative one, as a few CMSs write it, taken against
+        og:url), else og:url, whichever is an http(s) address (`web_url`); and the first one refused, if any."""
+        refused = None
+        candidates = [joined(self.og_url, self.canonical) if self.canonical else None, self.og_url]
+        for url in candidates:
+            if url is None:
+                continue
+            kept = web_url(url)
+            if kept:
+                return kept, refused
+            refused = refused or url
+        return None, refused
 
     def _head(self, tag: str, attrs: dict[str, str | None]) -> None:
         if tag == "base" and attrs.get("href") and self.base_href is None:
@@ -374,8 +426,10 @@ def read(path: str | Path, name: str) -> Imported:
             problems.append((item.line, None, "this FAQPage has no mainEntity Question items"))
     if not found:
         raise KbFormatError([f"{name}:1: no schema.org FAQPage (JSON-LD or microdata) in this page"], source=name)
-    # a relative canonical link (a few CMSs write one) is taken against og:url
-    source = joined(page.og_url, page.canonical) if page.canonical else page.og_url
+    source, refused = page.source()
+    if refused is not None:
+        notes.append(f"the page's URL {refused[:80]!r} is not an http(s) address: "
+                     + (f"the FAQs' source is {source}" if source else "the FAQs have no source"))
     rows: list[Row] = list(problems)
     from_json_ld: dict[str, _Faq] = {}
     for f in faqs:

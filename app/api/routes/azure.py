@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from app.api import compat
+from app.api.state import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import CombinedFilter, FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS
@@ -142,6 +143,8 @@ async def query_knowledgebases(
                      version, inner="KnowledgeBaseNotFound")
     body = await compat.read_body(request, AnswersOptions)
     if isinstance(body, compat.BadBody):
+        if body.code is not None:
+            return error(body.status, body.code, body.message, version, body.target, headers=body.headers)
         return error(400, "InvalidArgument", f"Invalid input. {body.message if body.invalid_json else body.target + ': ' + body.message}",
                      version, body.target, inner="InvalidRequest" if body.invalid_json else "InvalidParameterValue")
     has_question = bool((body.question or "").strip())
@@ -156,6 +159,8 @@ async def query_knowledgebases(
     except compat.UnknownKb:
         return error(404, "ProjectNotFound", f"no project {project!r} (`faq kb list`)", version,
                      inner="KnowledgeBaseNotFound")
+    except KbSettingsRefused as exc:
+        return error(503, "ServiceUnavailable", str(exc), version)
     ctx = body.context
     outcome = await compat.respond(
         state, qna_id=body.qnaId, question=body.question or "", top=body.top,

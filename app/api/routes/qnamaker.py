@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator
 
 from app.api import compat
+from app.api.state import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
@@ -122,14 +123,17 @@ async def generate_answer(request: Request, kb: str) -> JSONResponse:
         return error(404, "KbNotFound", f"no knowledge base {name!r}: KB names are a-z, 0-9, '-' and '_'")
     body = await compat.read_body(request, GenerateAnswer)
     if isinstance(body, compat.BadBody):
-        return error(400, "BadArgument", body.message if body.invalid_json else f"{body.target}: {body.message}",
-                     body.target)
+        return error(body.status, body.code or "BadArgument",
+                     body.message if body.invalid_json or body.code else f"{body.target}: {body.message}",
+                     body.target, headers=body.headers)
     if body.qnaId is None and not (body.question or "").strip():
         return error(400, "BadArgument", "question must not be empty (or send qnaId)", "question")
     try:
         state = await compat.state_for(request, kb)
     except compat.UnknownKb:
         return error(404, "KbNotFound", f"no knowledge base {kb!r} (`faq kb list`)")
+    except KbSettingsRefused as exc:
+        return error(503, "ServiceUnavailable", str(exc))
     ctx = body.context
     outcome = await compat.respond(
         state, qna_id=body.qnaId, question=body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,

@@ -106,18 +106,22 @@ def test_botbuilder_qnamaker_gets_answers_from_a_turn(server):
                 top=3, strict_filters=[Metadata(name="plan", value="monthly")]))
             prompt = await qna.get_answers(_turn("No phone with me"), QnAMakerOptions(
                 context=QnARequestContext(previous_qna_id=1, previous_user_query="my bike won't unlock")))
-            by_id = await qna.get_answers(_turn("anything"), QnAMakerOptions(qna_id=9))
+            # 9 is context-only: a lookup reaches it as a question would, after the pair that prompts to it
+            by_id = await qna.get_answers(_turn("anything"), QnAMakerOptions(
+                qna_id=9, context=QnARequestContext(previous_qna_id=8)))
+            out_of_context = await qna.get_answers(_turn("anything"), QnAMakerOptions(qna_id=9))
             none = await qna.get_answers_raw(_turn("what's the capital of Peru"))
-            return first, filtered, prompt, by_id, none
+            return first, filtered, prompt, by_id, out_of_context, none
         finally:
             await qna.close()
 
-    first, filtered, prompt, by_id, none = asyncio.run(ask())
+    first, filtered, prompt, by_id, out_of_context, none = asyncio.run(ask())
     assert first[0].id == 1 and 0.3 < first[0].score <= 1.0  # botbuilder divides our 0-100 score by 100
     assert [p.display_text for p in first[0].context.prompts] == ["It still won't open", "No phone with me"]
     assert {a.id for a in filtered} <= {5, 6} and filtered
     assert prompt[0].id == 3 and prompt[0].context.is_context_only
     assert by_id[0].id == 9 and by_id[0].answer.startswith("Open *History*")
+    assert out_of_context == []  # the no-match answer, under the client's threshold
     assert none.answers == []  # the no-match answer (score 0) is under any threshold the client applies
 
 
