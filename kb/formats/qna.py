@@ -32,7 +32,8 @@ from typing import IO, Any
 
 from kb.files import csv_escape, csv_unescape, huge_number_problem, nesting_problem, validate_rows
 from kb.formats.base import (
-    Imported, KbContents, faq_groups, line_finder, json_key_pattern, qna_ids, suggestions_by_faq,
+    Imported, KbContents, faq_groups, json_container_problem, line_finder, json_key_pattern, qna_ids,
+    suggestions_by_faq,
 )
 from kb.records import KbFormatError, type_name
 
@@ -408,6 +409,9 @@ def load_json(path: str | Path, name: str) -> tuple[Any, str]:
         text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise KbFormatError([f"{name}:1: not valid UTF-8 ({exc.reason} at byte {exc.start})"], source=name) from None
+    problem = json_container_problem(text)
+    if problem is not None:
+        raise KbFormatError([f"{name}:1: {problem}"], source=name)
     try:
         return json.loads(text), text
     except json.JSONDecodeError as exc:
