@@ -220,7 +220,8 @@ def qna_id_of(value: Any) -> tuple[str | None, str | None]:
         return None, "QnaId must be a positive integer"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "٣" (which it reads as 3)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
         value = int(value.strip())
     if isinstance(value, int) and value > 0:
         return str(value), None
