@@ -205,7 +205,9 @@ class MatchResponse(BaseModel):
     cached: bool = Field(default=False, description="answered from the query cache (same query, options and index)")
     context: ContextOut = Field(default_factory=lambda: ContextOut(applied="none"),
                                 description="what the request's context changed")
-    language: str = Field(default="en", description="the query's language as detected (ISO 639-1)")
+    language: str = Field(default="en", description="the query's language as detected (ISO 639-1; text in a script "
+                                                    "no supported language uses is labelled with its own language, or "
+                                                    "`und` when it cannot be told)")
     reason: Literal["language"] | None = Field(
         default=None, description="why the decision was forced: language: the query is in none of the KB's "
                                   "`languages`, so it is not answered (abstain)")

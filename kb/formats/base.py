@@ -63,6 +63,22 @@ def clean_synonyms(groups: Iterable[Iterable[str]]) -> list[list[str]]:
     return out
 
 
+#: objects and arrays one JSON document of an import may hold, counted on the text before it is parsed: Python
+#: spends about 70 bytes on each even when empty, so a few MB of `{},{},...` would take hundreds of MB parsed;
+#: a real export of the most pairs an import reads (50,000) holds well under half of it, links in answers included
+MAX_JSON_CONTAINERS = 1_000_000
+
+
+def json_container_problem(text: str) -> str | None:
+    """Why `text` is refused before json.loads builds it (too many objects and arrays), or None. Brackets
+    inside strings are counted too: the bound is an upper one, never too low."""
+    n = text.count("{") + text.count("[")
+    if n > MAX_JSON_CONTAINERS:
+        return (f"holds up to {n:,} JSON objects and arrays, more than the {MAX_JSON_CONTAINERS:,} one import "
+                "parses (split the file)")
+    return None
+
+
 def line_finder(text: str):
     """`(pattern, start) -> (line, end)`: the line of the next match of `pattern` in `text` from `start`, so
     a JSON importer can name the line of each item it reads (None when there is no match)."""

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from urllib.parse import urljoin, urlsplit
 
 from kb.files import validate_rows
-from kb.formats.base import Imported, json_key_pattern, line_finder, slug_id
+from kb.formats.base import Imported, json_container_problem, json_key_pattern, line_finder, slug_id
 from kb.records import KbFormatError
 
 NAME = "faqpage"
@@ -482,6 +482,10 @@ def _json_ld(line: int, text: str, faqs: list[_Faq], problems: list[Row], counts
     """Reads one JSON-LD script's FAQPage questions into `faqs`; whether it held an FAQPage."""
     # a few CMSs still wrap scripts in comment or CDATA markers; blanked, so JSON's lines stay the page's
     body = re.sub(r"^\s*(<!--|//\s*<!\[CDATA\[)|(-->|//\s*\]\]>)\s*$", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    too_big = json_container_problem(body)
+    if too_big is not None:
+        problems.append((line, None, f"this JSON-LD script {too_big}"))
+        return True
     try:
         doc = json.loads(body)
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
@@ -492,7 +496,7 @@ def _json_ld(line: int, text: str, faqs: list[_Faq], problems: list[Row], counts
         problems.append((where, None, f"invalid JSON-LD: {getattr(exc, 'msg', str(exc))}"))
         return True
     find = line_finder(text)
-    pos = 0
+    pos, lost = 0, False
     pages = list(_faq_pages(doc, 0))
     nodes = dict(_identified(doc, 0)) if pages else {}
     for page in pages:
@@ -506,8 +510,11 @@ def _json_ld(line: int, text: str, faqs: list[_Faq], problems: list[Row], counts
                                                or ("@type" not in q and "name" in q)):
                 continue
             question = q.get("name")
-            pattern = json_key_pattern("name", question) if isinstance(question, str) else None
+            # a name not found as JSON writes it (escaped otherwise) sends the search through the whole script
+            # twice: after one, the later questions keep the script's line rather than search it again each
+            pattern = json_key_pattern("name", question) if isinstance(question, str) and not lost else None
             at = (find(pattern, pos) or find(pattern, 0)) if pattern else None
+            lost = lost or (pattern is not None and at is None)
             q_line, pos = (line + at[0] - 1, at[1]) if at is not None else (line, pos)
             faqs.append(_json_ld_question(q_line, q, nodes, counts, base))
     return bool(pages)

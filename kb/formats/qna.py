@@ -12,6 +12,13 @@ Mapping (docs/migrate-from-azure.md has the user's table):
   SuggestedQuestions    proposals in the review queue (never phrasings), and written back on export
 The tables (TSV, XLSX) have a header row naming these columns in any order and case; columns they do not
 name are ignored and said once in the import's notes.
+
+A TSV cell is text with backslash escapes in Question, Answer and Source (`\\n`, `\\t`, `\\r`, `\\\\`), and as
+written in the others (JSON, `key:value`, a boolean, a number: none holds a tab or a newline). Every cell that
+a spreadsheet would run as a formula gets a leading `'` on export and loses exactly one on import, as our CSV
+(kb/files.py), so export -> import is lossless; an XLSX cell is typed text and needs neither.
+A TSV is read one line at a time; a file's tables together may have at most MAX_ROWS rows, a JSON export
+as many pairs.
 """
 from __future__ import annotations
 
@@ -21,11 +28,12 @@ import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from kb.files import validate_rows
+from kb.files import csv_escape, csv_unescape, huge_number_problem, nesting_problem, validate_rows
 from kb.formats.base import (
-    Imported, KbContents, faq_groups, line_finder, json_key_pattern, qna_ids, suggestions_by_faq,
+    Imported, KbContents, faq_groups, json_container_problem, line_finder, json_key_pattern, qna_ids,
+    suggestions_by_faq,
 )
 from kb.records import KbFormatError, type_name
 
@@ -33,7 +41,16 @@ COLUMNS = ["Question", "Answer", "Source", "Metadata", "SuggestedQuestions", "Is
 _KNOWN = {c.lower() for c in COLUMNS} | {"sourcedisplayname"}
 _UNESCAPE = re.compile(r"\\(\\|n|r|t)")
 _UNESCAPED = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
-_SAFE_META = re.compile(r"[^:|\r\n]+")
+#: metadata written as `key:value|...`; anything else (a tab included, which would split the TSV cell) as JSON
+_SAFE_META = re.compile(r"[^:|\t\r\n]+")
+#: the columns whose TSV cells use backslash escapes; the others hold JSON or plain values written as they are
+_BACKSLASHED = {"question", "answer", "source"}
+#: the rows one import reads, every table of the file together (blank lines count: a line's number is
+#: what is checked). A QnA Maker KB of tens of thousands of pairs fits (its portal imports TSVs of at most
+#: 10 MB, some 20,000 rows of real answers); millions of short or blank lines, which a few KB of ZIP can
+#: hold, are refused at the first row past it. Each row costs about 3 KB until the import is written
+#: (checked, grouped, stored), so 50,000 keep an import under 200 MB
+MAX_ROWS = 50_000
 
 Row = tuple[int, dict | None, str | None]
 
@@ -48,17 +65,35 @@ def escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
+def write_cell(text: str, column: str | None = None) -> str:
+    """`text` as a TSV cell of `column` (lower-case; None: text with backslash escapes), formula-escaped."""
+    return csv_escape(escape(text) if column is None or column in _BACKSLASHED else text)
+
+
+def read_cell(cell: str, column: str | None = None) -> str:
+    """`write_cell` undone."""
+    text = csv_unescape(cell)
+    return unescape(text) if column is None or column in _BACKSLASHED else text
+
+
+def tsv_text(rows: list[list[str]], columns: list[str] | None = None) -> str:
+    """Rows as TSV text, each cell by `write_cell` for its column of `columns` (the header's names; None: every
+    cell is escaped text). The header row is written as it is."""
+    names = [c.lower() for c in columns] if columns else []
+    lines = ["\t".join(rows[0])] if columns and rows else []
+    for row in rows[1:] if columns else rows:
+        lines.append("\t".join(write_cell(c, names[i] if i < len(names) else None) for i, c in enumerate(row)))
+    return "\n".join(lines) + "\n"
+
+
 def parse_metadata(cell: str | None) -> tuple[dict[str, str] | None, str | None]:
     """A Metadata cell -> (dict, None) or (None, why not)."""
     text = (cell or "").strip()
     if not text or text == "[]" or text == "{}":
         return {}, None
     if text[0] in "[{":
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return None, f"Metadata is not valid JSON: {exc.msg} (column {exc.colno})"
-        return metadata_of(value)
+        value, problem = _json_cell("Metadata", text)
+        return (None, problem) if problem else metadata_of(value)
     out: dict[str, str] = {}
     for part in text.split("|"):
         if not part.strip():
@@ -110,10 +145,19 @@ def parse_json_cell(column: str, cell: str | None) -> tuple[Any, str | None]:
     text = (cell or "").strip()
     if not text:
         return [], None
+    return _json_cell(column, text)
+
+
+def _json_cell(column: str, text: str) -> tuple[Any, str | None]:
+    """(the cell's JSON, None) or (None, why not): whatever json.loads raises is the cell's fault."""
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
         return None, f"{column} is not valid JSON: {exc.msg} (column {exc.colno})"
+    except RecursionError:
+        return None, f"{column} is not valid JSON: {nesting_problem()}"
+    except ValueError:  # int() refusing a number of more digits than it converts
+        return None, f"{column} is not valid JSON: {huge_number_problem(None)}"
 
 
 def follow_ups_of(prompts: Any) -> tuple[list[dict[str, str]] | None, str | None]:
@@ -154,23 +198,20 @@ def suggested_of(value: Any) -> list[str]:
     """Every suggested question in a SuggestedQuestions cell or activeLearningSuggestions: strings, or
     objects with "question" / "clusterHead", nested under "suggestedQuestions" or "alternateQuestionList"."""
     out: list[str] = []
-
-    def walk(v: Any) -> None:
+    # a stack, not recursion: a cell may nest lists almost as deep as the JSON parser allows
+    todo: list[Any] = [value]
+    while todo:
+        v = todo.pop()
         if isinstance(v, str):
             if v.strip():
                 out.append(v.strip())
         elif isinstance(v, list):
-            for x in v:
-                walk(x)
+            todo.extend(reversed(v))
         elif isinstance(v, dict):
             v = lower_keys(v)  # ClusterHead / AlternateQuestionList in the portal's TSV, camelCase in JSON
-            for key in ("question", "clusterhead"):
-                if isinstance(v.get(key), str):
-                    walk(v[key])
-            for key in ("suggestedquestions", "alternatequestionlist", "questions"):
-                walk(v.get(key))
-
-    walk(value)
+            found = [v[key] for key in ("question", "clusterhead") if isinstance(v.get(key), str)]
+            found += [v.get(key) for key in ("suggestedquestions", "alternatequestionlist", "questions")]
+            todo.extend(reversed(found))
     return list(dict.fromkeys(out))
 
 
@@ -179,7 +220,8 @@ def qna_id_of(value: Any) -> tuple[str | None, str | None]:
         return None, "QnaId must be a positive integer"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "٣" (which it reads as 3)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
         value = int(value.strip())
     if isinstance(value, int) and value > 0:
         return str(value), None
@@ -189,7 +231,8 @@ def qna_id_of(value: Any) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------- tables (TSV, XLSX)
 
 def read_table(name: str, fmt: str, rows: Iterable[tuple[int, list[Any]]], escaped: bool) -> Imported:
-    """Rows of cells (the first the header) -> Imported. `escaped`: cells use TSV's `\\n` escapes."""
+    """Rows of cells (the first the header) -> Imported. `escaped`: TSV cells (`read_cell`); else XLSX ones.
+    `rows` may be lazy: each is checked as it comes, so only the records are kept."""
     it = iter(rows)
     try:
         header_line, header = next(it)
@@ -204,15 +247,22 @@ def read_table(name: str, fmt: str, rows: Iterable[tuple[int, list[Any]]], escap
     notes = [f"column {h!r} is not kept" for h in header if str(h or "").strip()
              and str(h).strip().lower() not in _KNOWN]
     suggestions: list[tuple[str, str]] = []
+    records = validate_rows(name, _pair_rows(it, columns, escaped, suggestions))
+    return Imported(format=fmt, records=records, suggestions=_known(suggestions, records), notes=notes)
+
+
+def _pair_rows(rows: Iterator[tuple[int, list[Any]]], columns: list[str], escaped: bool,
+               suggestions: list[tuple[str, str]]) -> Iterator[Row]:
+    """The table's rows after its header as validate_rows takes them; their suggested questions are added to
+    `suggestions`."""
     by_answer: dict[str, str] = {}
-    out_rows: list[Row] = []
-    for line, cells in it:
+    for line, cells in rows:
         texts = ["" if c is None else str(c) for c in cells]
         if not any(t.strip() for t in texts):
             continue
         cell = {col: (texts[i] if i < len(texts) else "") for i, col in enumerate(columns)}
         if escaped:
-            cell = {k: unescape(v) if k in ("question", "answer") else v for k, v in cell.items()}
+            cell = {k: read_cell(v, k) for k, v in cell.items()}
         problems: list[str] = []
         if "qnaid" in cell and cell["qnaid"].strip():
             faq_id, problem = qna_id_of(cell["qnaid"])
@@ -230,14 +280,12 @@ def read_table(name: str, fmt: str, rows: Iterable[tuple[int, list[Any]]], escap
         suggested, problem = parse_json_cell("SuggestedQuestions", cell.get("suggestedquestions"))
         problems += [problem] if problem else []
         if problems:
-            out_rows.extend((line, None, p) for p in problems)
+            yield from ((line, None, p) for p in problems)
             continue
-        suggestions += [(faq_id, q) for q in suggested_of(suggested)]
-        out_rows.append((line, {"faq_id": faq_id, "question": cell["question"], "answer": cell["answer"],
-                                "metadata": metadata, "source": cell.get("source", "").strip() or None,
-                                "follow_ups": follow_ups, "context_only": context_only}, None))
-    records = validate_rows(name, out_rows)
-    return Imported(format=fmt, records=records, suggestions=_known(suggestions, records), notes=notes)
+        suggestions.extend((faq_id, q) for q in suggested_of(suggested))
+        yield (line, {"faq_id": faq_id, "question": cell["question"], "answer": cell["answer"],
+                      "metadata": metadata, "source": cell.get("source", "").strip() or None,
+                      "follow_ups": follow_ups, "context_only": context_only}, None)
 
 
 def _known(suggestions: list[tuple[str, str]], records: list) -> list[tuple[str, str]]:
@@ -248,13 +296,63 @@ def _known(suggestions: list[tuple[str, str]], records: list) -> list[tuple[str,
     return list(dict.fromkeys((f, q) for f, q in kept if (f, q.lower()) not in phrasings and q))
 
 
-def tsv_rows(path: str | Path, name: str) -> Iterator[tuple[int, list[str]]]:
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise KbFormatError([f"{name}:1: not valid UTF-8 ({exc.reason} at byte {exc.start})"], source=name) from None
-    for line_no, line in enumerate(text.split("\n"), start=1):
-        yield line_no, line.rstrip("\r").split("\t")
+class TooManyRows(KbFormatError):
+    """A file past MAX_ROWS: the whole import stops there, whichever table it was reading."""
+
+
+class RowLimit:
+    """The rows an import may still read (MAX_ROWS), shared by every table of one file: a ZIP's TSVs, a
+    workbook's sheets."""
+
+    def __init__(self, source: str, most: int = MAX_ROWS):
+        self.source, self.most, self.read = source, most, 0
+
+    def count(self, where: str) -> None:
+        """One more row, at `where` (`file:line`); KbFormatError past the limit."""
+        self.read += 1
+        if self.read > self.most:
+            raise self._past(where)
+
+    def ahead(self, name: str, lines: int) -> None:
+        """KbFormatError at once when `lines` more rows of `name` would be past the limit."""
+        if self.read + lines > self.most:
+            raise self._past(f"{name}:{self.most - self.read + 1}")
+
+    def _past(self, where: str) -> TooManyRows:
+        return TooManyRows([f"{where}: more than {self.most:,} rows, the most one import reads (split the file)"],
+                             source=self.source)
+
+
+def line_count(stream: IO[bytes]) -> int:
+    """The lines `tsv_stream` would read from `stream`, counted at C speed a MB at a time: checking them
+    against the limit first refuses a file of too many rows before any is checked, which takes seconds."""
+    lines, last = 0, b"\n"
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        lines, last = lines + chunk.count(b"\n"), chunk
+    return lines + (not last.endswith(b"\n"))
+
+
+def tsv_rows(path: str | Path, name: str, limit: RowLimit | None = None) -> Iterator[tuple[int, list[str]]]:
+    limit = limit or RowLimit(name)
+    with open(path, "rb") as fh:
+        limit.ahead(name, line_count(fh))
+        fh.seek(0)
+        yield from tsv_stream(fh, name, limit)
+
+
+def tsv_stream(stream: IO[bytes], name: str, limit: RowLimit) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of each line of `stream` that holds something, read one line at a time; a blank
+    line is counted against `limit` but never decoded or kept."""
+    for line_no, raw in enumerate(stream, start=1):
+        limit.count(f"{name}:{line_no}")
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise KbFormatError([f"{name}:{line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start} of the "
+                                 "line)"], source=limit.source) from None
+        yield line_no, (text[:-1] if text.endswith("\n") else text).rstrip("\r").split("\t")
 
 
 def table_rows(contents: KbContents) -> tuple[list[list[str]], list[str]]:
@@ -279,8 +377,7 @@ def table_rows(contents: KbContents) -> tuple[list[list[str]], list[str]]:
 
 def write_tsv(path: str | Path, contents: KbContents) -> tuple[int, int]:
     rows, _ = table_rows(contents)
-    lines = ["\t".join(escape(c) for c in row) for row in rows]
-    _atomic_write(path, "\n".join(lines) + "\n")
+    _atomic_write(path, tsv_text(rows, COLUMNS))
     return counts(contents)
 
 
@@ -313,6 +410,9 @@ def load_json(path: str | Path, name: str) -> tuple[Any, str]:
         text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise KbFormatError([f"{name}:1: not valid UTF-8 ({exc.reason} at byte {exc.start})"], source=name) from None
+    problem = json_container_problem(text)
+    if problem is not None:
+        raise KbFormatError([f"{name}:1: {problem}"], source=name)
     try:
         return json.loads(text), text
     except json.JSONDecodeError as exc:
@@ -327,13 +427,20 @@ def qna_items(name: str, fmt: str, items: Any, text: str, list_key: str, metadat
     """QnA objects of a JSON export -> rows (one per question, at the line of the QnA's id) and suggestions."""
     if not isinstance(items, list):
         return [(1, None, f"{list_key} must be a list of QnA objects, got {type_name(items)}")], []
+    if len(items) > MAX_ROWS:  # each pair is a row at least
+        raise TooManyRows([f"{name}:1: {list_key} holds {len(items):,} QnA pairs, more than the {MAX_ROWS:,} rows "
+                           "one import reads (split the file)"], source=name)
     find = line_finder(text)
-    pos = 0
+    pos, line, lost = 0, 1, False
     rows: list[Row] = []
     suggestions: list[tuple[str, str]] = []
     for i, item in enumerate(items):
-        at = find(json_key_pattern("id", item.get("id")), pos) if isinstance(item, dict) else None
-        line, pos = at if at is not None else (1, pos)
+        # an id not found as JSON writes it (spelt 1.0, say) sends the search to the end of the text: after
+        # one, the later pairs keep the last line found rather than search the rest of the text again
+        searched = isinstance(item, dict) and "id" in item and not lost
+        at = find(json_key_pattern("id", item["id"]), pos) if searched else None
+        lost = lost or (searched and at is None)
+        line, pos = at if at is not None else (line if lost else 1, pos)
         where = f"{list_key}[{i}]"
         if not isinstance(item, dict):
             rows.append((line, None, f"{where} must be an object, got {type_name(item)}"))

@@ -55,7 +55,7 @@ def read(path: str | Path, name: str) -> Imported:
         raise KbFormatError([f"{name}:1: a QnABot export is an object {{\"qna\": [items]}}, got {got}"],
                             source=name)
     find = line_finder(text)
-    pos = 0
+    pos, line, lost = 0, 1, False
     rows: list[Row] = []
     skipped: Counter[str] = Counter()
     other: Counter[str] = Counter()
@@ -63,8 +63,12 @@ def read(path: str | Path, name: str) -> Imported:
     ssml: list[str] = []
     templated = 0
     for i, item in enumerate(items):
-        at = find(json_key_pattern("qid", item.get("qid")), pos) if isinstance(item, dict) else None
-        line, pos = at if at is not None else (1, pos)
+        # a qid not found as JSON writes it (or none at all) sends the search to the end of the text: after one,
+        # the later items keep the last line found rather than search the rest of the text again each
+        searched = isinstance(item, dict) and not lost
+        at = find(json_key_pattern("qid", item.get("qid")), pos) if searched else None
+        lost = lost or (searched and at is None)
+        line, pos = at if at is not None else (line if lost else 1, pos)
         if not isinstance(item, dict):
             rows.append((line, None, f"qna[{i}] must be an object, got {type_name(item)}"))
             continue

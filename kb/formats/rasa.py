@@ -20,6 +20,7 @@ intent; a retrieval response no intent uses is skipped with a note, as Rasa only
 utterances), synonyms, regexes and lookups are skipped, each kind with one note. A response given twice
 with other text keeps the first; a note names both. Two intents sharing examples through a YAML alias are
 an error (each node is read once, so aliases cannot multiply the file). Rasa 1's Markdown data is not read.
+A file nested deeper than MAX_YAML_DEPTH is refused at the line where it goes past it.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kb.files import validate_rows
@@ -48,8 +50,27 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 #: named test_*, Rasa's mark of a test file), trained models, results, custom actions; hidden folders
 #: (.rasa/ caches, .venv/) are left out too
 _NOT_TRAINING = {"tests", "models", "results", "actions"}
+#: lists and mappings inside one another in a YAML file: Rasa's data is a handful deep, and PyYAML's composer
+#: recurses once per level, so a file nested thousands deep would overflow Python's stack
+MAX_YAML_DEPTH = 100
 
 Row = tuple[int, dict | None, str | None]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader refusing, at its line, a node nested deeper than MAX_YAML_DEPTH."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: object) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels of lists and mappings",
+                                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 @dataclass
@@ -197,7 +218,7 @@ def _load(file: str, path: Path, problems: list[tuple[str, int, str]]) -> Node |
         problems.append((file, 1, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"))
         return None
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problems.append((file, mark.line + 1 if mark else 1, f"invalid YAML: {exc.problem or exc.context}"))

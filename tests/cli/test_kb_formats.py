@@ -131,3 +131,33 @@ def test_a_kb_of_our_own_ids_exports_with_stable_qna_ids(faq_env, tmp_path, caps
     assert a == json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))
     assert sorted(q["questions"][0] for q in a["assets"]["qnas"]) == ["How do I reset my password?", "When open?"]
     assert all(isinstance(q["id"], int) and q["id"] > 0 for q in a["assets"]["qnas"])
+
+
+def _hostile(name: str) -> bytes | str:
+    from tests.helpers import hostile_files as h
+
+    return {"bomb.zip": h.newline_zip, "many.zip": lambda: h.many_members_zip(1_001),
+            "laughs.xlsx": lambda: h.workbook_with(h.SHEET, h.billion_laughs()),
+            "external.xlsx": lambda: h.workbook_with(h.SHEET, h.external_entity()),
+            "broken.xlsx": lambda: h.workbook_with(h.SHEET, h.broken_sheet()),
+            "deep.tsv": lambda: h.deep_cell_tsv("Prompts"), "deep.yml": h.deep_rasa_yaml}[name]()
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("bomb.zip", "bomb.zip/QnAs.tsv: unpacks to 1,020 times its compressed size (8,388,687 bytes), more than the "
+                 "100 times of any real KB file"),
+    ("many.zip", "many.zip: 1,001 entries in the archive, more than the 1,000 an import opens"),
+    ("laughs.xlsx", "laughs.xlsx/xl/worksheets/sheet1.xml:2: declares a DTD (entity definitions), which no workbook "
+                    "has: refused unread"),
+    ("external.xlsx", "external.xlsx/xl/worksheets/sheet1.xml:2: declares a DTD"),
+    ("broken.xlsx", "broken.xlsx/xl/worksheets/sheet1.xml:2: invalid XML: mismatched tag"),
+    ("deep.tsv", "deep.tsv:2: Prompts is not valid JSON: nested too deeply"),
+    ("deep.yml", "deep.yml:8: invalid YAML: nested deeper than 100 levels of lists and mappings")])
+def test_a_hostile_file_exits_2_naming_its_limit_and_creates_no_kb(faq_env, tmp_path, capsys, name, reason):
+    data = _hostile(name)
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    code, _, err = run(capsys, "kb", "import", str(path), "--kb", "probe")
+    assert code == 2, err
+    assert f"{tmp_path}/{reason}" in err and "nothing was imported" in err and "Traceback" not in err
+    assert "probe" not in run(capsys, "kb", "list", "--json")[1]

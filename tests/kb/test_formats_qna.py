@@ -1,9 +1,12 @@
 """QnA Maker and Azure question answering exports (kb/formats/qna.py, qnamaker.py, azure.py): what each column
-becomes, every file kind read and written back, and broken files refused whole with `file:line: reason`."""
+becomes, every file kind read and written back (cells a spreadsheet would run as formulas escaped, and read back
+as they were), and broken files refused whole with `file:line: reason`."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from kb.formats import KbContents, detect, read_any, write_any
 from kb.formats.base import qna_ids
 from kb.formats.qna import COLUMNS, escape, parse_metadata, unescape
-from kb.records import KbFormatError
+from kb.records import KbFormatError, KbRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 TSV = FIXTURES / "qnamaker-export.tsv"
@@ -192,3 +195,48 @@ def test_a_replica_written_here_keeps_synonyms_and_the_default_answer(tmp_path, 
     again = read_any(out, "azure")
     assert (again.records, again.synonyms, again.suggestions, again.default_answer) == (
         first.records, first.synonyms, first.suggestions, first.default_answer)
+
+
+FORMULA_LEADS = ["=SUM(A1)", "+1 555", "-5 degrees", "@here", "'=quoted", "''-twice", "'plain"]
+
+
+def _formula_kb() -> KbContents:
+    records = [KbRecord(str(i), f"{lead} how {i}?", f"{lead} answer {i}\nsecond line \\ and\ta tab",
+                        metadata={"k": f"{lead} value", "tabbed": "a\tb"}, source=f"{lead} source",
+                        follow_ups=[{"faq_id": str(i % len(FORMULA_LEADS) + 1), "text": f'{lead} "quoted" \\ text'}])
+               for i, lead in enumerate(FORMULA_LEADS, start=1)]
+    return KbContents(records, synonyms=[["=sum", "total"], ["-x", "+y", "@z"]], default_answer="=Sorry,\nno answer",
+                      suggestions=[("1", "=HYPERLINK(1)")])
+
+
+def _cells(text: str) -> list[str]:
+    return [cell for line in text.splitlines() for cell in line.split("\t")]
+
+
+@pytest.mark.parametrize("fmt,suffix", [("qnamaker", ".tsv"), ("azure", ".tsv"), ("azure", ".zip"),
+                                        ("qnamaker", ".zip"), ("qnamaker", ".xlsx")])
+def test_formula_cells_are_escaped_and_read_back_as_they_were(tmp_path, fmt, suffix):
+    contents = _formula_kb()
+    out = tmp_path / f"kb{suffix}"
+    write_any(out, fmt, contents)
+    if suffix == ".tsv":
+        texts = [out.read_text(encoding="utf-8")]
+    elif suffix == ".zip":
+        with zipfile.ZipFile(out) as archive:
+            texts = [archive.read(i).decode("utf-8") for i in archive.infolist()]
+    else:
+        texts = []  # a workbook's cells are typed text: nothing to escape
+    for text in texts:
+        assert not [c for c in _cells(text) if re.match(r"[=+\-@]", c)]
+    again = read_any(out, fmt)
+    fields = [(r.faq_id, r.question, r.answer, r.metadata, r.source, r.follow_ups) for r in contents.records]
+    assert [(r.faq_id, r.question, r.answer, r.metadata, r.source, r.follow_ups) for r in again.records] == fields
+    assert again.suggestions == contents.suggestions
+    if suffix != ".tsv":
+        assert (again.synonyms, again.default_answer) == (contents.synonyms, contents.default_answer)
+
+
+def test_a_tsv_of_another_product_keeps_its_raw_formula_cells(tmp_path):
+    path = tmp_path / "kb.tsv"
+    path.write_text("\t".join(COLUMNS) + "\n=1+1\t@team: ask here\t\t\t[]\tFalse\t[]\t1\n", encoding="utf-8")
+    assert [(r.question, r.answer) for r in read_any(path).records] == [("=1+1", "@team: ask here")]

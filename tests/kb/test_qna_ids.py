@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import given, settings, strategies as st
 
 from kb.formats import read_any, write_any
@@ -44,3 +46,11 @@ def test_a_kb_of_unicode_digit_ids_exports_to_both_services(tmp_path_factory, id
         assert {by_answer[f"Answer {n}."] for n in range(len(ids))} == {str(expected[f]) for f in ids}
     project = json.loads((folder / "kb.json").read_text(encoding="utf-8"))
     assert sorted(q["id"] for q in project["assets"]["qnas"]) == sorted(expected.values())
+
+
+@pytest.mark.parametrize("cell", ["²", "①", "٣", "１２", "9" * 5000, "-3", "1.5"])
+def test_a_qnaid_cell_of_anything_but_ascii_digits_is_refused_at_its_line(cell):
+    from kb.formats.qna import qna_id_of
+
+    faq_id, problem = qna_id_of(cell)
+    assert faq_id is None and problem.startswith("QnaId must be a positive integer")

@@ -8,7 +8,9 @@ what the CLI accepts: a file with any bad line imports nothing; what the file ke
 (synonyms, default answer, suggested phrasings) is stored as the CLI stores it (app/kb_imports.py). The checked records wait in the user's
 console session (its database row, so any replica can apply it; FAQ_MAX_UPLOAD_BYTES bounds them) between the dry run and the
 apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
-`import_records` writes in one transaction, so a failed apply changes nothing.
+`import_records` writes in one transaction, so a failed apply changes nothing. The readers bound what an upload may
+unpack to (a ZIP's or workbook's entries, bytes and ratio, a file's rows: kb/formats/replica.py, qna.py) and refuse
+past it before it costs memory, so a bomb of a few KB is a 422 naming the limit like any bad line.
 """
 from __future__ import annotations
 
