@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api import service
 from app.api.deps import Refusal, key_refusal
 from app.api.resident_kbs import ResidentKbs, UnknownKb
-from app.api.errors import body_problem, format_validation_errors
+from app.api.errors import body_problem, format_validation_errors, problem_of
 from app.api.schemas import MAX_SESSION_CHARS, MatchContext, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
@@ -302,26 +302,10 @@ __all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID
 
 
 def service_error(exc: BaseException) -> tuple[int, str, dict[str, str]] | None:
-    """(status, message, headers) of an error `service.match` raises that is not the client's fault (no
-    index yet, overload, a deadline, an engine down), as the compat routes answer it; None for others."""
-    from app.api.state import KbSettingsRefused
-    from app.api.workers import DeadlineExceeded, Overloaded
-    from app.match import NoIndexError
-    from index.elasticsearch.vectors import VectorStoreUnavailable
-    from index.lexical import LexicalUnavailable
-
-    if isinstance(exc, KbSettingsRefused):
-        return 503, str(exc), {}
-    if isinstance(exc, NoIndexError):
-        return 503, str(exc) or "no index built yet: run `faq index build`", {"Retry-After": "30"}
-    if isinstance(exc, Overloaded):
-        return exc.status_code, str(exc), {"Retry-After": str(exc.retry_after)}
-    if isinstance(exc, DeadlineExceeded):
-        return 503, str(exc), {"Retry-After": "1"}
-    if isinstance(exc, (LexicalUnavailable, VectorStoreUnavailable)):
-        return 503, f"a search engine is unavailable: {exc}", {"Retry-After": "10"}
-    return None
-
+    """(status, message, headers) of an error `service.match` raises that is not a bug (app/api/errors.py
+    `problem_of`, the one table), which each compat route writes in its service's shape; None for others."""
+    problem = problem_of(exc)
+    return None if problem is None else (problem.status, problem.message, dict(problem.headers))
 
 def body_schema(model: Any) -> dict[str, Any]:
     """`openapi_extra` documenting `model` as the JSON body of a route that reads its body by hand (to answer

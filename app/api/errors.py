@@ -10,7 +10,8 @@
   as HTTP exceptions, answered here;
 - match queue full -> 503, or 429 for batch requests that have used their half of it, both with
   Retry-After; not answered within FAQ_REQUEST_TIMEOUT_MS -> 503 with Retry-After;
-- no index -> 503 "no index built: run `faq index build`";
+- the service's own errors (`problem_of`, one table for every edge): no index -> 503 "no index built: run
+  `faq index build`"; a `+rerank` arm without a re-ranker -> 409; a KB whose stored settings are refused -> 503;
 - lexical arm while its engine is unavailable (Elasticsearch down, no lexical index) -> 503 naming it;
 - anything else unexpected -> 500 `{"error": "internal server error", "request_id": ...}`, logged with
   the traceback. Client input must never reach this handler (tests fuzz /match to check).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -32,10 +34,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.metrics import ServiceMetrics
-from app.api.state import NO_INDEX_REASON
-from app.api.workers import DeadlineExceeded, Overloaded
 from app.api.state import KbSettingsRefused
-from app.match import NoIndexError
+from app.api.workers import DeadlineExceeded, Overloaded
+from app.match import NoIndexError, NoStagesError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from kb.files import huge_number_problem, nesting_problem
@@ -156,6 +157,42 @@ def answer_error(request: Request, status_code: int, message: str, headers: dict
     return error_response(status_code, message, headers=headers, **extra)
 
 
+# -- the service's errors: one table ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Problem:
+    """An error the service raises that is not a bug, as every edge answers it: the JSON errors here, the
+    compat routes' shapes (app/api/compat.py) and the console's pages (app/api/console/try_page.py)."""
+
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+#: the errors `problem_of` answers (each raised with its message by the code that knows why)
+SERVICE_ERRORS: tuple[type[Exception], ...] = (KbSettingsRefused, NoIndexError, NoStagesError, Overloaded,
+                                                 DeadlineExceeded, LexicalUnavailable, VectorStoreUnavailable)
+
+
+def problem_of(exc: BaseException) -> Problem | None:
+    """The status, message and headers of one of SERVICE_ERRORS; None for anything else."""
+    if isinstance(exc, KbSettingsRefused):  # not the client's fault, nor passing: fixed by the KB's operator
+        return Problem(503, str(exc))
+    if isinstance(exc, NoIndexError):
+        return Problem(503, str(exc), {"Retry-After": "30"})
+    if isinstance(exc, NoStagesError):
+        return Problem(409, str(exc))
+    if isinstance(exc, Overloaded):
+        return Problem(exc.status_code, str(exc), {"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, DeadlineExceeded):
+        return Problem(503, str(exc), {"Retry-After": "1"})
+    if isinstance(exc, LexicalUnavailable):  # only the lexical arms depend on it: the ann arms keep serving
+        return Problem(503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": "
+                            f"\"ann\")", {"Retry-After": "10"})
+    if isinstance(exc, VectorStoreUnavailable):
+        return Problem(503, f"the vector store is unavailable: {exc}", {"Retry-After": "10"})
+    return None
+
+
 # -- the handlers ---------------------------------------------------------------------------------
 def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     @app.exception_handler(RequestValidationError)
@@ -178,33 +215,15 @@ def add_exception_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
                                     detail=[{"field": "body", "message": problem}])
         return answer_error(request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(KbSettingsRefused)
-    async def on_kb_settings_refused(request: Request, exc: KbSettingsRefused) -> Response:
-        return answer_error(request, 503, str(exc))
+    async def on_service_error(request: Request, exc: Exception) -> Response:
+        problem = problem_of(exc)
+        assert problem is not None  # registered for the table's types only
+        if isinstance(exc, Overloaded):
+            metrics.rejected.labels(status=str(problem.status)).inc()
+        return answer_error(request, problem.status, problem.message, headers=problem.headers or None)
 
-    @app.exception_handler(NoIndexError)
-    async def on_no_index(request: Request, exc: NoIndexError) -> Response:
-        return answer_error(request, 503, str(exc) or NO_INDEX_REASON, headers={"Retry-After": "30"})
-
-    @app.exception_handler(LexicalUnavailable)
-    async def on_lexical_unavailable(request: Request, exc: LexicalUnavailable) -> Response:
-        # only the lexical arms depend on it: the ann arms keep serving
-        return answer_error(
-            request, 503, f"the lexical arms are unavailable: {exc}; the ann arms keep serving (send \"arm\": \"ann\")",
-            headers={"Retry-After": "10"})
-
-    @app.exception_handler(VectorStoreUnavailable)
-    async def on_vector_store_unavailable(request: Request, exc: VectorStoreUnavailable) -> Response:
-        return answer_error(request, 503, f"the vector store is unavailable: {exc}", headers={"Retry-After": "10"})
-
-    @app.exception_handler(Overloaded)
-    async def on_overloaded(request: Request, exc: Overloaded) -> Response:
-        metrics.rejected.labels(status=str(exc.status_code)).inc()
-        return answer_error(request, exc.status_code, str(exc), headers={"Retry-After": str(exc.retry_after)})
-
-    @app.exception_handler(DeadlineExceeded)
-    async def on_deadline(request: Request, exc: DeadlineExceeded) -> Response:
-        return answer_error(request, 503, str(exc), headers={"Retry-After": "1"})
+    for kind in SERVICE_ERRORS:
+        app.add_exception_handler(kind, on_service_error)
 
     @app.exception_handler(Exception)
     async def on_server_bug(request: Request, exc: Exception) -> Response:

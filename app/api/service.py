@@ -14,22 +14,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import HTTPException, status
 from starlette.concurrency import run_in_threadpool
 
 from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.arms import arm_split, resolve_arm, uses_stages
-from app.match import MatchQuery, MatchResult
+from app.match import MatchQuery, MatchResult, NoStagesError
 from app.turns import Turn
 from models.language import Detection
 from models.language import detect as detect_language
 
 log = logging.getLogger(__name__)
 
-NO_RERANKER = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
-               "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "
-               "leave it out")
 
 
 # -- match -----------------------------------------------------------------------------------------
@@ -56,14 +52,12 @@ class MatchTrace:
 
 async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | None = None) -> list[MatchResponse]:
     """Answer `items` on the KB's served index through its batcher, count them in the metrics and queue their
-    query-log rows. Raises HTTPException 409 when an arm needs re-ranking stages and none is installed, and the
+    query-log rows. Raises NoStagesError when an arm needs re-ranking stages and none is installed, and the
     batcher's and pipeline's own errors (NoIndexError, Overloaded, DeadlineExceeded, LexicalUnavailable...)."""
     arms = [arm_of(state, item) for item in items]
     for arm in arms:
         if uses_stages(arm) and not state.stages:
-            problem = state.stage_problem
-            raise HTTPException(status_code=status.HTTP_409_CONFLICT,
-                                detail=f"{problem or NO_RERANKER} (arm {arm!r} needs a re-ranker)")
+            raise NoStagesError(state.stage_problem, arm)
     retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
     settings = state.settings
     rewrite = state.rewrites.for_retriever(settings.synonyms, retriever)

@@ -29,7 +29,7 @@ from app.query_rewrite import QueryRewrites
 from app.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
 )
-from app.match import NoIndexError, Pipeline
+from app.match import NO_INDEX, NoIndexError, Pipeline
 from app.served_build import OpenBuilds
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder, check_query_encoder
@@ -59,7 +59,6 @@ class KbSettingsRefused(RuntimeError):
                          f"`faq kb settings --kb {kb} --unset KEY` (or --set KEY=VALUE)")
         self.kb = kb
 
-NO_INDEX_REASON = "no index built: run `faq index build`"
 
 
 class QueryLogDisabled(RuntimeError):
@@ -247,7 +246,7 @@ class KbState:
     def require_retriever(self) -> Retriever:
         retriever = self.retriever  # read once: the request keeps this object
         if retriever is None:
-            raise NoIndexError(self.not_ready_reason or NO_INDEX_REASON)
+            raise NoIndexError(self.not_ready_reason or NO_INDEX)
         return retriever
 
     # -- swapping ----------------------------------------------------------------------------
@@ -262,7 +261,7 @@ class KbState:
             version = self.registry.current() if self.registry is not None else None
             if version is None:
                 if previous is None:
-                    self.not_ready_reason = NO_INDEX_REASON
+                    self.not_ready_reason = NO_INDEX
                 return prev_version, prev_version
             if previous is not None and version == prev_version:
                 return prev_version, prev_version  # already served: nothing to load
@@ -402,7 +401,7 @@ class KbState:
             "tombstones": getattr(retriever, "n_tombstones", None) if retriever is not None else None,
             "kb_revision": self.kb_revision,
             "loaded_at": self.loaded_at,
-            "reason": None if retriever is not None else (self.not_ready_reason or NO_INDEX_REASON),
+            "reason": None if retriever is not None else (self.not_ready_reason or NO_INDEX),
             "decision": self.decision_summary(),
         }
 

@@ -111,7 +111,7 @@ class Pipeline:
             return []
         retriever = retriever if retriever is not None else self.current_retriever()
         if retriever is None:
-            raise NoIndexError("no index built: run `faq index build`")
+            raise NoIndexError()
         t0 = time.perf_counter()
         found = cache.cached(self, requests, retriever)
         todo = cache.missing(found)

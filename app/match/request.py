@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from app.turns import NO_TURN, Turn
 from index.candidates import FaqMatch, RetrieverLike
 
-__all__ = ["FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError"]
+__all__ = ["NO_INDEX", "NO_STAGES", "FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,23 @@ class MatchResult:
 Group = tuple[Sequence[MatchQuery], RetrieverLike, float | None]
 
 
+#: why a KB without a served build cannot answer (its own reason when a build failed to load)
+NO_INDEX = "no index built: run `faq index build`"
+#: why a `+rerank` arm cannot run
+NO_STAGES = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq train reranker` (or `faq train "
+             "mmaicm`, `faq train analogy`, `faq train siamese`) to use `rerank: true`; send `rerank: false` or "
+             "leave it out")
+
+
 class NoIndexError(RuntimeError):
     """No retriever is loaded (no build yet, or the current build could not be loaded)."""
 
+    def __init__(self, reason: str | None = None):
+        super().__init__(reason or NO_INDEX)
+
 
 class NoStagesError(RuntimeError):
-    """A `+rerank` arm was asked for but no stage is installed."""
+    """A `+rerank` arm was asked for but no stage is installed (or the installed one could not load)."""
+
+    def __init__(self, reason: str | None = None, arm: str | None = None):
+        super().__init__((reason or NO_STAGES) + (f" (arm {arm!r} needs a re-ranker)" if arm else ""))

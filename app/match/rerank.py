@@ -49,7 +49,7 @@ def rerank(batch: Batch, item: Item, candidates: list[FaqMatch]) -> list[FaqMatc
     answering build's)."""
     pipeline, request = batch.pipeline, item.request
     if not pipeline.stages:
-        raise NoStagesError("no re-ranker installed: set FAQ_RERANKER to a re-ranker folder")
+        raise NoStagesError()
     head = candidates[: max(request.top_k, pipeline.rerank_k)]
     for stage in pipeline.stages:
         stage = batch.served.stage(stage) if batch.served is not None else stage

@@ -7,22 +7,19 @@ import json
 import logging
 from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
 from app.api.console.explain import explain
+from app.api.errors import SERVICE_ERRORS, problem_of
 from app.api.console.pages import (checked_post, current, flash, kb_state, kb_url, page_router, problem_page,
                                    pydantic_problems, redirect, render)
 from app.api.schemas import MAX_ID_CHARS, MatchRequest
 from app.api.state import QueryLogDisabled
-from app.api.workers import DeadlineExceeded, Overloaded
-from app.match import NoIndexError
 from app.store import FaqNotFound, FeedbackAlreadyRecorded, FeedbackSessionMismatch
-from index.elasticsearch.vectors import VectorStoreUnavailable
-from index.lexical import LexicalUnavailable
 from kb.files import nesting_problem
 from kb.records import field_problem
 
@@ -69,13 +66,9 @@ async def try_question(request: Request, kb: str) -> Response:
     trace = service.MatchTrace()
     try:
         result = (await service.match(state, [item], trace))[0]
-    except NoIndexError as exc:
-        return render(request, "try.html", 503, errors={"form": str(exc) or "no index built: run `faq index build`"},
-                      **page)
-    except (Overloaded, DeadlineExceeded, LexicalUnavailable, VectorStoreUnavailable) as exc:
-        return render(request, "try.html", 503, errors={"form": f"{exc}: try again later"}, **page)
-    except HTTPException as exc:
-        return render(request, "try.html", exc.status_code, errors={"form": str(exc.detail)}, **page)
+    except SERVICE_ERRORS as exc:
+        problem = problem_of(exc)
+        return render(request, "try.html", problem.status, errors={"form": problem.message}, **page)
     page["result"] = result
     why, why_problem = None, None
     if trace.results and state.pipeline is not None:

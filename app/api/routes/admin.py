@@ -30,6 +30,7 @@ from app.api.schemas import (
     ReloadResult,
 )
 from app.api.state import KbState
+from app.match import NoIndexError
 
 log = logging.getLogger(__name__)
 
@@ -164,5 +165,5 @@ def reload_index(state: KbState = Depends(get_state)) -> ReloadResult:
         log.exception("index reload failed")
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"reload failed: {exc}") from exc
     if version is None:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=state.not_ready_reason or "no index built")
+        raise NoIndexError(state.not_ready_reason)
     return ReloadResult(previous_version=previous, version=version, swapped=previous != version)

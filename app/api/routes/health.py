@@ -13,7 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import get_state, readiness_state, require_metrics_reader
 from app.api.schemas import ErrorBody, Health, Readiness
-from app.api.state import NO_INDEX_REASON, KbState
+from app.api.state import KbState
+from app.match import NO_INDEX
 
 router = APIRouter(tags=["health"])
 #: mounted bare (the default KB) and under /kbs/{kb}: a KB is ready when its index is loaded
@@ -41,7 +42,7 @@ async def readyz(state: KbState | None = Depends(readiness_state)) -> Response:
         return JSONResponse(status_code=503, content=Readiness(ready=False, reason=NOT_RESIDENT_REASON).model_dump())
     retriever = state.retriever
     if retriever is None:
-        reason = state.not_ready_reason or NO_INDEX_REASON
+        reason = state.not_ready_reason or NO_INDEX
         return JSONResponse(status_code=503, content=Readiness(ready=False, reason=reason).model_dump())
     # ready = /match answers; a part that only some arms need is reported, not made fatal
     lexical = await run_in_threadpool(state.lexical_problem)
