@@ -50,8 +50,8 @@ def encoder_busy(app):
 
     thread = threading.Thread(target=hold)
     thread.start()
-    held.wait(5)
     try:
+        assert held.wait(5), "the gate was not taken"
         yield
     finally:
         release.set()
@@ -75,6 +75,11 @@ async def until(predicate, timeout_s: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out waiting for the queue"
         await asyncio.sleep(0.01)
+
+
+def dispatcher_idle(batcher) -> bool:
+    """The dispatcher has run what it had taken and waits for new work (it clears its wake-up only then)."""
+    return not batcher._wakeup.is_set()
 
 
 def batch(n: int, offset: int = 0) -> dict:
@@ -121,8 +126,7 @@ def test_a_full_queue_refuses_singles_with_503(built, encoder):  # noqa: F811
                 gate = app.state.service.encoder._gate
                 await until(lambda: len(gate._waiting) == 1)  # the dispatcher took it and waits for the encoder
                 singles = [asyncio.create_task(client.post("/match", json={"query": f"refund {i}"})) for i in range(128)]
-                while batcher.queued < 128:
-                    await asyncio.sleep(0.01)
+                await until(lambda: batcher.queued == 128)
                 refused = await client.post("/match", json={"query": "one too many"})
             done = await asyncio.gather(first, *singles)
         await ctx.__aexit__(None, None, None)
@@ -177,7 +181,9 @@ def test_deadline_answers_503_and_drops_the_queued_work(built, encoder):  # noqa
                 late = await client.post("/match/batch", json=batch(64))
                 waited = time.perf_counter() - t0
                 queued = app.state.service.batcher.queued
-            await asyncio.sleep(0.3)
+            # the slice that was waiting for the encoder runs now; a request sent before it ends would wait
+            # behind it and, on a slow machine, miss its own 300 ms deadline
+            await until(lambda: dispatcher_idle(app.state.service.batcher))
             after = await client.post("/match", json={"query": "cancel my order"})
             metrics = (await client.get("/metrics")).text
         await ctx.__aexit__(None, None, None)
@@ -203,10 +209,12 @@ class RawClient:
         self.messages = list(messages)
         self.sent: list[dict] = []
         self.gone = asyncio.Event()
+        self.drained = asyncio.Event()  # the app has read every message and waits for more
 
     async def receive(self) -> dict:
         if self.messages:
             return self.messages.pop(0)
+        self.drained.set()
         await self.gone.wait()
         return {"type": "http.disconnect"}
 
@@ -294,7 +302,7 @@ def test_a_half_sent_body_whose_client_leaves_is_counted_as_499(built, encoder):
         ctx = await started(app)
         client = RawClient(app, "/match", [{"type": "http.request", "body": b'{"query"', "more_body": True}])
         task = asyncio.create_task(client.call())
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(client.drained.wait(), 20)  # leave while the app waits for the rest of the body
         client.disconnect()
         await task
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
@@ -322,14 +330,19 @@ def test_a_bulk_kb_change_is_encoded_in_small_chunks_that_queries_overtake(tmp_p
         state = app.state.service
         inner = state.encoder.inner
         encode = inner.encode
-        inner.encode = lambda texts, **kw: (calls.append((threading.current_thread().name, len(texts))),
-                                            encode(texts, **kw))[1]
+        loop, encoding = asyncio.get_running_loop(), asyncio.Event()
+
+        def counted(texts, **kw):
+            calls.append((threading.current_thread().name, len(texts)))
+            loop.call_soon_threadsafe(encoding.set)
+            return encode(texts, **kw)
+
+        inner.encode = counted
         store.import_records([KbRecord("bulk", f"bulk question number {i} about parcels", "An answer.", [])
                               for i in range(120)])
-        refresh = asyncio.get_running_loop().run_in_executor(None, state.refresh_kb)
+        refresh = loop.run_in_executor(None, state.refresh_kb)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            while not calls:
-                await asyncio.sleep(0.001)
+            await asyncio.wait_for(encoding.wait(), 20)  # the queries are sent while the refresh encodes
             answers = [await client.post("/match", json={"query": q}) for q in QUERIES[:3]]
             assert await refresh
             bulk = await client.post("/match", json={"query": "bulk question number 7 about parcels"})

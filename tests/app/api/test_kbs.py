@@ -298,6 +298,8 @@ def test_hot_swap_of_one_kb_under_load(kbs, encoder):  # noqa: F811
     app = create_app(settings.model_copy(update={"kb_poll_seconds": 0}), store=store, encoder=encoder)
     failures: list[str] = []
     seen: dict[str, set[str]] = {"/match": set(), "/kbs/shop/match": set()}
+    answered: dict[str, int] = {path: 0 for path in seen}
+    lock = threading.Lock()
     stop = threading.Event()
 
     def client_loop(path: str) -> None:
@@ -305,25 +307,41 @@ def test_hot_swap_of_one_kb_under_load(kbs, encoder):  # noqa: F811
             while not stop.is_set():
                 try:
                     r = client.post(path, json={"query": "can I bring my dog"})
-                    if r.status_code != 200:
-                        failures.append(f"{path} {r.status_code}: {r.text[:200]}")
-                    else:
-                        seen[path].add(r.json()["index_version"])
+                    with lock:
+                        if r.status_code != 200:
+                            failures.append(f"{path} {r.status_code}: {r.text[:200]}")
+                        else:
+                            seen[path].add(r.json()["index_version"])
+                            answered[path] += 1
                 except Exception as exc:  # noqa: BLE001 - a connection error is a failure too
-                    failures.append(repr(exc))
+                    with lock:
+                        failures.append(repr(exc))
+
+    def answers_after(counts: dict[str, int], more: int) -> None:
+        """Wait until each path has answered `more` requests beyond `counts` (or something failed)."""
+        deadline = time.monotonic() + 60
+        while True:
+            with lock:
+                if failures or all(answered[p] >= counts[p] + more for p in answered):
+                    return
+            assert time.monotonic() < deadline, f"the clients stalled: {answered}"
+            time.sleep(0.05)
 
     with LiveServer(app) as server:
         threads = [threading.Thread(target=client_loop, args=(p,)) for p in seen for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        answers_after({p: 0 for p in seen}, 4)  # both KBs are under load before the swap
         shop = store.for_kb("shop")
         shop.create_faq("toilets", "Toilets are next to the entrance.", ["Where are the toilets?"])
         v2 = build(shop, app.state.service.encoder, settings.for_kb("shop"))["version"]
         with httpx.Client(base_url=server.url, timeout=60) as admin:
             r = admin.post("/kbs/shop/admin/index/reload", headers=bearer(ROOT))
             assert r.status_code == 200 and r.json()["version"] == v2, r.text
-            time.sleep(1.0)
+            with lock:
+                reloaded = dict(answered)
+            # beyond the 4 threads' requests in flight during the reload: each path answers after it too
+            answers_after(reloaded, 8)
             stop.set()
             for t in threads:
                 t.join(60)

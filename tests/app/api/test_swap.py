@@ -56,7 +56,14 @@ def test_reload_under_concurrent_load(tmp_path, encoder):  # noqa: F811
         threads = [threading.Thread(target=client_loop, args=(n,)) for n in range(CLIENTS)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        # the swap comes once the load is on: some requests must have been answered by the old index
+        deadline = time.monotonic() + 60
+        while True:
+            with lock:
+                if len(outcomes) >= CLIENTS or failures:
+                    break
+            assert time.monotonic() < deadline, "the clients got no answers"
+            time.sleep(0.05)
         store.create_faq("pets", "Pets are welcome in our stores.", ["Can I bring my dog into the shop?"])
         # build with the service's encoder: its lock keeps the tokenizer from being used by two threads at once
         v2 = build(store, app.state.service.encoder, settings)["version"]  # activates `current`; not served yet

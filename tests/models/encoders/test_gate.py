@@ -7,13 +7,21 @@ import time
 from models.encoders.base import PriorityGate
 
 
+def until(predicate, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "the gate never reached the expected state"
+        time.sleep(0.001)
+
+
 def test_waiters_are_served_by_priority_then_arrival():
     gate = PriorityGate()
     order: list[str] = []
-    release = threading.Event()
+    held, release = threading.Event(), threading.Event()
 
     def holder():
         with gate.hold(0):
+            held.set()
             release.wait(5)
 
     def waiter(name: str, priority: int):
@@ -22,15 +30,15 @@ def test_waiters_are_served_by_priority_then_arrival():
 
     first = threading.Thread(target=holder)
     first.start()
-    time.sleep(0.05)
+    assert held.wait(5)
     threads = []
-    for name, priority in [("bulk-1", 1), ("query-1", 0), ("bulk-2", 1), ("query-2", 0)]:
+    for n, (name, priority) in enumerate([("bulk-1", 1), ("query-1", 0), ("bulk-2", 1), ("query-2", 0)], start=1):
         t = threading.Thread(target=waiter, args=(name, priority))
         t.start()
         threads.append(t)
-        time.sleep(0.05)
+        # arrival order is the order the tickets were taken: the next waiter starts only once this one queues
+        until(lambda n=n: len(gate._waiting) == n)
     release.set()
     for t in [first, *threads]:
         t.join(5)
-    assert order[:2] == ["query-1", "query-2"]
-    assert sorted(order[2:]) == ["bulk-1", "bulk-2"]
+    assert order == ["query-1", "query-2", "bulk-1", "bulk-2"]
