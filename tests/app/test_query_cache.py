@@ -1,4 +1,4 @@
-"""app/query_cache.py on its own: which texts are one entry, what is counted, and that a new served build
+"""app/match/cache.py's QueryCache on its own: which texts are one entry, what is counted, and that a new served build
 (a swap, a KB change) never answers from an older one's entries. tests/app/test_pipeline.py covers the cache
 as the pipeline uses it (no encoding on a repeat)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from app.query_cache import QueryCache, cache_text
+from app.match.cache import QueryCache, cache_text
 from app.served_build import OpenBuilds, ServedBuild
 
 KEY = (cache_text("How long is delivery?"), "ann", 3, 0.5)

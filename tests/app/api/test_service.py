@@ -9,12 +9,13 @@ import logging
 from types import SimpleNamespace
 
 import pytest
-from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
 from app.api import service
+from app.api.errors import problem_of
 from app.api.main import create_app
 from app.api.schemas import MatchRequest
+from app.match import NoStagesError
 from app.settings import Settings
 from app.store import FaqNotFound, FeedbackAlreadyRecorded
 from models.language import Detection
@@ -77,10 +78,10 @@ def test_the_clients_words_are_echoed_and_logged_whatever_the_synonyms_made_of_t
 def test_an_arm_that_needs_a_re_ranker_is_refused_before_anything_is_queued(served):
     state = served[1]
     before = metric(state, "faq_match_queries_total")
-    with pytest.raises(HTTPException) as refused:
+    with pytest.raises(NoStagesError) as refused:
         match(served, {"query": "I forgot my password"}, {"query": "refund please", "rerank": True})
-    assert refused.value.status_code == 409
-    assert "FAQ_RERANKER" in refused.value.detail and "(arm 'ann+rerank' needs a re-ranker)" in refused.value.detail
+    assert problem_of(refused.value).status == 409
+    assert "FAQ_RERANKER" in str(refused.value) and "(arm 'ann+rerank' needs a re-ranker)" in str(refused.value)
     assert metric(state, "faq_match_queries_total") == before, "not even the first query of the batch ran"
 
 
