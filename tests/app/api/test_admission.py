@@ -337,15 +337,18 @@ def test_a_bulk_kb_change_is_encoded_in_small_chunks_that_queries_overtake(tmp_p
             loop.call_soon_threadsafe(encoding.set)
             return encode(texts, **kw)
 
-        inner.encode = counted
-        store.import_records([KbRecord("bulk", f"bulk question number {i} about parcels", "An answer.", [])
-                              for i in range(120)])
-        refresh = loop.run_in_executor(None, state.refresh_kb)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            await asyncio.wait_for(encoding.wait(), 20)  # the queries are sent while the refresh encodes
-            answers = [await client.post("/match", json={"query": q}) for q in QUERIES[:3]]
-            assert await refresh
-            bulk = await client.post("/match", json={"query": "bulk question number 7 about parcels"})
+        inner.encode = counted  # the session's shared encoder: put back below, whatever happens
+        try:
+            store.import_records([KbRecord("bulk", f"bulk question number {i} about parcels", "An answer.", [])
+                                  for i in range(120)])
+            refresh = loop.run_in_executor(None, state.refresh_kb)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+                await asyncio.wait_for(encoding.wait(), 20)  # the queries are sent while the refresh encodes
+                answers = [await client.post("/match", json={"query": q}) for q in QUERIES[:3]]
+                assert await refresh
+                bulk = await client.post("/match", json={"query": "bulk question number 7 about parcels"})
+        finally:
+            inner.encode = encode
         await ctx.__aexit__(None, None, None)
         return answers, bulk
 
