@@ -1,7 +1,7 @@
 """All runtime configuration in one place, read from the environment with the `FAQ_` prefix.
 
 Imports only pydantic: what a value means (which encoder a spec loads, which engine "auto" picks) is
-decided by the code that uses it (app/assembly.py, app/match/, index/lexical.py); here values are only parsed and
+decided by the code that uses it (app/match/assembly.py, app/match/, index/lexical.py); here values are only parsed and
 checked, so a bad variable fails at start-up with its name.
 """
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: the arms a request can run (app/arms.py): ANN or BM25 recall, each with or without the re-ranking stages
+#: the arms a request can run (app/match/arms.py): ANN or BM25 recall, each with or without the re-ranking stages
 Arm = Literal["ann", "ann+rerank", "lexical", "lexical+rerank"]
 ARMS: tuple[str, ...] = get_args(Arm)
 #: how an encoder or the cross-encoder runs (models/encoders/runtime.py, models/matchers/cross_encoder.py)
 Runtime = Literal["auto", "onnx-int8", "onnx", "torch"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
 LexicalEngine = Literal["auto", "tantivy", "elasticsearch"]
-#: the shipped small-talk answers' voices (app/chitchat/answers.json)
+#: the shipped small-talk answers' voices (app/conversation/small_talk/answers.json)
 Persona = Literal["professional", "friendly", "witty"]
 #: a KB's own small-talk answers: at most this many per kind, each at most this long
 MAX_SMALL_TALK_ANSWERS, MAX_SMALL_TALK_CHARS = 20, 1000
@@ -42,7 +42,7 @@ def json_setting(name: str, value: object) -> object:
 def small_talk_answers(value: object) -> dict[str, list[str]] | None:
     """A KB's own small-talk answers, `{kind: [answer, ...]}` (a JSON string from the command line or
     FAQ_SMALL_TALK_ANSWERS is read as such); an empty list keeps the shipped ones for that kind."""
-    from app.chitchat.answers import KINDS
+    from app.conversation.small_talk.answers import KINDS
 
     value = json_setting("small_talk_answers", value)
     if value is None:
@@ -269,7 +269,7 @@ class Settings(BaseSettings):
     # Encoder spec: "mpnet" (all-mpnet-base-v2: accurate mode), "minilm" (all-MiniLM-L6-v2: fast mode),
     # "msem" (the general MSEM shipped in models/default) or a model folder from `faq train msem`.
     # Unset: the service uses the encoder the current index was built with (manifest `encoder_spec`),
-    # and builds use the default (app/assembly.py `encoder_spec`: mpnet when installed, else minilm).
+    # and builds use the default (app/match/assembly.py `encoder_spec`: mpnet when installed, else minilm).
     encoder: str | None = None
     # A `faq train query-encoder` folder: queries are encoded by it (MiniLM mapped into the build encoder's
     # space), FAQ phrasings and answers still by the encoder above ("balanced" mode). It must have been fitted
@@ -318,7 +318,7 @@ class Settings(BaseSettings):
     # The share of out-of-scope questions the expected-precision table assumes of the traffic.
     oos_share: float = Field(default=0.2, ge=0.0, lt=1.0)
     # Small talk ("hi", "thanks", "are you a bot?"): answered with `decision: "chitchat"` in the persona's
-    # voice (app/chitchat/answers.json), or the KB's own answers per kind (a JSON object {kind: [answer, ...]});
+    # voice (app/conversation/small_talk/answers.json), or the KB's own answers per kind (a JSON object {kind: [answer, ...]});
     # false: matched as any other query
     small_talk: bool = True
     small_talk_persona: Persona = "professional"
@@ -413,7 +413,7 @@ class Settings(BaseSettings):
     # "elasticsearch" (also written to FAQ_ES_URL as `<prefix>-vec-<kb>-<version>`, kNN-searched there, alias
     # `<prefix>-vec-<kb>` on the current version: index/elasticsearch/vectors.py, docs/elasticsearch.md)
     vector_store: Literal["annoy", "elasticsearch"] = "annoy"
-    # Arms (ARMS above, app/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
+    # Arms (ARMS above, app/match/arms.py): the arm of a request that names none; FAQ_AB_SPLIT ("ann:90,lexical:10")
     # overrides it with a split sticky per session_id.
     default_arm: Arm = "ann"
     ab_split: str | None = None

@@ -49,7 +49,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "responses": (),
     "security_probe": ("security-probe*",),
     "siamese_latency": ("siamese_latency*",),
-    "smalltalk": ("smalltalk*",),
+    "small_talk": ("smalltalk*",),
     "store_import": ("store_import*",),
     "synonyms": ("synonyms*",),
     "tenants": ("tenants*",),

@@ -43,7 +43,7 @@ def synthetic_log(records: list, n: int, seed: int = 0) -> list[dict]:
 
 
 def measure(n: int) -> dict:
-    from app.mining import mine_report
+    from app.curation.mining import mine_report
     from app.settings import Settings
     from app.traffic import charts, summarize, window_bounds
     from kb.files import read_kb

@@ -9,7 +9,7 @@ Parts (all by default, `--parts probe,equality,swap`):
   knn with a filter, vectors back in `_source`, `_aliases` swap, `rescore_vector`, `script_score`);
 - equality: app/demo/faq.jsonl imported into a scratch store, built ONCE with MiniLM (the tests' encoder)
   into an EsBuildRegistry, then every query of app/demo/queries.jsonl through the product pipeline
-  (app/assembly.py build_pipeline) twice, over the same build: in process (exact cosines) and through kNN
+  (app/match/assembly.py build_pipeline) twice, over the same build: in process (exact cosines) and through kNN
   in Elasticsearch; top-1, MRR, recall and answer precision / recall / F1 at the default threshold, plus
   per-query agreement of the ranked FAQs and their scores, and `Retriever.search` latency both ways;
 - swap: client threads search without pause while a new version is built and activated (the alias moves),
@@ -134,7 +134,7 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 
 def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, queries_file: Path = DEMO_QUERIES) -> dict:
-    from app.assembly import build_pipeline
+    from app.match.assembly import build_pipeline
     from evaluation.match import EVAL_TOP_K, match_all
     from evaluation.metrics import all_metrics, outcomes_from_results
     from index.artifacts import BuildRegistry

@@ -215,7 +215,7 @@ def build_all(args: argparse.Namespace, plan: list[dict]) -> dict:
     """Import and build every KB not built yet (one encoder for all); the single-KB data dir too."""
     import torch
 
-    from app.assembly import load_configured_encoder
+    from app.match.assembly import load_configured_encoder
     from app.settings import Settings
     from index.artifacts import BuildRegistry
     from app.release import build_current

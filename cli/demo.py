@@ -37,7 +37,7 @@ def _run(step: list[str]) -> int:
 
 
 def _quickstart(args: argparse.Namespace) -> int:
-    from app.assembly import default_encoder, encoder_spec
+    from app.match.assembly import default_encoder, encoder_spec
     from app.settings import get_settings
 
     kb = args.kb or str(DEMO_KB)
@@ -92,7 +92,7 @@ def _check_dev(kb: str, dev: str) -> str | None:
 
 def _fine_tune(kb: str, dev: str, settings, epochs: int) -> str | int:
     """Train (once) and return the encoder spec the selection kept, or the failing step's exit code."""
-    from app.assembly import default_encoder
+    from app.match.assembly import default_encoder
     from models.encoders.base import file_sha256
     from training.msem import read_selection
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from index.artifacts import BuildRegistry, IndexVerificationError, UnknownVersion
 from kb.records import DEFAULT_KB
 from cli.scope import add_kb_option, kb_settings, open_kb
-from app.build_gate import MAX_DROP, MIN_LABELS
-from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for as _served_table
+from app.release.gate import MAX_DROP, MIN_LABELS
+from app.release.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for as _served_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -146,7 +146,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace, settings, store) -> int:
-    from app.assembly import encoder_spec, load_configured_encoder
+    from app.match.assembly import encoder_spec, load_configured_encoder
     from index.build import sweep_builds
 
     n_trees = args.n_trees if args.n_trees is not None else settings.ann_n_trees
@@ -170,7 +170,7 @@ def _build(args: argparse.Namespace, settings, store) -> int:
     if args.workers < 0 or args.threads_per_worker < 1:
         return _error("--workers must be >= 0 and --threads-per-worker >= 1")
     if args.workers:
-        from app.assembly import encoder_runtime
+        from app.match.assembly import encoder_runtime
         from models.encoders.distributed import RayEncoder
 
         try:
@@ -189,7 +189,7 @@ def _build(args: argparse.Namespace, settings, store) -> int:
 
 def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, encoder, n_trees: int,
                 search_k: int) -> int:
-    from app.assembly import load_configured_encoder
+    from app.match.assembly import load_configured_encoder
     from app.release import release_build
     from index.build import BuildError, BuildInterrupted
 
@@ -255,7 +255,7 @@ def _build_with(args: argparse.Namespace, settings, store, registry, spec: str, 
 
 def _labels(args: argparse.Namespace, store, feedback: bool = True, since=None) -> list[tuple[str, str | None]]:
     """Labelled queries from --dev and the query log's feedback; raises LabelsUnusable."""
-    from app.build_gate import labelled_queries
+    from app.release.gate import labelled_queries
 
     return labelled_queries(store, args.dev, feedback=feedback, since=since)
 
@@ -268,8 +268,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace, settings, store) -> int:
     from datetime import datetime
 
-    from app.build_gate import LabelsUnusable
-    from app.kb_calibration import fit_stage, refit_on_labels, save_refit
+    from app.release.gate import LabelsUnusable
+    from app.release.calibration import fit_stage, refit_on_labels, save_refit
     from index.decision import PRIOR_STRENGTH
 
     target = settings.kb_decision_model
@@ -357,7 +357,7 @@ def _list(settings, store) -> int:
 def expected_precision_text(manifest: dict, settings, traffic: list[float] | None = None) -> str:
     """The build's threshold -> expected precision / answer rate table as served with `settings`: from its
     own logged `traffic` scores when given, else the one replayed at build time."""
-    from app.decision import Decider
+    from app.match.decider import Decider
     from index.decision import traffic_table
 
     table = _served_table(manifest, settings)

@@ -14,7 +14,7 @@ from kb.mining import DEFAULT_MIN_AGREE, DEFAULT_MIN_SCORE
 from kb.records import DEFAULT_KB, KbValidationError
 from kb.files import read_kb
 from app.settings import get_settings
-from app.mining import mine_report, write_mined
+from app.curation.mining import mine_report, write_mined
 from app.store import KbNotFound
 from cli.kb_files import register_files
 from cli.scope import add_kb_option, kb_settings, open_kb
@@ -163,7 +163,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
             settings = scope.settings
             if not args.file:
                 records = list(scope.store.export_records())
-    from app.assembly import load_configured_encoder
+    from app.match.assembly import load_configured_encoder
 
     try:
         encoder = load_configured_encoder(settings, spec=args.encoder)
@@ -173,7 +173,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     report = lint_kb(records, encoder, threshold=threshold, progress=not args.no_progress and sys.stderr.isatty(),
                      encode=encode_in_batches)
     if not args.file and not args.dismissed:  # dismissals belong to the store's KB, not to a file
-        from app.review import hide_dismissed_lint
+        from app.curation.review import hide_dismissed_lint
 
         with open_kb(args) as scope:
             hidden = hide_dismissed_lint(scope.store, report)
@@ -224,7 +224,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     settings = kb_settings(args)  # before loading models: an unknown KB fails at once
     embed = None
     if args.cluster_cosine is not None:
-        from app.assembly import load_configured_encoder
+        from app.match.assembly import load_configured_encoder
 
         try:
             encoder = load_configured_encoder(settings, spec=args.encoder)
@@ -453,7 +453,7 @@ def _confirm_delete(name: str, info: Any, folder: Path) -> bool:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from app.kb_deletion import delete_kb, folder_problem
+    from app.release.deletion import delete_kb, folder_problem
     from kb.records import kb_name_problem
     from migrations.runner import migrated_store
     from cli.scope import settings_for

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from app.kb_imports import export_contents, keep_beside, settings_problem
+from app.curation.imports import export_contents, keep_beside, settings_problem
 from app.store import ImportReport, KbNotFound
 from cli.scope import KbScope, add_kb_option, open_kb
 from kb.formats import EXPORT_FORMATS, FORMATS, Imported, read_any, write_any

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_onnx(args: argparse.Namespace) -> int:
-    from app.assembly import encoder_spec
+    from app.match.assembly import encoder_spec
     from app.settings import get_settings
     from models.encoders.load import load_encoder
     from models.encoders.runtime import RuntimeUnavailable, export_valid

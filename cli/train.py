@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from cli.train_smalltalk import register as register_smalltalk
+from cli.train_small_talk import register as register_small_talk
 
 def _command_line() -> str | None:
     """The command as typed, for a model folder's training report (re-running it reproduces the folder)."""
@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_siamese(tr_sub)
     _register_query_encoder(tr_sub)
     _register_decision(tr_sub)
-    register_smalltalk(tr_sub)
+    register_small_talk(tr_sub)
     tr.set_defaults(func=lambda args: (tr.print_help(), 2)[1])
 
 
@@ -147,7 +147,7 @@ def cmd_msem(args: argparse.Namespace) -> int:
     baseline = args.baseline
     if baseline is None:
         from app.settings import get_settings
-        from app.assembly import default_encoder
+        from app.match.assembly import default_encoder
 
         baseline = default_encoder(get_settings())
     baseline = None if baseline == "none" else baseline

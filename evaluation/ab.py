@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from app.arms import ARMS, base_arm, uses_stages
+from app.match.arms import ARMS, base_arm, uses_stages
 from evaluation.match import keep_first_variants, known_faq_check
 from evaluation.metrics import (
     NDCG_K,
@@ -248,7 +248,7 @@ def run_eval_ab(
     """Evaluate `arms` on the KB and queries; writes report.md/json and the PNGs into `out_dir`."""
     import torch
 
-    from app.assembly import encoder_spec, load_configured_encoder
+    from app.match.assembly import encoder_spec, load_configured_encoder
     from app.settings import get_settings
     from app.stages import load_stages
     from evaluation.scratch import scratch_pipeline

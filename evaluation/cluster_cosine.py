@@ -1,5 +1,5 @@
 """How close must two unanswered queries be to count as one question? The review queues merge groups of
-unanswered queries whose most frequent wordings have encoder cosine >= app/review.py CLUSTER_COSINE.
+unanswered queries whose most frequent wordings have encoder cosine >= app/curation/review.py CLUSTER_COSINE.
 This checks that threshold on the realistic FAQ sets of evaluation/data (users' own words, dev + test
 queries, gold FAQ or out of scope), per encoder:
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from app.review import CLUSTER_COSINE
+    from app.curation.review import CLUSTER_COSINE
     from app.settings import Settings
     from evaluation.machine import cpu_info
     from models.encoders.load import load_encoder

@@ -60,7 +60,7 @@ def kb_files(name: str, data: Path) -> tuple[Path, list[tuple[str, Path]]]:
 def collect_kb(name: str, data: Path, model: str, batch_size: int = 128, max_queries: int = 3000,
                seed: int = 0) -> KbData:
     """One KB through the product path -> its `KbData` (queries sampled down to `max_queries` per split)."""
-    from app.decision import Decider
+    from app.match.decider import Decider
     from app.match import MatchQuery
     from app.settings import get_settings
     from evaluation.scratch import scratch_pipeline

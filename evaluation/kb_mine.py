@@ -71,7 +71,7 @@ def _cluster_stats(clusters: list[dict], by_query: dict[str, set]) -> dict[str, 
 
 def evaluate(store: Any, gold: list[tuple[str, str | None]], scores: tuple[float, ...],
              embed: Any = None, siamese: Any = None, agrees: tuple[float, ...] = ()) -> dict[str, Any]:
-    from app.mining import mine_report
+    from app.curation.mining import mine_report
     from kb.mining import bow_key, phrasing_form
 
     by_query: dict[str, set] = {}

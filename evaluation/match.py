@@ -4,7 +4,7 @@ The metrics themselves are in evaluation/metrics.py.
 
 The runner goes through the PRODUCT's own path so the numbers describe what is served: a fresh
 `FaqStore` on a SQLite file in a work folder (Alembic migrations, `import_records`),
-`index.build.build_index` with the chosen encoder (Annoy + calibration), then the pipeline of app/assembly.py `build_pipeline`
+`index.build.build_index` with the chosen encoder (Annoy + calibration), then the pipeline of app/match/assembly.py `build_pipeline`
 over all queries in batches. The answer threshold is tuned on dev queries (maximising answer F1)
 when a dev file is given, else the default threshold from settings is used.
 """
@@ -134,7 +134,7 @@ def run_eval_match(
     answers are placeholders builds without answer evidence and ignores it (the report says so).
     `query_encoder`: queries are encoded by this spec (a `faq train query-encoder` folder) while the index is
     built by `model`; refused unless it was fitted to that encoder's space."""
-    from app.assembly import encoder_spec
+    from app.match.assembly import encoder_spec
     from app.settings import get_settings
     from app.stages import load_stages
     from evaluation.scratch import scratch_pipeline

@@ -124,7 +124,7 @@ def classifier_table(q1: Sequence[str], q2: Sequence[str], labels: np.ndarray, c
     if cos is not None and dcos is not None:
         rows["cosine"] = cosine_row(cos, dcos)
     for spec in cosines:
-        from app.assembly import load_configured_encoder
+        from app.match.assembly import load_configured_encoder
         from app.settings import get_settings
 
         t0 = time.perf_counter()
@@ -168,7 +168,7 @@ def run_eval_pairs(pairs_path: str | Path, model: str | None = None, dev_pairs_p
                    batch_size: int = 256, siamese: Sequence[str | Path] = (), cosines: Sequence[str] = (),
                    rerankers: Sequence[str | Path] = ()) -> dict:
     from app.settings import get_settings
-    from app.assembly import encoder_spec, load_configured_encoder
+    from app.match.assembly import encoder_spec, load_configured_encoder
 
     if (siamese or cosines or rerankers) and not dev_pairs_path:
         raise ValueError("Siamese models, other cosines and cross-encoders are compared in the classifier table: "

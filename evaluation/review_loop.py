@@ -7,7 +7,7 @@ the test queries:
    (in-scope queries), and at the served decision the answer rate and the precision of answers;
 2. the dev queries replayed as traffic and logged as `/match` logs them, each with the feedback an owner
    would give: the FAQ that answers it (out-of-scope queries: "wrong" when something was answered);
-3. the review queue (`app/mining.py mine_report`, what the console shows) and every proposal accepted as
+3. the review queue (`app/curation/mining.py mine_report`, what the console shows) and every proposal accepted as
    the console accepts it (`KbStore.add_questions`); then the KB rebuilt and the test queries again.
 
     python -m evaluation.review_loop [--sets energy,council,campus_it,grocery] [--out bench/results/review_loop]
@@ -50,7 +50,7 @@ POLICIES = ("all", "misses")
 def run_set(name: str, encoder: Any, work: Path, policy: str = "all") -> dict[str, Any]:
     """`policy`: accept every proposal ("all"), or only those whose query the served build got wrong
     (no answer, or another FAQ: "misses")."""
-    from app.mining import mine_report
+    from app.curation.mining import mine_report
     from evaluation.scratch import scratch_pipeline
 
     dev, test = queries(name, "dev"), queries(name, "test")

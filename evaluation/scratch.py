@@ -4,7 +4,7 @@ folder of its own and never in the configured data directory.
 `scratch_pipeline` imports the KB into a fresh SQLite store (Alembic migrations, `import_records`),
 builds and activates an index with `index.build.build_index` (Annoy, the lexical index, the calibration
 and decision references, the stages' stored vectors), loads the build as the service does (the build plus
-the store's KB) and assembles the pipeline with app/assembly.py `build_pipeline`: options come from the
+the store's KB) and assembles the pipeline with app/match/assembly.py `build_pipeline`: options come from the
 caller's settings, so the numbers describe what `faq serve` would answer with the same settings.
 
 With a `fingerprint` (`faq eval ab`), a work folder whose store and build were made for an equal
@@ -43,7 +43,7 @@ class Scratch:
 
     def pipeline_with(self, **options: Any) -> Any:
         """Another pipeline over the same build (`build_pipeline` options, e.g. other stages or cache size)."""
-        from app.assembly import build_pipeline
+        from app.match.assembly import build_pipeline
 
         if self.lexical is not None:
             lexical = self.lexical
@@ -91,7 +91,7 @@ def scratch_pipeline(
     queries once per tuned setting).
     Other keyword arguments are `build_pipeline`'s options (cache_size, rerank_k, pool_variants, ...).
     """
-    from app.assembly import encoder_spec, load_configured_encoder
+    from app.match.assembly import encoder_spec, load_configured_encoder
     from app.settings import get_settings
     from index.artifacts import BuildRegistry
     from app.release import build_current

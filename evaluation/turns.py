@@ -54,7 +54,7 @@ def collect(encoder: str, work: Path, split: str, sets=SETS) -> list[dict]:
     model's candidates (ids, features)."""
     from app.match import MatchQuery
     from app.settings import get_settings
-    from app.turns import Turn, plan_turn
+    from app.conversation.turns import Turn, plan_turn
     from evaluation.scratch import scratch_pipeline
     from index.decision import WINDOW
 

@@ -440,7 +440,7 @@ def build_index(
     languages: Any = None,
 ) -> dict:
     """Build and verify a new index version; returns its manifest. The version is never made current here:
-    releasing it (app/release.py: gate, activate, prune) is the service's decision, not the index's.
+    releasing it (app/release/: gate, activate, prune) is the service's decision, not the index's.
 
     `report`: called with one-line human messages (the CLI prints them).
     `encoder_spec`: how to load the encoder again ("minilm" or a model folder); recorded in the

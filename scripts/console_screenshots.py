@@ -65,7 +65,7 @@ def demo_console() -> Iterator[DemoConsole]:
     import uvicorn
 
     from app.api.main import create_app
-    from app.expected_precision import CURVE_FILE, plot_expected_precision
+    from app.release.expected_precision import CURVE_FILE, plot_expected_precision
     from app.settings import Settings
     from index.artifacts import BuildRegistry
     from app.release import build_current

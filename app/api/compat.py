@@ -39,7 +39,7 @@ from app.api.errors import body_problem, format_validation_errors, problem_of
 from app.api.schemas import MAX_SESSION_CHARS, MatchContext, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
-from app.turns import Turn, plan_turn
+from app.conversation.turns import Turn, plan_turn
 from kb.filters import CombinedFilter, FaqFilter
 from kb.formats.base import qna_ids
 
@@ -138,7 +138,7 @@ def pair(retriever: Any, ids: dict[str, int], faq_id: str, score: float, languag
                          for i, f in enumerate(follow_ups) if f["faq_id"] in ids])
 
 
-def chitchat_pair(kind: str, answer: str) -> Pair:
+def small_talk_pair(kind: str, answer: str) -> Pair:
     # a stable id per kind, far from the FAQs' (kb/formats/base.py numbers those from 1_000_000 up)
     return Pair(id=900_000 + zlib.crc32(kind.encode()) % 90_000, faq_id=None, questions=[], answer=answer, score=1.0,
                 source="chitchat", metadata={"editorial": "chitchat", "kind": kind})
@@ -196,7 +196,7 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
     retriever = state.require_retriever()
     ids, _ = id_map(state).of(retriever)
     if response.decision == "chitchat" and response.chitchat is not None:
-        return Outcome([chitchat_pair(response.chitchat.kind, response.chitchat.answer)], response)
+        return Outcome([small_talk_pair(response.chitchat.kind, response.chitchat.answer)], response)
     if response.decision == "answer" and response.answer is not None:
         chosen = [(response.answer.faq_id, response.answer.score)]
         chosen += [(m.faq_id, m.score) for m in response.matches if m.faq_id != response.answer.faq_id]
@@ -297,7 +297,7 @@ def _reason(error: Any) -> str:
 
 
 __all__ = ["MAX_FILTERS", "MAX_QUESTION_CHARS", "MAX_TOP", "Loose", "NO_MATCH_ID", "BadBody", "Outcome", "Pair", "UnknownKb", "ask",
-           "check_key", "chitchat_pair", "faq_of", "lookup", "no_match", "read_body", "respond", "session_of",
+           "check_key", "small_talk_pair", "faq_of", "lookup", "no_match", "read_body", "respond", "session_of",
            "state_for"]
 
 

@@ -107,7 +107,7 @@ class Housekeeping:
     def refresh_traffic(self, now: float | None = None, force: bool = False,
                         state: KbState | None = None) -> int | None:
         """Give the decider of one KB (default: the default KB) the latest logged top scores of its served
-        build (app/decision.py `set_traffic`), when a refresh is due; returns how many were read, None when
+        build (app/match/decider.py `set_traffic`), when a refresh is due; returns how many were read, None when
         none ran. Never raises."""
         from index.decision import TRAFFIC_WINDOW
 

@@ -18,7 +18,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator,
 )
 
-from app.arms import ARMS
+from app.match.arms import ARMS
 from app.settings import LANGUAGE_CODES
 from kb.filters import FaqFilter, parse_filter
 from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
@@ -30,7 +30,7 @@ MAX_ID_CHARS = 200  # faq ids (same limit as the faqs table)
 MAX_SESSION_CHARS = 128  # query_log.session_id
 MAX_REQUEST_ID_CHARS = 64  # query_log.request_id
 MAX_PAGE_OFFSET = 2**31 - 1  # far past any KB, and an int every database's OFFSET takes
-VALID_ARMS = ARMS  # ann, ann+rerank, lexical, lexical+rerank (app/arms.py)
+VALID_ARMS = ARMS  # ann, ann+rerank, lexical, lexical+rerank (app/match/arms.py)
 
 
 def _storable(value: Any) -> Any:

@@ -18,9 +18,9 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.schemas import FaqOutModel, MatchRequest, MatchResponse
 from app.api.state import KbState
-from app.arms import arm_split, resolve_arm, uses_stages
+from app.match.arms import arm_split, resolve_arm, uses_stages
 from app.match import MatchQuery, MatchResult, NoStagesError
-from app.turns import Turn
+from app.conversation.turns import Turn
 from models.language import Detection
 from models.language import detect as detect_language
 
@@ -154,7 +154,7 @@ def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str |
             "timings_ms": result.timings_ms,
             "cached": result.cached,
             "context": result.context,
-            "chitchat": result.chitchat,
+            "chitchat": result.small_talk,
         }
     )
 

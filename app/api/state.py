@@ -5,7 +5,7 @@
   assignment). A request reads it once when it starts and keeps that object, so in-flight requests
   finish on the index they started with. What the pipeline computes from it (cached results, the
   decider's tables, the build's lexical index and stage vectors) lives on its `ServedBuild`
-  (app/served_build.py), so the swap is the one invalidation.
+  (app/match/served.py), so the swap is the one invalidation.
 - All replacements go through `_swap_lock`, so a slow KB refresh can never overwrite a newer build
   (each replacement reads "what is served now" and the store under the lock).
 - What the KBs of a process share (encoders, stages, batcher, query-log writer, metrics) is the
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from app.query_rewrite import QueryRewrites
-from app.assembly import (
+from app.match.rewrite import QueryRewrites
+from app.match.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
 )
 from app.match import NO_INDEX, NoIndexError, Pipeline
-from app.served_build import OpenBuilds
+from app.match.served import OpenBuilds
 from app.settings import Settings
 from index.artifacts import EncoderMismatch, check_encoder, check_query_encoder
 from models.encoders.base import Encoder
@@ -322,10 +322,10 @@ class KbState:
         return background() if background is not None else self.encoder
 
     def review_queues(self, since: Any = None) -> dict:
-        """The KB's review queues as the console and the admin API show them (app/review.py): unanswered
-        queries grouped by words, then merged by this encoder's cosine (app/review.py CLUSTER_COSINE), with
+        """The KB's review queues as the console and the admin API show them (app/curation/review.py): unanswered
+        queries grouped by words, then merged by this encoder's cosine (app/curation/review.py CLUSTER_COSINE), with
         the vectors of queries seen before remembered."""
-        from app.review import CLUSTER_COSINE, EmbedMemo, queues
+        from app.curation.review import CLUSTER_COSINE, EmbedMemo, queues
 
         memo = getattr(self, "_review_embed", None)
         if memo is None and self.encoder is not None:

@@ -183,7 +183,7 @@ class KbToken(Base):
 
 
 class ReviewDismissal(Base):
-    """An item an FAQ owner dismissed from a review queue (app/review.py): a mined phrasing, a cluster of
+    """An item an FAQ owner dismissed from a review queue (app/curation/review.py): a mined phrasing, a cluster of
     unanswered queries or a lint finding, named by `key` (a hash of what identifies it), with why."""
 
     __tablename__ = "review_dismissals"

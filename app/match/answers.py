@@ -40,5 +40,5 @@ class AnswersStep(Step):
             "note": f"scored with the previous FAQ {request.turn.previous_faq_id!r} as evidence"}
         return MatchResult(query=request.query, matches=matches, answer=answer, decision=kind, options=options,
                            threshold=decision.threshold, expected_precision=expected, context=context,
-                           chitchat=None if item.reply is None or kind != "chitchat" else item.reply.as_dict(),
+                           small_talk=None if item.reply is None or kind != "chitchat" else item.reply.as_dict(),
                            index_version=str(batch.retriever.version))

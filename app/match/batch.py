@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.decision import Decision, native_language, query_language
+from app.match.decider import Decision, native_language, query_language
 from app.match.request import FaqMatch, MatchQuery, MatchResult
-from app.turns import NO_TURN, TurnPlan
+from app.conversation.turns import NO_TURN, TurnPlan
 from index.candidates import RetrieverLike
 
 if TYPE_CHECKING:
-    from app.served_build import ServedBuild
+    from app.match.served import ServedBuild
 
 
 @dataclass
@@ -31,8 +31,8 @@ class Item:
     # query
     selection: Any = None  # index/selection.py `Selection` of the query's filter (None: every FAQ)
     # conversation
-    plan: TurnPlan = NO_TURN  # what the previous turn changes (app/turns.py)
-    reply: Any = None  # a small-talk reply (app/chitchat), when the query is small talk
+    plan: TurnPlan = NO_TURN  # what the previous turn changes (app/conversation/turns.py)
+    reply: Any = None  # a small-talk reply (app/conversation/small_talk), when the query is small talk
     # candidates
     hits: list = field(default_factory=list)  # the recall stage's phrasing hits
     answer_cos: dict[str, float] | None = None  # each hit FAQ's answer cosine (builds with answer evidence)

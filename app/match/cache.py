@@ -19,7 +19,7 @@ from app.match.request import MatchQuery, MatchResult
 from index.candidates import RetrieverLike
 
 if TYPE_CHECKING:
-    from app.served_build import ServedBuild
+    from app.match.served import ServedBuild
 
 #: app/match/pipeline.py `Pipeline` (which imports this module)
 Pipeline = Any
@@ -37,7 +37,7 @@ class QueryCache:
     normalised query text, its options (arm, top_k, threshold) and the pipeline's scoring options. Chatbot
     traffic repeats ("opening hours?"), and a hit skips the encoder, the search and the stages.
 
-    The entries are the served build's (app/served_build.py `ServedBuild.results`): every index swap and
+    The entries are the served build's (app/match/served.py `ServedBuild.results`): every index swap and
     every KB change serves another retriever, hence another `ServedBuild` with no entries, so a result is
     never served from an older index or KB. This object holds the size and the counters across builds.
     """

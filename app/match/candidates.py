@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from app.arms import base_arm, uses_stages
+from app.match.arms import base_arm, uses_stages
 from app.match.batch import Batch, Item, Step
 from app.match.request import MatchQuery
 from index.calibration import calibration_for

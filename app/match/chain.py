@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from app.arms import uses_stages
+from app.match.arms import uses_stages
 from app.match.answers import AnswersStep
 from app.match.batch import Batch, Item, Step
 from app.match.candidates import CandidatesStep

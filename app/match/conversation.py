@@ -1,9 +1,9 @@
 """The conversation step: small talk ("hi", "thanks", "are you a bot?") recognised so it is answered in the
-KB's voice, not matched (app/chitchat); and a turn whose previous FAQ is known scored with that FAQ as
+KB's voice, not matched (app/conversation/small_talk); and a turn whose previous FAQ is known scored with that FAQ as
 evidence (index/turns.py's model), which the decision step asks for (`in_context`).
 
 What the previous turn changes before the search (a prompt sent back, the context-only FAQs it opens) is
-the query step's (app/turns.py `plan_turn`).
+the query step's (app/conversation/turns.py `plan_turn`).
 """
 from __future__ import annotations
 

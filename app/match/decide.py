@@ -1,5 +1,5 @@
 """The decision step: each FAQ's probability of being the right answer, then answer, clarify or abstain
-with the expected precision of the threshold used (app/decision.py `Decider`).
+with the expected precision of the threshold used (app/match/decider.py `Decider`).
 
     the decision model over the candidates (with the filter's rivals as evidence, then dropped), in the
     query's language's words -> another language put on the model's scale (multilingual mode's curve)
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.arms import uses_stages
+from app.match.arms import uses_stages
 from app.match.batch import Batch, Item, Step
 from app.match.conversation import in_context
 

@@ -4,7 +4,7 @@ small-talk models, the served build), the encoder call, and the entry points.
 `Pipeline.run` is the one entry point for encoded work: every query of several groups encoded in one call,
 each group ranked on its own retriever by the chain (chain.py), the results kept in the query cache. The
 service's batcher calls it (after `cache.cached`), and so does `match_many`. The pipeline is assembled from
-settings in one place, app/assembly.py `build_pipeline`. Arms (app/arms.py): `MatchQuery.arm` picks the
+settings in one place, app/match/assembly.py `build_pipeline`. Arms (app/match/arms.py): `MatchQuery.arm` picks the
 recall stage (`ann` or `lexical`), `+rerank` adds the stages.
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from app.chitchat.responder import SmallTalk
-from app.decision import Decider, native_language, query_language
+from app.conversation.small_talk.responder import SmallTalk
+from app.match.decider import Decider, native_language, query_language
 from app.match import cache, chain
 from app.match.chain import run_pipelines
 from app.match.cache import QueryCache
 from app.match.conversation import candidates_in_context
 from app.match.request import FaqMatch, Group, MatchQuery, MatchResult, NoIndexError
-from app.served_build import OpenBuilds, ServedBuild
+from app.match.served import OpenBuilds, ServedBuild
 from app.stages.base import Stage
 from index.answers import nearest_weight
 from index.candidates import RetrieverLike
@@ -42,7 +42,7 @@ class Pipeline:
     meanwhile; callers can also pin one with `retriever=`.
 
     What is computed from a retriever (cached results, the decider's per-build state, the build's lexical
-    index and stage vectors) is kept on its `ServedBuild` (`served`, app/served_build.py). `builds` holds the
+    index and stage vectors) is kept on its `ServedBuild` (`served`, app/match/served.py). `builds` holds the
     build versions open; the service passes its KB's, so a new pipeline of the KB (new settings) keeps them.
     """
 
@@ -53,7 +53,7 @@ class Pipeline:
                  scoring: str = "model", builds: OpenBuilds | None = None, small_talk: SmallTalk | None = None,
                  turn_model: Any = None):
         self.encoder = encoder
-        # "hi", "thanks", "are you a bot?": answered as small talk, not matched (app/chitchat); None: off
+        # "hi", "thanks", "are you a bot?": answered as small talk, not matched (app/conversation/small_talk); None: off
         self.small_talk = small_talk
         # a turn whose previous FAQ is known: its candidates scored with that FAQ as evidence (index/turns.py)
         self.turn_model = load_turn_model() if turn_model is None else (turn_model or None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from app.turns import NO_TURN, Turn
+from app.conversation.turns import NO_TURN, Turn
 from index.candidates import FaqMatch, RetrieverLike
 
 __all__ = ["NO_INDEX", "NO_STAGES", "FaqMatch", "Group", "MatchQuery", "MatchResult", "NoIndexError", "NoStagesError"]
@@ -18,9 +18,9 @@ class MatchQuery:
     query: str
     top_k: int = 5
     threshold: float | None = 0.5  # None: the decider's (FAQ_TARGET_PRECISION, else FAQ_DEFAULT_THRESHOLD)
-    arm: str = "ann"  # app.arms.ARMS
+    arm: str = "ann"  # app.match.arms.ARMS
     filter: Any = None  # kb.filters.FaqFilter: only the FAQs it keeps are candidates (None: every FAQ)
-    turn: Turn | None = None  # the previous turn (app/turns.py)
+    turn: Turn | None = None  # the previous turn (app/conversation/turns.py)
     language: str | None = None  # the query's language (models/language.py), when the caller detected it
 
     def selection(self, retriever: RetrieverLike) -> Any:
@@ -38,12 +38,12 @@ class MatchResult:
     index_version: str
     timings_ms: dict[str, float] = field(default_factory=dict)  # encode, retrieve, rerank, decide, total
     cached: bool = False  # answered from the query cache (the same query, options and index earlier)
-    decision: str = "abstain"  # app/decision.py DECISIONS
+    decision: str = "abstain"  # app/match/decider.py DECISIONS
     options: list[FaqMatch] = field(default_factory=list)  # clarify: the plausible FAQs
     threshold: float = 0.5  # the threshold the decision used
     expected_precision: float | None = None  # the build's expected precision at that threshold
-    context: dict = field(default_factory=lambda: NO_TURN.report())  # what the previous turn changed (app/turns.py)
-    chitchat: dict | None = None  # decision "chitchat": {"kind", "answer"} (app/chitchat)
+    context: dict = field(default_factory=lambda: NO_TURN.report())  # what the previous turn changed (app/conversation/turns.py)
+    small_talk: dict | None = None  # decision "chitchat": {"kind", "answer"}, the response's `chitchat` (app/conversation/small_talk)
 
 
 #: one group of `Pipeline.run`: its queries, the retriever that answers them, and when they were submitted

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from app.arms import uses_stages
+from app.match.arms import uses_stages
 from app.match.batch import Batch, Item, Step
 from app.match.request import FaqMatch, NoStagesError
 from index.decision import WINDOW

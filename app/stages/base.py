@@ -11,7 +11,7 @@ from index.candidates import FaqMatch
 class Stage(Protocol):
     """Re-scores a query's candidate FAQs (first-stage order, each with its score so far). A stage may also
     have `on_build(retriever) -> stage`, the stage as it scores that build (what it reads from the build is
-    kept with the build's other files, app/served_build.py), and
+    kept with the build's other files, app/match/served.py), and
     `vector_key` + `sentence_vectors(texts)`: what an index build stores for it (app/stages `vector_stages`)."""
 
     id: str

@@ -19,7 +19,7 @@ class SiameseStage(PooledStage):
     vectors are computed at index build time (`faq index build` with this folder in FAQ_RERANKER stores
     them in the build: index/build.py `write_stage_vectors`) and read from the serving build: `on_build`
     gives the stage reading one build's (the pipeline keeps it with that build's other files,
-    app/served_build.py); phrasings the build lacks (KB edits since) are encoded once and kept. A request
+    app/match/served.py); phrasings the build lacks (KB edits since) are encoded once and kept. A request
     then encodes only its query and runs the MLP head over the candidates. Calibrated by the folder's
     logistic fit and pooled with the candidate's score so far (w = `weight`, None: the folder's
     `fusion_weight`; 1 = the Siamese matcher alone)."""

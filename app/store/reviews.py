@@ -1,6 +1,6 @@
-"""What FAQ owners dismissed from one KB's review queues (app/review.py): a mined phrasing, a cluster of
+"""What FAQ owners dismissed from one KB's review queues (app/curation/review.py): a mined phrasing, a cluster of
 unanswered queries, a lint finding. A dismissal names its item by a key (a hash of what identifies it,
-made by app/review.py), keeps the text the queue showed and the reason given, and can be taken back."""
+made by app/curation/review.py), keeps the text the queue showed and the reason given, and can be taken back."""
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,5 @@
 """Phrasings other products suggested for one KB's FAQs (QnA Maker's SuggestedQuestions, Azure's active
-learning), imported as proposals of the phrasing review queue (app/mining.py lists them beside the mined
+learning), imported as proposals of the phrasing review queue (app/curation/mining.py lists them beside the mined
 ones), never as phrasings. Each is named by the queue's key, so accepting adds it as any mined phrasing and
 dismissing hides it; once it is a phrasing, or its FAQ is gone, it is no longer proposed."""
 from __future__ import annotations

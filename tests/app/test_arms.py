@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.api.main import create_app
-from app.arms import ARMS, parse_split
+from app.match.arms import ARMS, parse_split
 from index.candidates import lexical_hits
 from app.db.models import QueryLog
 from app.match import Pipeline, MatchQuery

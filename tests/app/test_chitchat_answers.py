@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chitchat.answers import KINDS, PERSONAS, answer, load_answers
+from app.conversation.small_talk.answers import KINDS, PERSONAS, answer, load_answers
 
 REPO = Path(__file__).resolve().parents[2]
 

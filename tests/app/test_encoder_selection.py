@@ -15,7 +15,7 @@ from tests.helpers.api import make_settings, make_store
 def test_encoder_spec_precedence(tmp_path, monkeypatch):
     import models.encoders.mpnet
 
-    from app.assembly import default_encoder, encoder_spec
+    from app.match.assembly import default_encoder, encoder_spec
 
     monkeypatch.setattr(models.encoders.mpnet, "available", lambda cache_dir=None: False)
     assert encoder_spec(Settings(data_dir=tmp_path)) == "minilm"  # without the mpnet packages: the fast base
@@ -55,7 +55,7 @@ def test_service_follows_the_build_runtime_and_refuses_int8_against_fp32(tmp_pat
                                                                          shared_model_cache):
     """A build records how its encoder ran; the service follows it, and an explicit runtime whose vectors
     differ (int8 vs fp32) is refused with the setting that fixes it."""
-    from app.assembly import encoder_runtime
+    from app.match.assembly import encoder_runtime
 
     settings = make_settings(tmp_path, encoder=None)
     store = make_store(settings)
@@ -85,7 +85,7 @@ def test_settings_reject_an_unknown_runtime():
 def test_balanced_service_defers_the_build_encoder_only_when_it_runs_the_builds(tmp_path):
     """With a query encoder, queries never use the build's encoder: it is deferred when the service runs the
     build's encoder and runtime (unset, or set to the same, `auto` included), else loaded at start-up."""
-    from app.assembly import DeferredEncoder, build_encoder_for
+    from app.match.assembly import DeferredEncoder, build_encoder_for
 
     built = {"encoder_spec": "minilm", "encoder_id": "all-MiniLM-L6-v2", "dim": 384, "encoder_runtime": "onnx-int8"}
     for same in ({}, {"encoder": "minilm"}, {"encoder_runtime": "auto", "device": "cpu"},

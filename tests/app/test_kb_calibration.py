@@ -1,4 +1,4 @@
-"""app/kb_calibration.py on its own (`faq index calibrate` without the CLI): the decision model refitted on a
+"""app/release/calibration.py on its own (`faq index calibrate` without the CLI): the decision model refitted on a
 KB's labels against one build, the single configured re-ranking stage stacked with it, and the refit saved.
 tests/cli/test_index_labels.py runs the command and the service that serves the result."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.kb_calibration import fit_stage, refit_on_labels, save_refit
+from app.release.calibration import fit_stage, refit_on_labels, save_refit
 from index.artifacts import BuildRegistry
 from index.decision import WINDOW, decide, load_model
 from tests.helpers.api import build, make_settings, make_store
@@ -42,7 +42,7 @@ def loads(monkeypatch, encoder):  # noqa: F811
         asked.append(manifest)
         return encoder
 
-    monkeypatch.setattr("app.assembly.load_configured_encoder", load_configured_encoder)
+    monkeypatch.setattr("app.match.assembly.load_configured_encoder", load_configured_encoder)
     return asked
 
 

@@ -1,4 +1,4 @@
-"""app/match/ and app/assembly.py: the request path, its one entry point for encoded work (`run`),
+"""app/match/ and app/match/assembly.py: the request path, its one entry point for encoded work (`run`),
 the settings it is assembled from, the re-ranking stage contract and the query cache.
 Real parts throughout: MiniLM, a built Annoy index, a tiny real cross-encoder folder."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from app.assembly import build_pipeline
+from app.match.assembly import build_pipeline
 from app.match import MatchQuery, NoStagesError
 from app.stages import CrossEncoderStage, load_stages
 from index.artifacts import BuildRegistry

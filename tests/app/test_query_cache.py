@@ -7,7 +7,7 @@ import threading
 from types import SimpleNamespace
 
 from app.match.cache import QueryCache, cache_text
-from app.served_build import OpenBuilds, ServedBuild
+from app.match.served import OpenBuilds, ServedBuild
 
 KEY = (cache_text("How long is delivery?"), "ann", 3, 0.5)
 

@@ -1,4 +1,4 @@
-"""app/release.py on its own: a release builds and verifies a version, lets the labels gate it against the
+"""app/release/ on its own: a release builds and verifies a version, lets the labels gate it against the
 current build, makes it current and prunes; `faq index build` and the console's Build now are its callers.
 Real builds (MiniLM, the API tests' 8-FAQ KB, no lexical index) on a copy of one first release."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from app.build_gate import LabelsUnusable
+from app.release.gate import LabelsUnusable
 from app.release import release_build
 from app.store import FaqStore
 from index.artifacts import BuildRegistry

@@ -1,4 +1,4 @@
-"""app/served_build.py on its own: a build's files are opened once and shared by every retriever of that
+"""app/match/served.py on its own: a build's files are opened once and shared by every retriever of that
 build, only the served build and the one before it stay open, and a `ServedBuild` opens nothing until a
 request needs a file."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from app.served_build import BuildFiles, OpenBuilds, ServedBuild
+from app.match.served import BuildFiles, OpenBuilds, ServedBuild
 
 
 class Index:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.arms import arm_split, parse_split
+from app.match.arms import arm_split, parse_split
 from app.settings import ARMS, MIN_ADMIN_TOKEN_CHARS, Settings, split_weights
 
 REPO = Path(__file__).resolve().parents[2]

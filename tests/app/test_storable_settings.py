@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 from pydantic import ValidationError
 
-from app.chitchat.answers import KINDS
+from app.conversation.small_talk.answers import KINDS
 from app.settings import KbSettings, Settings, storable_problem
 from kb.records import text_problem
 

@@ -1,4 +1,4 @@
-"""app/turns.py on its own: what the previous turn changes about a query (a prompt sent back, the FAQs the
+"""app/conversation/turns.py on its own: what the previous turn changes about a query (a prompt sent back, the FAQs the
 previous one prompts to, a previous FAQ the KB no longer has), read from a real KB snapshot."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.store import KbRecord
-from app.turns import NO_TURN, Turn, TurnPlan, fold_prompt, plan_turn
+from app.conversation.turns import NO_TURN, Turn, TurnPlan, fold_prompt, plan_turn
 from tests.helpers.api import make_settings, make_store
 
 COST_PROMPT = "How much does shipping cost?"

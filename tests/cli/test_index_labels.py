@@ -7,7 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from app.decision import feedback_labels
+from app.match.decider import feedback_labels
 from tests.helpers.kb import INDEX_TEST_FAQS
 
 

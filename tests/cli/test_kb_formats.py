@@ -61,7 +61,7 @@ def test_an_azure_project_brings_its_synonyms_default_answer_and_suggestions(faq
     assert suggestions == [("101", "can i put my membership on hold"), ("101", "hold membership broken leg")]
     assert "can i put my membership on hold" not in {r.question for r in records}
     # the review queue proposes them; accepting one makes it a phrasing and it leaves the queue
-    from app.review import accept_phrasing, queues
+    from app.curation.review import accept_phrasing, queues
 
     store = _store(faq_env, "gym")
     proposed = [p for p in queues(store)["phrasings"] if p["evidence"] == {"imported": 1}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.kb_imports import keep_beside
+from app.curation.imports import keep_beside
 from kb.formats import read_any
 from tests.helpers.api import build, make_settings, make_store
 

@@ -21,7 +21,7 @@ def kb_store(store, index_kb_records):
 
 
 def build(store, encoder, registry, activate=True, keep_versions=None, **kw):
-    """A build made current as a scratch KB's is (app/release.py), or only built and pruned (`--no-activate`)."""
+    """A build made current as a scratch KB's is (app/release/), or only built and pruned (`--no-activate`)."""
     kw.setdefault("n_trees", 10)
     kw.setdefault("batch_size", 32)
     if activate:

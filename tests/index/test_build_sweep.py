@@ -213,7 +213,7 @@ def test_cli_sweep(faq_env, capsys):
 
 BUILD_SCRIPT = textwrap.dedent("""
     import signal, sys, time
-    import app.assembly
+    import app.match.assembly
 
     # the handlers a Python process starts with, whatever the test run passed down (SIG_IGN under nohup or &)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -228,7 +228,7 @@ BUILD_SCRIPT = textwrap.dedent("""
             time.sleep(120)
             raise SystemExit("no signal came")
 
-    app.assembly.load_configured_encoder = lambda settings, manifest=None, spec=None: BlockingEncoder()
+    app.match.assembly.load_configured_encoder = lambda settings, manifest=None, spec=None: BlockingEncoder()
     from cli.main import main
     sys.exit(main(["index", "build", "--encoder", "minilm", "--n-trees", "2", "--no-progress"]))
 """)

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from app.api.console import builds, faqs, imports, review, signin, smalltalk, traffic, try_page
+from app.api.console import builds, faqs, imports, review, signin, small_talk, traffic, try_page
 from app.api.console.builds import BuildJobs
 from app.api.console.pages import PREFIX, EarlyResponse, error_page
 from app.api.console.review import LintJobs
@@ -22,7 +22,7 @@ from app.api.middleware.security_headers import SECURITY_HEADERS, SecurityHeader
 __all__ = ["PREFIX", "SECURITY_HEADERS", "mount_console"]
 
 #: in the order their routes are matched
-PAGES = (signin, try_page, faqs, builds, imports, review, traffic, smalltalk)
+PAGES = (signin, try_page, faqs, builds, imports, review, traffic, small_talk)
 
 
 def mount_console(app: FastAPI) -> None:

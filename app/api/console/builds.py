@@ -4,7 +4,7 @@ curve, activate (roll back or forward), and "Build now" in a background thread.
 A build here is `faq index build` without its options: the KB's settings (trees, search_k, versions
 kept, FAQ_ES_URL), the service's own FAQ-side encoder, made current only when it verified and the KB's
 /feedback labels do not say it matches worse than the current build (released as the CLI releases,
-app/release.py, with the label gate's defaults; `--dev` files are the CLI's), then served at once as
+app/release/, with the label gate's defaults; `--dev` files are the CLI's), then served at once as
 `POST /admin/index/reload` would. A build the labels refuse stays in the list, to activate by hand.
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ from starlette.concurrency import run_in_threadpool
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.state import KbState
-from app.build_gate import feedback_labels_of
+from app.release.gate import feedback_labels_of
 from app.release import activate_version
-from app.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
+from app.release.expected_precision import CURVE_FILE, plot_expected_precision, served_table_for
 from index.artifacts import VERSION_RE, IndexVerificationError, UnknownVersion
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class BuildJobs:
 
 
 def run_build(job: BuildJob, state: KbState) -> None:
-    from app.assembly import encoder_spec
+    from app.match.assembly import encoder_spec
     from app.release import release_build
 
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def _table(state: KbState, manifest: dict | None) -> tuple[list[dict] | None, fl
     """A build's table as it is (or would be) served, and the threshold it serves (the row the page marks)."""
     if manifest is None:
         return None, None
-    from app.decision import Decider
+    from app.match.decider import Decider
 
     settings = state.settings
     table = served_table_for(manifest, settings)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from app.decision import native_language
+from app.match.decider import native_language
 from app.match import FaqMatch, MatchResult
 from index.decision import words_of
 

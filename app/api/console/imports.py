@@ -5,7 +5,7 @@ Maker TSV or an Azure project JSON.
 
 An upload is read by `kb.formats.read_any`, the reader of `faq kb import`, so the console accepts exactly
 what the CLI accepts: a file with any bad line imports nothing; what the file keeps beside its FAQs
-(synonyms, default answer, suggested phrasings) is stored as the CLI stores it (app/kb_imports.py). The checked records wait in the user's
+(synonyms, default answer, suggested phrasings) is stored as the CLI stores it (app/curation/imports.py). The checked records wait in the user's
 console session (its database row, so any replica can apply it; FAQ_MAX_UPLOAD_BYTES bounds them) between the dry run and the
 apply, which refuses to run when the KB changed since the dry run: the counts shown would be stale.
 `import_records` writes in one transaction, so a failed apply changes nothing. The readers bound what an upload may
@@ -32,7 +32,7 @@ from app.api import service
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.console.sessions import ConsoleSession
-from app.kb_imports import export_contents, keep_beside, settings_problem
+from app.curation.imports import export_contents, keep_beside, settings_problem
 from kb.formats import Imported, read_any, write_any
 from kb.records import KbRecord, KbValidationError, field_problem
 from kb.files import write_records

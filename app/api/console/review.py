@@ -1,6 +1,6 @@
 """The console's review page: mined phrasings (accept / dismiss), clusters of unanswered queries (open
 as a new FAQ draft / dismiss) and lint findings (open the FAQ / dismiss with a reason), plus what was
-dismissed (restore). The queues and their rules are app/review.py's, shared with the CLI.
+dismissed (restore). The queues and their rules are app/curation/review.py's, shared with the CLI.
 
 Lint encodes the whole KB, so it runs in a background thread (one per KB at a time) whenever the page
 finds no report for the KB's current revision; the page says so and reloads itself until it is there.
@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from app import review
+from app.curation import review
 from app.api import service
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, form_values, kb_state, kb_url,
                                    page_router, problem_page, redirect, render)

@@ -1,5 +1,5 @@
 """The review queues over the admin API (/admin/review, /kbs/{kb}/admin/review), the same queues the
-console's review page and `faq kb mine` / `faq kb lint` show (app/review.py): list what is proposed,
+console's review page and `faq kb mine` / `faq kb lint` show (app/curation/review.py): list what is proposed,
 accept a mined phrasing, dismiss an item with a reason, list and take back dismissals."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
 
-from app import review
+from app.curation import review
 from app.api import service
 from app.api.deps import get_state, require_admin
 from app.api.schemas import (BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody,

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.api.main import create_app
-from app.assembly import build_pipeline
+from app.match.assembly import build_pipeline
 from app.match import Pipeline
 from index.candidates import group_hits, retrieve_depth
 from app.store import KbRecord

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.mining import mine_report
+from app.curation.mining import mine_report
 from app.store.reviews import lint_key, phrasing_key
 from tests.helpers.api import bearer, two_built_kbs
 

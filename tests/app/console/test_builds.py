@@ -153,7 +153,7 @@ def test_build_now_keeps_a_build_the_feedback_labels_say_is_worse(tmp_path, enco
     those FAQs worse (here: the refund FAQ lost the phrasings those queries matched) is built and listed,
     not made current, and /match keeps serving the current one."""
     from app.api.main import create_app
-    from app.build_gate import MIN_LABELS
+    from app.release.gate import MIN_LABELS
 
     settings = make_settings(tmp_path, admin_token=ROOT, keep_versions=5)
     store = make_store(settings)

@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.mining import mine_report
+from app.curation.mining import mine_report
 from app.store.reviews import cluster_key, lint_key, phrasing_key
 from tests.helpers.api import two_built_kbs
 from tests.helpers.console import sign_in
@@ -135,8 +135,8 @@ def test_a_lint_finding_needs_a_reason_to_be_dismissed_and_comes_back_when_resto
                     data={"csrf": csrf, "queue": "lint", "key": key, "reason": "the sentence ends on the site"})
     assert r.status_code == 303
     assert f'data-key="{key}"' not in review_page(client).split('id="lint"')[1].split('id="dismissed"')[0]
-    # the CLI leaves it out too (app/review.py hide_dismissed_lint is what `faq kb lint` calls)
-    from app.review import hide_dismissed_lint
+    # the CLI leaves it out too (app/curation/review.py hide_dismissed_lint is what `faq kb lint` calls)
+    from app.curation.review import hide_dismissed_lint
     from kb.lint import lint_kb
 
     report = lint_kb(list(store.export_records()))

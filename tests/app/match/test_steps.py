@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.assembly import build_pipeline
+from app.match.assembly import build_pipeline
 from app.match import MatchQuery, NoStagesError, cache
 from app.match.batch import Batch, Item
 from app.match.chain import STEPS, rank
 from app.match.request import MatchResult
-from app.turns import Turn
+from app.conversation.turns import Turn
 from index.artifacts import BuildRegistry
 from index.retriever import Retriever
 from kb.filters import FaqFilter
@@ -141,7 +141,7 @@ def test_answers_step_answers_a_prompt_sent_back_with_certainty_and_small_talk_i
     clicked, hello = (item.result for item in batch.items)
     assert clicked.decision == "answer" and clicked.answer.faq_id == "security_code" and clicked.answer.score == 1.0
     assert clicked.context["applied"] == "follow_up" and clicked.expected_precision is None
-    assert hello.decision == "chitchat" and hello.answer is None and hello.chitchat["kind"] == "greeting"
+    assert hello.decision == "chitchat" and hello.answer is None and hello.small_talk["kind"] == "greeting"
 
 
 def test_the_chain_times_each_part_and_rerank_only_for_rerank_arms(served, encoder):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.assembly import build_pipeline
+from app.match.assembly import build_pipeline
 from app.match import MatchQuery
 from app.stages import SiameseStage, load_stages, vector_stages
 from index.artifacts import STAGE_VECTORS_DIR, BuildRegistry

@@ -91,10 +91,10 @@ def test_the_pipeline_routes_a_query_in_the_language_it_was_given(e5):
 
 def test_a_question_is_native_when_the_kb_is_written_in_its_language():
     """A question in a non-English KB's own language gets the `native` curve and its words read in that language
-    (app/decision.py `native_language`); English never does, and a Spanish question to an English KB is cross-lingual."""
+    (app/match/decider.py `native_language`); English never does, and a Spanish question to an English KB is cross-lingual."""
     from types import SimpleNamespace
 
-    from app.decision import native_language
+    from app.match.decider import native_language
 
     spanish_kb = SimpleNamespace(manifest={"lexical": {"languages": {"es": 188}}})
     english_kb = SimpleNamespace(manifest={"lexical": {"languages": {"en": 188}}})

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.chitchat.answers import load_answers
-from app.mining import mine_report
+from app.conversation.small_talk.answers import load_answers
+from app.curation.mining import mine_report
 from app.traffic import summarize
 from tests.helpers.api import kb_records, serving
 

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.console.pages import (checked_post, current, flash, kb_state, kb_url, page_router, pydantic_problems,
                                    redirect, render)
-from app.chitchat.answers import KINDS, load_answers
+from app.conversation.small_talk.answers import KINDS, load_answers
 from app.settings import KbSettings, Persona
 
 router = page_router()
@@ -20,7 +20,7 @@ PERSONAS = typing.get_args(Persona)
 
 
 def _page(request: Request, session, kb: str, values: dict, errors: dict, status: int = 200) -> Response:
-    return render(request, "smalltalk.html", status, session=session, kb=kb, values=values, errors=errors,
+    return render(request, "small_talk.html", status, session=session, kb=kb, values=values, errors=errors,
                   kinds=KINDS, personas=PERSONAS, shipped=load_answers()["personas"])
 
 

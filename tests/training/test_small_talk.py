@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from app.chitchat.answers import KINDS
+from app.conversation.small_talk.answers import KINDS
 from training.loop import TrainError
-from training.smalltalk import SmallTalkConfig, collect, fit, wrap
+from training.small_talk import SmallTalkConfig, collect, fit, wrap
 
 TALK = [("hi", "greeting"), ("hello there", "greeting"), ("hey", "greeting"), ("thanks", "thanks"),
         ("thank you", "thanks"), ("cheers", "thanks"), ("bye", "goodbye"), ("see you", "goodbye")]

@@ -9,7 +9,7 @@ n-grams the features count the tokens outside the small-talk vocabulary the mode
 letter slip of a known word, "thnks", still counts as known).
 
 A detector is a folder: `config.json` (classes, feature names, the small-talk vocabulary) and
-`model.safetensors` (the weights, fp16). `training/smalltalk.py` fits one; `for_encoder(id)` reads the
+`model.safetensors` (the weights, fp16). `training/small_talk.py` fits one; `for_encoder(id)` reads the
 shipped one for the served encoder (`detectors/`).
 """
 from __future__ import annotations

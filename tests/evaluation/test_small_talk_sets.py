@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chitchat.answers import KINDS
+from app.conversation.small_talk.answers import KINDS
 
 DATA = Path(__file__).resolve().parents[2] / "evaluation" / "data"
 SETS = DATA / "smalltalk"

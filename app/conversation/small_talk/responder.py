@@ -1,6 +1,6 @@
 """Small talk on the request path: which of a batch of messages are small talk, and the KB's answer to each.
 
-The detector (models/smalltalk) is picked by the encoder the KB serves with, so it reads the query vectors
+The detector (models/small_talk) is picked by the encoder the KB serves with, so it reads the query vectors
 the match already computed and adds no encoder call; an encoder without a shipped detector gets the one
 that reads the text alone. A message is small talk when the detector gives small talk at large at least
 `threshold` and names a kind; anything else is matched as usual.
@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from app.chitchat.answers import answer
-from models.smalltalk.detector import SmallTalkDetector, for_encoder
+from app.conversation.small_talk.answers import answer
+from models.small_talk.detector import SmallTalkDetector, for_encoder
 
 #: the detector's P(small talk) from which a message is answered as small talk (docs/results.md: chosen on
 #: the training sets' requests wrapped in small talk, not on the test sets)

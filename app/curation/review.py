@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.mining import mine_report
+from app.curation.mining import mine_report
 from app.store import FaqOut, FaqStore
 from app.store.reviews import MAX_REASON_CHARS, lint_key
 from kb.mining import content_words

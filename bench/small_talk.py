@@ -2,7 +2,7 @@
 are requests (in-scope questions, requests that look like small talk, questions wrapped in a greeting)
 matched as FAQs?
 
-    python bench/smalltalk.py [--encoder mpnet] [--out bench/results/smalltalk]
+    python bench/small_talk.py [--encoder mpnet] [--out bench/results/smalltalk]
 
 The four realistic sets are KBs of one data dir, built with the default settings. Sent: the small-talk
 test set (evaluation/data/smalltalk/test.jsonl) and not_smalltalk.jsonl to one KB, each set's in-scope
@@ -26,7 +26,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.chitchat.answers import KINDS  # noqa: E402
+from app.conversation.small_talk.answers import KINDS  # noqa: E402
 from bench.serving import Server, faq, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402

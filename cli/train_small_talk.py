@@ -1,4 +1,4 @@
-"""`faq train smalltalk`: fit the small-talk detector and write its folder (models/smalltalk/detectors/<encoder>
+"""`faq train smalltalk`: fit the small-talk detector and write its folder (models/small_talk/detectors/<encoder>
 ships with the service)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REALISTIC = ("campus_it", "council", "energy", "grocery")
 
 def register(tr_sub: argparse._SubParsersAction) -> None:
     p = tr_sub.add_parser(
-        "smalltalk", help="train the small-talk detector (models/smalltalk/detectors/)",
+        "smalltalk", help="train the small-talk detector (models/small_talk/detectors/)",
         description="Fits the detector that answers small talk ('hi', 'thanks', 'are you a bot?') instead of "
         "matching it: the labelled small talk of --talk as its kinds; the KB files' questions and queries, "
         "CLINC150's and banking77's utterances and those requests wrapped in small talk as requests. With "
@@ -28,12 +28,12 @@ def register(tr_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--encoder", default=None, help="minilm | mpnet | a model folder: read its vectors too")
     p.add_argument("--embedding-scale", type=float, default=10.0)
     p.add_argument("--out", required=True, help="the detector folder to write")
-    p.set_defaults(func=cmd_smalltalk)
+    p.set_defaults(func=cmd_small_talk)
 
 
-def cmd_smalltalk(args: argparse.Namespace) -> int:
-    from app.chitchat.answers import KINDS
-    from training.smalltalk import SmallTalkConfig, collect, fit
+def cmd_small_talk(args: argparse.Namespace) -> int:
+    from app.conversation.small_talk.answers import KINDS
+    from training.small_talk import SmallTalkConfig, collect, fit
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     files = [Path(f) for f in args.requests] if args.requests else (

@@ -1,4 +1,4 @@
-"""`faq train smalltalk`: fit the small-talk detector (models/smalltalk/detector.py) from labelled small talk
+"""`faq train smalltalk`: fit the small-talk detector (models/small_talk/detector.py) from labelled small talk
 and from requests that must not be taken for it.
 
 The requests are KB questions and queries in users' words, public intent sets' in-scope utterances, and the
@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from scipy import sparse
 
-from models.smalltalk.detector import NONE, SmallTalkDetector, Vocabulary, features, tokens
+from models.small_talk.detector import NONE, SmallTalkDetector, Vocabulary, features, tokens
 from training.loop import TrainError
 
 log = logging.getLogger(__name__)

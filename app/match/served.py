@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from app.decision import BuildDecisions
+from app.match.decider import BuildDecisions
 from models.lru import LRU
 
 __all__ = ["BuildFiles", "OpenBuilds", "ServedBuild"]

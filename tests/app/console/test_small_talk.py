@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from app.chitchat.answers import load_answers
+from app.conversation.small_talk.answers import load_answers
 from tests.helpers.console import assert_headers, csrf_of, served_kbs, sign_in
 
 ROOT = "console-smalltalk-token-of-32-characters"

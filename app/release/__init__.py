@@ -1,5 +1,5 @@
 """Releasing a build, the one place a version becomes current or is pruned: build and verify it (index/build.py
-`build_index`, which never activates), let the KB's labels gate it (app/build_gate.py), make it current and
+`build_index`, which never activates), let the KB's labels gate it (app/release/gate.py), make it current and
 prune to the KB's keep count. `faq index build` and the console's Build now both release through
 `release_build`, each with its own labels and its own words for what happened; `faq index activate` and the
 console's rollback through `activate`; scratch KBs (evaluations, benchmarks, tests) through `build_current`.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from app.build_gate import MAX_DROP, MIN_LABELS, GateResult, LabelsUnusable, judge
+from app.release.gate import MAX_DROP, MIN_LABELS, GateResult, LabelsUnusable, judge
 
 Labels = Sequence[tuple[str, "str | None"]]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.mining import suggested_open
+from app.curation.mining import suggested_open
 from app.settings import KbSettings
 from kb.formats import Imported, KbContents
 from kb.formats.base import clean_synonyms

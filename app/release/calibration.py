@@ -26,8 +26,8 @@ def refit_on_labels(settings: Any, store: Any, registry: Any, version: str, labe
                     strength: float) -> Refit:
     """Score `labels` against build `version` and refit the served prior on them. Raises ValueError when they
     cannot be fitted."""
-    from app.assembly import build_pipeline, load_configured_encoder
-    from app.decision import fit_on_labels, labelled_rows
+    from app.match.assembly import build_pipeline, load_configured_encoder
+    from app.match.decider import fit_on_labels, labelled_rows
     from index.decision import load_model
     from index.retriever import Retriever
 

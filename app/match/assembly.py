@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from app.chitchat.responder import SmallTalk
-from app.decision import Decider
+from app.conversation.small_talk.responder import SmallTalk
+from app.match.decider import Decider
 from app.match import Pipeline
-from app.served_build import OpenBuilds
+from app.match.served import OpenBuilds
 from app.settings import Settings
 from app.stages import Stage
 from index.candidates import RetrieverLike

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.smalltalk.detector import SHIPPED, TEXT_ONLY, SmallTalkDetector, Vocabulary, for_encoder, tokens
+from models.small_talk.detector import SHIPPED, TEXT_ONLY, SmallTalkDetector, Vocabulary, for_encoder, tokens
 
 
 def test_tokens_fold_case_apostrophes_repeats_and_keep_emoji():

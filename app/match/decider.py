@@ -46,7 +46,7 @@ class Decision:
 
 
 class BuildDecisions:
-    """What the decider computes once per served build (app/served_build.py `ServedBuild.decisions`):
+    """What the decider computes once per served build (app/match/served.py `ServedBuild.decisions`):
     references, tables and FAQ word sets."""
 
     def __init__(self, retriever: Any):
