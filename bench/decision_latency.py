@@ -2,7 +2,7 @@
 
     python bench/decision_latency.py --cache var/decision --out bench/results/decision_latency
 
-Reads the candidates `python -m evaluation.decision collect` kept (as the pipeline builds them, FAQ word
+Reads the candidates `faq eval decision collect` kept (as the pipeline builds them, FAQ word
 sets included) and times `index.decision.decide` per query, one thread; prints and writes JSON + Markdown.
 """
 from __future__ import annotations

@@ -144,7 +144,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "the fixed encoders' analogy rows (default 30)")
     p.add_argument("--bootstrap", type=int, default=1000, help="analogy protocol: bootstrap resamples (default 1000)")
     p.set_defaults(func=cmd_answer_selection)
+    for name, module in STUDIES.items():
+        # each study parses its own arguments: `faq eval NAME --help` is its help
+        p = ev_sub.add_parser(name, add_help=False, help=_first_line(module),
+                              description=f"`faq eval {name} ARGS` is `python -m {module} ARGS`")
+        # its arguments are the ones the parser does not know (cli/main.py hands them over as `study_args`)
+        p.set_defaults(study=module, func=lambda args, module=module: _run_study(module, args.study_args))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
+
+
+#: the evaluations with their own commands (a module each under evaluation/, with `main(argv)`), run one way:
+#: `faq eval NAME ARGS`
+STUDIES = {name.replace("_", "-"): f"evaluation.{name}" for name in (
+    "cluster_cosine", "decision", "filter_calibration", "kb_lint", "kb_mine", "language_id", "multilingual",
+    "query_encoder", "query_encoder_fusion", "review_loop", "turns")}
+
+
+def _first_line(module: str) -> str:
+    """The first line of a study's docstring, read without importing it (some load models at import)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return module
+    with open(spec.origin, encoding="utf-8") as fh:
+        doc = ast.get_docstring(ast.parse(fh.read())) or module
+    first = " ".join(doc.split("\n\n")[0].split())
+    return first.split(". ")[0].rstrip(".:")
+
+
+def _run_study(module: str, argv: list[str]) -> int:
+    import importlib
+
+    code = importlib.import_module(module).main(argv)
+    return code if isinstance(code, int) else 0
 
 
 def _pool_list(text: str) -> list[int]:

@@ -41,7 +41,12 @@ def settings_problems(exc) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # an evaluation study (`faq eval NAME ARGS`, cli/eval.py) parses its own arguments; any other command knows all
+    if getattr(args, "study", None) is not None:
+        args.study_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -634,12 +634,12 @@ def cmd_query_encoder(args: argparse.Namespace) -> int:
 
 
 def _register_decision(tr_sub: argparse._SubParsersAction) -> None:
-    # the options are `python -m evaluation.decision train`'s (training/decision.py `add_train_options`), written
+    # the options are `faq eval decision train`'s (training/decision.py `add_train_options`), written
     # out here so that building the parser imports no trainer
     p = tr_sub.add_parser(
         "decision",
         help="train the cross-KB decision model (index/decision_model.json)",
-        description="Fits the decision model on the candidates `python -m evaluation.decision collect` cached per "
+        description="Fits the decision model on the candidates `faq eval decision collect` cached per "
         "KB and encoder, and writes it (the model that ships: index/decision_model.json).",
     )
     from training.decision import add_data_options

@@ -9,7 +9,7 @@ queries, gold FAQ or out of scope), per encoder:
 - the clusters the queue would show if none of the queries had been answered (kb/mining.py
   `cluster_unanswered`, min size 2): how many, how many queries in them, and how many mix FAQs.
 
-    python -m evaluation.cluster_cosine [--encoders minilm,mpnet] [--out bench/results/cluster_cosine]
+    faq eval cluster-cosine [--encoders minilm,mpnet] [--out bench/results/cluster_cosine]
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     n = sum(len(load(s)) for s in SETS)
     lines = ["# Merging unanswered queries: encoder cosine on realistic FAQ sets", "",
-             f"`python -m evaluation.cluster_cosine --encoders {args.encoders}`; {n} distinct queries of "
+             f"`faq eval cluster-cosine --encoders {args.encoders}`; {n} distinct queries of "
              f"{', '.join(SETS)} (dev + test, users' words). Served threshold: {CLUSTER_COSINE}. "
              f"CPU: {result['machine'].get('cpu_model')}.", ""]
     for spec, r in result["encoders"].items():

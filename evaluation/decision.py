@@ -1,8 +1,8 @@
 """The decision model (index/decision.py): gather its data, train it, measure it leave-one-KB-out.
 
-    python -m evaluation.decision collect --data DIR [--kbs energy,council,...] [--model mpnet] --out var/decision
-    python -m evaluation.decision loko --cache var/decision --out bench/results/decision
-    python -m evaluation.decision train --cache var/decision --out index/decision_model.json  (= faq train decision)
+    faq eval decision collect --data DIR [--kbs energy,council,...] [--model mpnet] --out var/decision
+    faq eval decision loko --cache var/decision --out bench/results/decision
+    faq eval decision train --cache var/decision --out index/decision_model.json  (= faq train decision)
 
 `collect` puts each KB through the product's own path (a scratch store, `build_index`, the pipeline of
 `build_pipeline` with the decision model off) and keeps, per labelled query, the first stage's
@@ -272,7 +272,7 @@ def cmd_loko(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    return train_decision(args, "python -m evaluation.decision " + " ".join(sys.argv[1:]))
+    return train_decision(args, "faq eval decision " + " ".join(args.argv))
 
 
 LABEL_COUNTS = (0, 25, 50, 100, 200)
@@ -349,7 +349,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluation.decision", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="faq eval decision", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="KBs through the product path -> cached candidates")
     c.add_argument("--data", default="var/data", help="folder with clinc150/ and banking77/ from `faq data prepare`")
@@ -373,7 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lb.add_argument("--out", default="bench/results/decision_labels")
     lb.add_argument("--strength", type=float, default=100.0, help="the prior's weight in labelled queries")
     lb.add_argument("--seeds", type=int, default=5)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # recorded in what `train` writes, as `faq eval decision ARGS`
     logging.basicConfig(level=logging.WARNING)
     return args.func(args)
 

@@ -1,6 +1,6 @@
 """Is the score honest when a filter hides the question's own FAQ?
 
-    python -m evaluation.filter_calibration [--encoder mpnet] [--work runs/turns] [--out bench/results/filter_calibration]
+    faq eval filter-calibration [--encoder mpnet] [--work runs/turns] [--out bench/results/filter_calibration]
 
 Each realistic set's in-scope test queries are matched through the product path (`scratch_pipeline`) twice
 with a tag filter: once with a tag of the right FAQ (it passes), once with a tag it lacks (every candidate

@@ -9,7 +9,7 @@ lint score for the corrupted FAQs against all others, precision and recall at th
 swaps how often the flag's reason names the FAQ the answer came from. The raw fit z-score and the
 analogy signal are scored alone too, to show what each earns.
 
-    python -m evaluation.kb_lint --encoder minilm --out bench/results/kb_lint_minilm
+    faq eval kb-lint --encoder minilm --out bench/results/kb_lint_minilm
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
               analogy=analogy)
     res["analogy_model"] = args.analogy_model
     res["kb"] = args.kb if Path(args.kb).resolve() != DEMO_KB else "app/demo/faq.jsonl"
-    command = "python -m evaluation.kb_lint " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "faq eval kb-lint " + " ".join(argv if argv is not None else sys.argv[1:])
     md = to_markdown(res, command)
     print(md)
     if args.out:

@@ -8,8 +8,8 @@ how many phrasings are proposed and their precision (proposed FAQ == gold), and 
 queries fall into unanswered clusters. With --siamese, the same with the Siamese matcher as a second
 opinion beside the key (per --agree), and how precise its own proposals are.
 
-    python -m evaluation.kb_mine --data runs/data/clinc150 --out bench/results/kb_mine [--siamese DIR]
-    python -m evaluation.kb_mine --data evaluation/data/energy --kb-file faq.jsonl --queries dev.jsonl,test.jsonl
+    faq eval kb-mine --data runs/data/clinc150 --out bench/results/kb_mine [--siamese DIR]
+    faq eval kb-mine --data evaluation/data/energy --kb-file faq.jsonl --queries dev.jsonl,test.jsonl
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             store.close()
     res["timings"] = timings
-    command = "python -m evaluation.kb_mine " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "faq eval kb-mine " + " ".join(argv if argv is not None else sys.argv[1:])
     res["command"] = command.strip()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Language identification (models/language.py) on the realistic sets and on a held-out set of the queries it
 used to get wrong.
 
-    python -m evaluation.language_id [--sets energy,council,grocery,campus_it] [--heldout FILE] [--out DIR]
+    faq eval language-id [--sets energy,council,grocery,campus_it] [--heldout FILE] [--out DIR]
 
 The realistic sets: every dev and test query of the four sets in English and as written again in Spanish,
 German and French (`evaluation/data/<set>/{dev,test}[.es|.de|.fr].jsonl`): how often the detected language is
@@ -140,7 +140,7 @@ def identify(sets: list[str], held_out: Path, out: Path | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluation.language_id", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="faq eval language-id", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--heldout", type=Path, default=HELD_OUT)
     parser.add_argument("--out", type=Path, default=Path("runs/language_id"))

@@ -1,9 +1,9 @@
 """Multilingual mode's routes and their measurement on the realistic sets' translated queries.
 
-    python -m evaluation.multilingual fit [--sets energy,council,grocery,campus_it] [--out FILE]
-    python -m evaluation.multilingual calibrate [--sets ...] [--routes FILE]
-    python -m evaluation.multilingual study [--sets ...] [--out DIR]
-    python -m evaluation.multilingual identify [--sets ...] [--lingua]
+    faq eval multilingual fit [--sets energy,council,grocery,campus_it] [--out FILE]
+    faq eval multilingual calibrate [--sets ...] [--routes FILE]
+    faq eval multilingual study [--sets ...] [--out DIR]
+    faq eval multilingual identify [--sets ...] [--lingua]
 
 `fit` writes models/encoders/multilingual-routes.json: per language, the mix of mpnet's and e5's cosines and
 the affine map that puts it on mpnet's scale (models/encoders/multilingual.py). It reads the dev split only:
@@ -169,7 +169,7 @@ def fit(sets: list[str], out: Path, cache_dir: str | None, mix: bool = False) ->
         print(f"{language}: mix {route['mix']} dev top-1 {route['dev_top1']:.3f} -> {routes[language]}", file=sys.stderr)
     if routes:  # languages without queries of their own: the mean of the fitted ones
         routes["*"] = {k: round(float(np.mean([r[k] for r in routes.values()])), 5) for k in ("mpnet", "e5", "offset")}
-    body = {"about": "written by `python -m evaluation.multilingual fit` from the dev queries of "
+    body = {"about": "written by `faq eval multilingual fit` from the dev queries of "
                      + ", ".join(sets) + "; English is always mpnet alone", "routes": routes, "fit": report}
     out.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     return body
@@ -360,7 +360,7 @@ def identify(sets: list[str], out: Path, lingua: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluation.multilingual", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="faq eval multilingual", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("fit", "calibrate", "study", "identify"):
         p = sub.add_parser(name)

@@ -2,7 +2,7 @@
 encoder for the queries) and fast (MiniLM both sides), each through `faq eval match` (answers as evidence,
 the threshold tuned on the set's dev queries where it has them).
 
-    python -m evaluation.query_encoder --query-encoder runs/query-encoder/ridge --out bench/results/query_encoder
+    faq eval query-encoder --query-encoder runs/query-encoder/ridge --out bench/results/query_encoder
 
 Writes `report.json` and `report.md` (top-1, MRR, answer F1 per set and mode, and balanced minus accurate /
 minus fast in points; the top match's ECE and answer precision / F1 at the service's default decision) and

@@ -1,7 +1,7 @@
 """A first-stage study: a ridge-mapped query (MiniLM's vector mapped into mpnet's space) fused with MiniLM's own
 score, both from one MiniLM pass; the FAQ side would hold both mpnet's and MiniLM's vectors.
 
-    python -m evaluation.query_encoder_fusion --query-encoder runs/query-encoder/ridge \
+    faq eval query-encoder-fusion --query-encoder runs/query-encoder/ridge \
         --out bench/results/query_encoder_fusion
 
 Every set's test queries (in scope) are ranked the way the service first scores a FAQ (its best phrasing's

@@ -10,7 +10,7 @@ the test queries:
 3. the review queue (`app/curation/mining.py mine_report`, what the console shows) and every proposal accepted as
    the console accepts it (`KbStore.add_questions`); then the KB rebuilt and the test queries again.
 
-    python -m evaluation.review_loop [--sets energy,council,campus_it,grocery] [--out bench/results/review_loop]
+    faq eval review-loop [--sets energy,council,campus_it,grocery] [--out bench/results/review_loop]
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     lines = ["# The review loop on realistic FAQ sets", "",
-             f"`python -m evaluation.review_loop --sets {args.sets}`; MiniLM (onnx-int8), CPU "
+             f"`faq eval review-loop --sets {args.sets}`; MiniLM (onnx-int8), CPU "
              f"{result['machine'].get('cpu_model')}. Dev queries labelled and their proposals accepted; test queries "
              "before and after.", "",
              "| set (accepted) | dev labelled | accepted | test top-1 before → after | answer rate (in scope) before → after "

@@ -1,7 +1,7 @@
 """The turn model (index/turns.py): fit it on the realistic sets' labelled second turns, and measure it.
 
-    python -m evaluation.turns fit [--encoder mpnet] [--work runs/turns] [--out index/turn_model.json]
-    python -m evaluation.turns measure [--encoder mpnet] [--work runs/turns] [--split test]
+    faq eval turns fit [--encoder mpnet] [--work runs/turns] [--out index/turn_model.json]
+    faq eval turns measure [--encoder mpnet] [--work runs/turns] [--split test]
 
 Each set's KB goes through the product path (`scratch_pipeline`, its follow-ups merged in); every second
 turn of `turns.jsonl` whose first turn names an FAQ is matched alone by the served pipeline, and the turn
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = load_turn_model(args.model)
     if model is None:
-        print("no turn model: run `python -m evaluation.turns fit`", file=sys.stderr)
+        print("no turn model: run `faq eval turns fit`", file=sys.stderr)
         return 2
     print(json.dumps({"split": split, **measure(rows, model)}, indent=1))
     return 0

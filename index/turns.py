@@ -6,7 +6,7 @@ topic. The model scores each candidate FAQ of such a turn with a logistic regres
 alone says of it (the decision model's probability, the query's cosine with its answer), how near it is to
 the previous FAQ (the cosine of their answers, or being that FAQ), and how self-contained the query is (the
 best probability it reaches alone, its length, pronouns and openers such as "and" or "what about"). It is
-fitted on labelled second turns (`python -m evaluation.turns fit`), so the weight of the previous turn is
+fitted on labelled second turns (`faq eval turns fit`), so the weight of the previous turn is
 learnt, interacting with how weak the query is alone, never a fixed boost; its output is a probability like
 the decision model's.
 

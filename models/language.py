@@ -23,7 +23,7 @@ Chosen over lingua (`lingua-language-detector`) on the realistic sets' queries i
 and French (docs/results.md): more of them right (99.5% of those of 3+ words against lingua's 99.1% in its
 high-accuracy mode and 96.2% in its low one), 0.06 ms a query, and about 100 MB less memory than lingua's
 high-accuracy models. The script and name checks are measured in docs/results.md ("Language identification:
-other scripts, names, mixed queries") with `python -m evaluation.language_id`.
+other scripts, names, mixed queries") with `faq eval language-id`.
 """
 from __future__ import annotations
 

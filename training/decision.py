@@ -2,7 +2,7 @@
 
     faq train decision --cache var/decision --train-models mpnet,minilm --rerank
 
-It reads the candidates `python -m evaluation.decision collect` keeps per KB and encoder (pickled
+It reads the candidates `faq eval decision collect` keeps per KB and encoder (pickled
 `KbData`), fits the cross-KB logistic regression on all of them (each KB counts the same) and, with
 `--recalibrate`, refits the top answer's logit on predictions made leave one KB out, so that the shipped
 confidence is the one measured on unseen KBs. `evaluation/decision.py` measures the same training leave
@@ -45,7 +45,7 @@ def cache_path(cache: Path, name: str, model: str) -> Path:
     return cache / f"{name}.{model}.pkl"
 
 
-#: the modules older caches name `KbData` by: collection run as `python -m evaluation.decision` (`__main__`),
+#: the modules older caches name `KbData` by: collection run as `faq eval decision` (`__main__`),
 #: or imported from there before the class moved here
 _KBDATA_MODULES = ("__main__", "evaluation.decision")
 
@@ -114,7 +114,7 @@ def train_model(kbs: Sequence[KbData], rerank: bool, meta: dict | None = None, r
 
 def add_data_options(p: argparse.ArgumentParser) -> None:
     """The options naming what the model is trained on (the cache, its KBs and encoders, the model's kind) of
-    `python -m evaluation.decision loko / labels / train` and of `faq train decision`."""
+    `faq eval decision loko / labels / train` and of `faq train decision`."""
     p.add_argument("--cache", default="var/decision")
     p.add_argument("--kbs", default=",".join(ALL_KBS))
     p.add_argument("--model", default="mpnet")

@@ -1,5 +1,5 @@
 """The turn model's fit (index/turns.py `TurnModel`): a conditional logit over each labelled turn's
-candidates with a null choice, L2-penalised, by L-BFGS. `python -m evaluation.turns fit` collects the turns
+candidates with a null choice, L2-penalised, by L-BFGS. `faq eval turns fit` collects the turns
 through the served pipeline and calls it."""
 from __future__ import annotations
 

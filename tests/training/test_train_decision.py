@@ -44,7 +44,7 @@ def test_faq_train_decision_writes_what_the_evaluation_entry_writes(tmp_path, mo
     assert capsys.readouterr().out == printed
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
     assert a["meta"].pop("command").startswith("faq train decision --cache")
-    assert b["meta"].pop("command").startswith("python -m evaluation.decision")
+    assert b["meta"].pop("command").startswith("faq eval decision train --cache")
     assert a == b
     model = DecisionModel.from_json(a)
     assert model.rerank and model.meta["trained_on"] == ["council", "energy", "grocery"]
