@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    env = served_env(workdir, args.encoder, ADMIN)
+    # no query log: logged traffic replaces the build's expected-precision table once there is enough of it,
+    # so each run would change what the next one answers
+    env = {**served_env(workdir, args.encoder, ADMIN), "FAQ_QUERY_LOG": "false"}
     if not args.reuse:
         prepare(env, workdir)
     decisions: Counter = Counter()
