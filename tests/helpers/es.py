@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
+
+from tests.helpers.waiting import poll
 
 
 def _free_port() -> int:
@@ -33,16 +34,19 @@ def start_emulator(data_dir: str | Path) -> tuple[subprocess.Popen, str]:
                 [str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1",
                  "--only", "elasticsearch", "--elasticsearch-port", str(port)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return proc, url
-            except OSError:
-                time.sleep(0.1)
+        if poll(lambda proc=proc, url=url: proc.poll() is not None or _answers(url), 20, every_s=0.1) \
+                and proc.poll() is None:
+            return proc, url
         stop_emulator(proc)  # alive but not answering, or exited: try another port
     raise RuntimeError(f"the noida-db Elasticsearch emulator did not start: {log_path.read_text()[-2000:]}")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def stop_emulator(proc: subprocess.Popen) -> None:

@@ -3,7 +3,6 @@ resident-KB budget, per-KB settings followed live, the query log per KB and a ho
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ from app.api import resident_kbs as resident_kbs_module
 from app.api.main import create_app
 from tests.helpers.api import bearer, build, make_settings, make_store, shop_records, two_built_kbs
 from tests.helpers.server import LiveServer
+from tests.helpers.waiting import until
 
 ROOT = "root-admin-token-of-32-characters"
 
@@ -319,13 +319,10 @@ def test_hot_swap_of_one_kb_under_load(kbs, encoder):  # noqa: F811
 
     def answers_after(counts: dict[str, int], more: int) -> None:
         """Wait until each path has answered `more` requests beyond `counts` (or something failed)."""
-        deadline = time.monotonic() + 60
-        while True:
+        def done() -> bool:
             with lock:
-                if failures or all(answered[p] >= counts[p] + more for p in answered):
-                    return
-            assert time.monotonic() < deadline, f"the clients stalled: {answered}"
-            time.sleep(0.05)
+                return bool(failures) or all(answered[p] >= counts[p] + more for p in answered)
+        until(done, 60, f"{more} more answers per KB")
 
     with LiveServer(app) as server:
         threads = [threading.Thread(target=client_loop, args=(p,)) for p in seen for _ in range(4)]

@@ -10,6 +10,7 @@ import pytest
 import uvicorn
 
 from app.api.server import HeaderTimeoutProtocol
+from tests.helpers.waiting import until
 
 
 async def hello(scope, receive, send):
@@ -34,10 +35,8 @@ def server_port():
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
+    until(lambda: server.started or not thread.is_alive(), 30, "uvicorn's start")
+    assert server.started, "uvicorn stopped before it started"
     yield port
     server.should_exit = True
     thread.join(10)

@@ -17,6 +17,7 @@ from app.api.main import create_app
 from app.match import MatchQuery
 from tests.helpers.api import build, make_settings, make_store
 from tests.helpers.server import LiveServer
+from tests.helpers.waiting import until
 
 TOKEN = "swap-admin-token-of-32-characters"
 CLIENTS = 32
@@ -57,13 +58,10 @@ def test_reload_under_concurrent_load(tmp_path, encoder):  # noqa: F811
         for t in threads:
             t.start()
         # the swap comes once the load is on: some requests must have been answered by the old index
-        deadline = time.monotonic() + 60
-        while True:
+        def loaded() -> bool:
             with lock:
-                if len(outcomes) >= CLIENTS or failures:
-                    break
-            assert time.monotonic() < deadline, "the clients got no answers"
-            time.sleep(0.05)
+                return len(outcomes) >= CLIENTS or bool(failures)
+        until(loaded, 60, "answers to every client")
         store.create_faq("pets", "Pets are welcome in our stores.", ["Can I bring my dog into the shop?"])
         # build with the service's encoder: its lock keeps the tokenizer from being used by two threads at once
         v2 = build(store, app.state.service.encoder, settings)["version"]  # activates `current`; not served yet

@@ -2,16 +2,9 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from models.encoders.base import PriorityGate
-
-
-def until(predicate, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "the gate never reached the expected state"
-        time.sleep(0.001)
+from tests.helpers.waiting import until
 
 
 def test_waiters_are_served_by_priority_then_arrival():
