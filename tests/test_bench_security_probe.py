@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import security_probe
+from bench import security_files, security_probe
 
 
 def test_only_names_checks_and_refuses_an_unknown_one(capsys):
@@ -33,19 +33,19 @@ def test_serverless_checks_run_alone_and_a_skipped_one_does_not_fail(tmp_path):
 
 
 def test_hostile_files_cover_the_archives_and_keep_valid_controls():
-    files = security_probe.hostile_files(n_random=2, seed=7)
-    assert set(security_probe.HOSTILE_ARCHIVES) <= {name for name, (_, valid) in files.items() if not valid}
+    files = security_files.hostile_files(n_random=2, seed=7)
+    assert set(security_files.HOSTILE_ARCHIVES) <= {name for name, (_, valid) in files.items() if not valid}
     assert {name for name, (_, valid) in files.items() if valid} == {
         "csv-bare-cr-line-ends.csv", "csv-formula-cells.csv", "jsonl-bom-crlf-valid.jsonl", "control-valid.csv"}
-    assert files["random-bytes-1.csv"][0]() == security_probe.hostile_files(2, 7)["random-bytes-1.csv"][0]()
+    assert files["random-bytes-1.csv"][0]() == security_files.hostile_files(2, 7)["random-bytes-1.csv"][0]()
 
 
 def test_a_file_row_is_judged_by_every_path():
     refused = {"file": "x.csv", "bytes": 10, "valid": False, "reader": {"outcome": "KbFormatError"},
                "cli": {"exit": 2, "kb_created": False, "traceback": False},
                "console": {"status": 422, "seconds": 0.1, "peak_rss_growth_mb": 0.0}}
-    assert security_probe.file_ok(refused)
-    assert not security_probe.file_ok({**refused, "cli": {**refused["cli"], "kb_created": True}})
-    assert not security_probe.file_ok({**refused, "console": {**refused["console"], "seconds": 9.6}})
-    big = {**refused, "bytes": security_probe.BOUNDED_BYTES + 1, "console": {"status": 0, "seconds": 30}}
-    assert security_probe.file_ok(big)  # too big to bound in time: only no 5xx and no import
+    assert security_files.file_ok(refused)
+    assert not security_files.file_ok({**refused, "cli": {**refused["cli"], "kb_created": True}})
+    assert not security_files.file_ok({**refused, "console": {**refused["console"], "seconds": 9.6}})
+    big = {**refused, "bytes": security_files.BOUNDED_BYTES + 1, "console": {"status": 0, "seconds": 30}}
+    assert security_files.file_ok(big)  # too big to bound in time: only no 5xx and no import

@@ -60,17 +60,17 @@ def test_the_cookie_is_secure_only_when_a_trusted_proxy_says_https(tmp_path, enc
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (Debian: nginx-light)")
 def test_behind_the_compose_proxy_the_console_cookie_is_secure(tmp_path):
-    from bench import security_probe
+    from bench import security_sessions
 
-    result = security_probe.check_proxy_cookie(tmp_path / "work")
+    result = security_sessions.check_proxy_cookie(tmp_path / "work")
     cases = {row["sign-in through"]: row for row in result["table"]}
     assert cases["nginx https (compose proxy, :8443)"]["secure"] is True
     assert cases["nginx http (:8080)"]["secure"] is False
     assert cases["direct, forged headers, proxy list 10.9.8.7"]["secure"] is False
     # nginx passes the client's own address on, and only a trusted proxy's word is taken for it
     seen = result["clients_seen"]
-    assert set(seen["FAQ_TRUSTED_PROXIES unset (127.0.0.1,::1), through nginx"]) == {security_probe.PROXY_CLIENT}
-    assert set(seen["FAQ_TRUSTED_PROXIES=10.9.8.7 (forged)"]) == {security_probe.PROXY_CLIENT}
+    assert set(seen["FAQ_TRUSTED_PROXIES unset (127.0.0.1,::1), through nginx"]) == {security_sessions.PROXY_CLIENT}
+    assert set(seen["FAQ_TRUSTED_PROXIES=10.9.8.7 (forged)"]) == {security_sessions.PROXY_CLIENT}
     assert result["ok"]
 
 
