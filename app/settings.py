@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: the arms a request can run (app/match/arms.py): ANN or BM25 recall, each with or without the re-ranking stages
@@ -499,13 +499,16 @@ class Settings(BaseSettings):
 
     def for_kb(self, kb: str, stored: dict | None = None) -> Settings:
         """These settings for KB `kb`, with the KB's stored settings (KbSettings) over the FAQ_* values.
-        Raises ValueError (pydantic's ValidationError) for a malformed name or a bad stored value."""
+        Raises ValueError for a malformed name, KbSettingsRefused (a ValueError) for a bad stored value."""
         import re
 
         if not re.fullmatch(KB_NAME_PATTERN, kb or ""):
             raise ValueError(f"a KB name is 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter "
                              f"or digit; got {kb!a}")
-        own = KbSettings.model_validate(stored or {}).model_dump(exclude_none=True)
+        try:
+            own = KbSettings.model_validate(stored or {}).model_dump(exclude_none=True)
+        except ValidationError as exc:  # stored by an older version, or written to the database by hand
+            raise KbSettingsRefused(kb, exc) from None
         return self.model_copy(update={"kb": kb, **own})
 
     @property
@@ -516,3 +519,51 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+# -- settings a KB stored that this version refuses: one message for the CLI, the API and the compat routes --
+def setting_rule(field: str) -> str:
+    """What KbSettings accepts for `field`, in words: 'a number >= 0 and <= 1'."""
+    from typing import Literal, get_args, get_origin
+
+    info = KbSettings.model_fields[field]
+    kinds = [a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)]
+    if kinds and get_origin(kinds[0]) is Literal:
+        return "one of " + ", ".join(get_args(kinds[0]))
+    kind = {int: "a whole number", float: "a number", str: "text of", bool: "true or false"}.get(
+        kinds[0] if kinds else str, "a value")
+    bounds = []
+    for rule in info.metadata:
+        for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(rule, attr, None) is not None:
+                bounds.append(f"{word} {getattr(rule, attr):g}")
+        if getattr(rule, "min_length", None) is not None:
+            bounds.append(f"at least {rule.min_length} character{'' if rule.min_length == 1 else 's'}")
+        if getattr(rule, "max_length", None) is not None:
+            bounds.append(f"at most {rule.max_length} characters")
+    return kind + (" " + " and ".join(bounds) if bounds else "")
+
+
+def settings_problems(exc: ValidationError, what: str = "--set") -> list[str]:
+    """One line per field KbSettings refused, naming the field and what it accepts."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in err["loc"]) or "settings"
+        if err["type"] == "extra_forbidden" or field not in KbSettings.model_fields:
+            lines.append(f"{what} {field}: not a KB setting; a KB can set {', '.join(KbSettings.model_fields)}")
+        elif err["type"] == "value_error":  # a field's own check says what is wrong in its own words
+            lines.append(f"{what} {field}={err.get('input')!r}: {err['msg'].removeprefix('Value error, ')}")
+        else:
+            lines.append(f"{what} {field}={err.get('input')!r}: must be {setting_rule(field)}")
+    return lines
+
+
+class KbSettingsRefused(ValueError):
+    """A KB's stored settings hold a value this version refuses (stored by an older one, or by hand): nothing
+    can use the KB until they are fixed, and the message says how."""
+
+    def __init__(self, kb: str, exc: ValidationError):
+        super().__init__(f"KB {kb!r} has stored settings this version refuses: "
+                         f"{'; '.join(settings_problems(exc, 'stored'))}; fix them with "
+                         f"`faq kb settings --kb {kb} --unset KEY`")
+        self.kb = kb

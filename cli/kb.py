@@ -377,7 +377,7 @@ def _validated(settings: dict[str, Any]) -> dict[str, Any] | str:
     from pydantic import ValidationError
 
     from app.settings import KbSettings
-    from cli.scope import settings_problems
+    from app.settings import settings_problems
 
     try:
         return KbSettings.model_validate(settings).model_dump(exclude_none=True)

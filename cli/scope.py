@@ -11,9 +11,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
 
-from app.settings import KbSettings, Settings, get_settings
+from app.settings import KbSettingsRefused, Settings, get_settings
 from app.store import FaqStore, KbNotFound
 from kb.records import kb_name_problem
 
@@ -39,42 +38,6 @@ def kb_name(args: argparse.Namespace) -> str:
     return name
 
 
-def setting_rule(field: str) -> str:
-    """What KbSettings accepts for `field`, in words: 'a number >= 0 and <= 1'."""
-    from typing import Literal, get_args, get_origin
-
-    info = KbSettings.model_fields[field]
-    kinds = [a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)]
-    if kinds and get_origin(kinds[0]) is Literal:
-        return "one of " + ", ".join(get_args(kinds[0]))
-    kind = {int: "a whole number", float: "a number", str: "text of", bool: "true or false"}.get(
-        kinds[0] if kinds else str, "a value")
-    bounds = []
-    for rule in info.metadata:
-        for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            if getattr(rule, attr, None) is not None:
-                bounds.append(f"{word} {getattr(rule, attr):g}")
-        if getattr(rule, "min_length", None) is not None:
-            bounds.append(f"at least {rule.min_length} character{'' if rule.min_length == 1 else 's'}")
-        if getattr(rule, "max_length", None) is not None:
-            bounds.append(f"at most {rule.max_length} characters")
-    return kind + (" " + " and ".join(bounds) if bounds else "")
-
-
-def settings_problems(exc: ValidationError, what: str = "--set") -> list[str]:
-    """One line per field KbSettings refused, naming the field and what it accepts."""
-    lines = []
-    for err in exc.errors(include_url=False):
-        field = ".".join(str(part) for part in err["loc"]) or "settings"
-        if err["type"] == "extra_forbidden" or field not in KbSettings.model_fields:
-            lines.append(f"{what} {field}: not a KB setting; a KB can set {', '.join(KbSettings.model_fields)}")
-        elif err["type"] == "value_error":  # a field's own check says what is wrong in its own words
-            lines.append(f"{what} {field}={err.get('input')!r}: {err['msg'].removeprefix('Value error, ')}")
-        else:
-            lines.append(f"{what} {field}={err.get('input')!r}: must be {setting_rule(field)}")
-    return lines
-
-
 def settings_for(name: str, stored: dict[str, Any] | None = None) -> Settings:
     """The deployment's settings for KB `name` with its `stored` settings over them. A bad FAQ_* value raises
     pydantic's ValidationError titled "Settings" as is, which cli/main.py reports naming the variable."""
@@ -83,12 +46,8 @@ def settings_for(name: str, stored: dict[str, Any] | None = None) -> Settings:
     deployment = get_settings()
     try:
         return deployment.for_kb(name, stored)
-    except ValidationError as exc:  # stored by an older version, or written to the database by hand
-        if exc.title != KbSettings.__name__:
-            raise
-        raise KbChoiceError(f"KB {name!r} has stored settings this version refuses: "
-                            f"{'; '.join(settings_problems(exc, 'stored'))}; fix them with "
-                            f"`faq kb settings --kb {name} --unset KEY`") from None
+    except KbSettingsRefused as exc:  # stored by an older version, or written to the database by hand
+        raise KbChoiceError(str(exc)) from None
 
 
 @dataclass

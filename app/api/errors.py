@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.metrics import ServiceMetrics
-from app.api.state import KbSettingsRefused
+from app.settings import KbSettingsRefused
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.match import NoIndexError, NoStagesError
 from index.elasticsearch.vectors import VectorStoreUnavailable

@@ -23,8 +23,6 @@ import weakref
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from app.match.rewrite import QueryRewrites
 from app.match.assembly import (
     build_encoder_for, build_pipeline, encoder_runtime, encoder_spec, lexical_engine, load_configured_encoder,
@@ -46,19 +44,6 @@ if TYPE_CHECKING:
     from index.retriever import Retriever
 
 log = logging.getLogger(__name__)
-
-
-class KbSettingsRefused(RuntimeError):
-    """A KB's stored settings hold a value this version refuses (stored by an older one, or by hand): the KB
-    cannot be served until they are fixed, and every request to it is told how."""
-
-    def __init__(self, kb: str, exc: ValidationError):
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: "
-                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))
-        super().__init__(f"KB {kb!r} has stored settings this version refuses ({problems}): fix them with "
-                         f"`faq kb settings --kb {kb} --unset KEY` (or --set KEY=VALUE)")
-        self.kb = kb
-
 
 
 class QueryLogDisabled(RuntimeError):
@@ -146,10 +131,8 @@ class KbState:
             self.store = resources.store if self.is_default else resources.store.for_kb(self.kb)
         # the KB's own settings (`faq kb settings`) over the deployment's
         self.applied_settings = self.stored_settings()
-        try:
-            self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
-        except ValidationError as exc:  # stored by an older version, or written to the database by hand
-            raise KbSettingsRefused(self.kb, exc) from None
+        # KbSettingsRefused when they hold a value this version refuses: every request is told how to fix them
+        self.settings = self._deployment_settings.for_kb(self.kb, self.applied_settings)
         self.registry = open_registry(self.settings)
         manifest = self._current_manifest()
         self.query_encoder = self._load_query_encoder(manifest)

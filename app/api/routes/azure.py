@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from app.api import compat
-from app.api.state import KbSettingsRefused
+from app.settings import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import CombinedFilter, FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS

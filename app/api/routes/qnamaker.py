@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator
 
 from app.api import compat
-from app.api.state import KbSettingsRefused
+from app.settings import KbSettingsRefused
 from app.api.schemas import OptionalText
 from kb.filters import FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS

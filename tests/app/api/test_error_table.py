@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.api.errors import SERVICE_ERRORS, problem_of
-from app.api.state import KbSettingsRefused
+from app.settings import KbSettingsRefused
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.match import NO_INDEX, NO_STAGES, NoIndexError, NoStagesError
 from app.settings import KbSettings
