@@ -136,7 +136,7 @@ def _ms(values: list[float]) -> dict[str, float]:
 def equality(url: str, work: Path, encoder: Any, kb_file: Path = DEMO_KB, queries_file: Path = DEMO_QUERIES) -> dict:
     from app.match.assembly import build_pipeline
     from evaluation.match import EVAL_TOP_K, match_all
-    from evaluation.metrics import all_metrics, outcomes_from_results
+    from evaluation.measures import all_metrics, outcomes_from_results
     from index.artifacts import BuildRegistry
     from index.retriever import Retriever
     from kb.files import read_queries

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from bench.serving import admin_client, faq, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
-from evaluation.metrics import QueryOutcome, answer_metrics, reliability, top1_accuracy  # noqa: E402
+from evaluation.measures import QueryOutcome, answer_metrics, reliability, top1_accuracy  # noqa: E402
 
 ADMIN = "multilingual-bench-admin-token-0123456789"
 DATA = REPO / "evaluation" / "data"

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from bench.serving import Server, faq, free_port, served_env  # noqa: E402
 from bench.reports import write_report  # noqa: E402
 from evaluation.machine import cpu_info  # noqa: E402
-from evaluation.metrics import reliability  # noqa: E402
+from evaluation.measures import reliability  # noqa: E402
 from evaluation.turns import follow_ups, merged_records  # noqa: E402
 from kb.files import write_kb  # noqa: E402
 

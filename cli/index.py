@@ -287,7 +287,9 @@ def _calibrate(args: argparse.Namespace, settings, store) -> int:
     registry = _registry(settings)
     version = registry.current()
     if version is None:
-        return _error(f"no index built: run `faq index build{_kb_flag(settings)}` first")
+        from app.match import NoIndexError
+
+        return _error(str(NoIndexError(kb=None if settings.kb == DEFAULT_KB else settings.kb)))
     try:
         labels = _labels(args, store, feedback=not args.no_feedback, since=since)
     except LabelsUnusable as exc:

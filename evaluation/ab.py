@@ -38,7 +38,7 @@ import numpy as np
 
 from app.match.arms import ARMS, base_arm, uses_stages
 from evaluation.match import keep_first_variants, known_faq_check
-from evaluation.metrics import (
+from evaluation.measures import (
     NDCG_K,
     QueryOutcome,
     all_metrics,

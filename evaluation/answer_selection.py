@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from evaluation.metrics import ndcg, precision_at_1, reciprocal_rank
+from evaluation.measures import ndcg, precision_at_1, reciprocal_rank
 from training.mmaicm import DATASETS, QaList, average_precision, evaluable, load_split
 
 FUSIONS = ("zscore", "logistic")

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from evaluation.metrics import f1_score, reliability
+from evaluation.measures import f1_score, reliability
 from index.decision import WINDOW, DecisionModel, Reference, precision_table, threshold_for_precision
 from training.decision import (
     ALL_KBS, REALISTIC, KbData, add_data_options, add_train_options, cache_path, design, load_kbs, top_of, train_decision,

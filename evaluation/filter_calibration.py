@@ -24,7 +24,7 @@ def run(encoder: str, work: Path, seed: int = 0, split: str = "test") -> dict:
     from app.match import MatchQuery
     from app.settings import get_settings
     from evaluation.machine import cpu_info
-    from evaluation.metrics import reliability
+    from evaluation.measures import reliability
     from evaluation.scratch import scratch_pipeline
     from evaluation.turns import merged_records
     from kb.filters import parse_filter

@@ -1,6 +1,6 @@
 """Matching evaluation: the `faq eval match` runner.
 
-The metrics themselves are in evaluation/metrics.py.
+The metrics themselves are in evaluation/measures.py.
 
 The runner goes through the PRODUCT's own path so the numbers describe what is served: a fresh
 `FaqStore` on a SQLite file in a work folder (Alembic migrations, `import_records`),
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from evaluation.metrics import (
+from evaluation.measures import (
     RECALL_K,
     all_metrics,
     apply_threshold,

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from evaluation.metrics import f1_score
+from evaluation.measures import f1_score
 from models.scoring import best_threshold
 
 

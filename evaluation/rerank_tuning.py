@@ -37,7 +37,7 @@ def pooled_results(results: Sequence[Any], calibration: Any, weight: float, top_
 def tune_weight(results: Sequence[Any], golds: Sequence[str | None], calibration: Any, top_k: int,
                 grid: Sequence[float] = WEIGHT_GRID) -> tuple[float, dict[float, float]]:
     """(best weight, {weight: dev answer F1 at its tuned threshold}); ties go to the larger weight."""
-    from evaluation.metrics import outcomes_from_results, tune_threshold
+    from evaluation.measures import outcomes_from_results, tune_threshold
 
     f1s = {}
     for w in grid:

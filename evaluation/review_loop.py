@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import answer_metrics, outcomes_from_results, top1_accuracy
+from evaluation.measures import answer_metrics, outcomes_from_results, top1_accuracy
 
 REPO = Path(__file__).resolve().parent.parent
 SETS = ("energy", "council", "campus_it", "grocery")

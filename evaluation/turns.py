@@ -94,7 +94,7 @@ def fit(rows: list[dict], l2: float = 0.1):
 
 
 def measure(rows: list[dict], model) -> dict:
-    from evaluation.metrics import reliability
+    from evaluation.measures import reliability
 
     cells: dict = defaultdict(lambda: {"n": 0, "alone": 0, "context": 0})
     probs, right = [], []

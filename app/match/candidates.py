@@ -1,4 +1,11 @@
-"""The candidates step: each query's FAQs from its arm's recall stage, scored by the build's calibration.
+"""The first two steps: what a query asks for, then its candidate FAQs.
+
+The query step: its filter as the build's selection, and its place in the conversation
+(app/conversation/turns.py `plan_turn`: a follow-up prompt sent back, the context-only FAQs its previous FAQ
+opens, an unknown previous FAQ). Its language is read once, on first use (`Item.language`): the service hands
+its detection of the client's words in; evaluations that give none are detected there.
+
+The candidates step: each query's FAQs from its arm's recall stage, scored by the build's curve.
 
     ANN (Annoy + delta segment + tombstones) or BM25 (tantivy, Elasticsearch) phrasing hits, inside the
     query's filter (index/candidates.py)
@@ -16,12 +23,25 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from app.conversation.turns import plan_turn
 from app.match.arms import base_arm, uses_stages
 from app.match.batch import Batch, Item, Step
 from app.match.request import MatchQuery
 from index.calibration import calibration_for
 from index.candidates import RetrieverLike, answer_hits, deepen, group_hits, lexical_hits, retrieve_depth, variant_counts
 from index.decision import WINDOW
+
+
+class QueryStep(Step):
+    name = "query"
+    reads = ("request", "retriever")
+    writes = ("selection", "plan")
+
+    def run(self, batch: Batch) -> None:
+        for item in batch.items:
+            item.selection = item.request.selection(batch.retriever)
+            item.plan = plan_turn(item.request.turn, item.request.query, batch.retriever)
+
 
 #: the FAQs outside a filter that compete with its candidates in the decision model: at most this many, and
 #: only those whose first-stage score beats the filter's best by the margin (chosen on the realistic sets' dev

@@ -1,11 +1,11 @@
 """The match path: a batch of encoded queries, all answered by one retriever, through six steps in turn.
 
-    query         its filter as the build's selection, its place in the conversation      (query.py)
+    query         its filter as the build's selection, its place in the conversation      (candidates.py)
     candidates    ANN or BM25 / Elasticsearch hits -> FAQs scored by the build's curve     (candidates.py)
     rerank        the `+rerank` arms' stages                                               (rerank.py)
-    conversation  small talk recognised                                                    (conversation.py)
-    decision      each FAQ's probability -> answer / clarify / abstain, expected precision (decide.py)
-    answers       a prompt sent back, small talk, or the decision, as `MatchResult`s        (answers.py)
+    conversation  small talk recognised                                                    (respond.py)
+    decision      each FAQ's probability -> answer / clarify / abstain, expected precision (respond.py)
+    answers       a prompt sent back, small talk, or the decision, as `MatchResult`s        (respond.py)
 
 The previous turn is read in the query step, before the search: it decides which context-only FAQs may be
 candidates. The chain times the steps; the steps do the work. `Pipeline` (pipeline.py) holds what they
@@ -19,14 +19,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from app.match.arms import uses_stages
-from app.match.answers import AnswersStep
 from app.match.batch import Batch, Item, Step
-from app.match.candidates import CandidatesStep
-from app.match.conversation import ConversationStep
-from app.match.decide import DecisionStep
-from app.match.query import QueryStep
+from app.match.candidates import CandidatesStep, QueryStep
 from app.match.request import Group, MatchQuery, MatchResult
 from app.match.rerank import RerankStep
+from app.match.respond import AnswersStep, ConversationStep, DecisionStep
 from index.candidates import RetrieverLike
 
 #: app/match/pipeline.py `Pipeline` (which imports this module)

@@ -20,7 +20,7 @@ from app.match.decider import Decider, native_language, query_language
 from app.match import cache, chain
 from app.match.chain import run_pipelines
 from app.match.cache import QueryCache
-from app.match.conversation import candidates_in_context
+from app.match.respond import candidates_in_context
 from app.match.request import FaqMatch, Group, MatchQuery, MatchResult, NoIndexError
 from app.match.served import OpenBuilds, ServedBuild
 from app.stages.base import Stage
@@ -196,7 +196,7 @@ class Pipeline:
     def turn_candidates(self, query: str, previous: str, scored: Sequence[FaqMatch], retriever: RetrieverLike,
                         vec: np.ndarray, selection: Any = None, shut: frozenset[str] = frozenset(),
                         prompted: frozenset[str] = frozenset()) -> TurnCandidates | None:
-        """The turn model's candidates (app/match/conversation.py `candidates_in_context`)."""
+        """The turn model's candidates (app/match/respond.py `candidates_in_context`)."""
         return candidates_in_context(query, previous, scored, retriever, vec, selection, shut, prompted)
 
     def decision_summary(self, retriever: RetrieverLike) -> dict:

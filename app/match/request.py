@@ -60,10 +60,11 @@ NO_STAGES = ("no re-ranker installed: set FAQ_RERANKER to a folder made by `faq 
 
 
 class NoIndexError(RuntimeError):
-    """No retriever is loaded (no build yet, or the current build could not be loaded)."""
+    """No retriever is loaded (no build yet, or the current build could not be loaded). `kb`: a KB other than
+    the default one, which the command to run must name."""
 
-    def __init__(self, reason: str | None = None):
-        super().__init__(reason or NO_INDEX)
+    def __init__(self, reason: str | None = None, kb: str | None = None):
+        super().__init__(reason or (NO_INDEX if kb is None else NO_INDEX[:-1] + f" --kb {kb}`"))
 
 
 class NoStagesError(RuntimeError):

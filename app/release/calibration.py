@@ -27,7 +27,7 @@ def refit_on_labels(settings: Any, store: Any, registry: Any, version: str, labe
     """Score `labels` against build `version` and refit the served prior on them. Raises ValueError when they
     cannot be fitted."""
     from app.match.assembly import build_pipeline, load_configured_encoder
-    from app.match.decider import fit_on_labels, labelled_rows
+    from app.release.labels import fit_on_labels, labelled_rows
     from index.decision import load_model
     from index.retriever import Retriever
 

@@ -61,7 +61,7 @@ def labelled_queries(store: Any, dev: str | None = None, feedback: bool = True,
 
 def feedback_labels_of(store: Any, since: Any = None) -> list[tuple[str, str | None]]:
     """The query log's /feedback labels naming FAQs the KB still has (or none: out of scope)."""
-    from app.match.decider import feedback_labels
+    from app.release.labels import feedback_labels
 
     faq_ids = set(store.snapshot().faqs)
     return [(q, f) for q, f in feedback_labels(store.read_query_log(since, with_feedback=True))
@@ -70,7 +70,7 @@ def feedback_labels_of(store: Any, since: Any = None) -> list[tuple[str, str | N
 
 def top1_on(settings: Any, encoder: Any, registry: Any, version: str, labels: Sequence[tuple[str, str | None]]) -> float:
     from app.match.assembly import build_pipeline, served_model_path
-    from app.match.decider import label_scores, labelled_rows
+    from app.release.labels import label_scores, labelled_rows
     from index.decision import load_model
     from index.retriever import Retriever
 

@@ -317,3 +317,11 @@ def test_eval_online_reads_the_kbs_own_query_log(two_kbs, tmp_path, capsys):
     assert run(capsys, "eval", "online", "--kb", "sales", "--out", str(out_dir))[0] == 0
     assert json.loads((out_dir / "report.json").read_text())["requests"] == 4
     assert "no logged /match requests" in run(capsys, "eval", "online")[1]  # the default KB's log is empty
+
+
+def test_calibrating_a_kb_without_a_build_names_the_command_with_its_kb(two_kbs, capsys):
+    """The CLI says the service's "no index built" (app/match/request.py), with the --kb to run it for."""
+    code, _, err = run(capsys, "index", "calibrate", "--kb", "sales")
+    assert code == 1 and err == "error: no index built: run `faq index build --kb sales`\n"
+    code, _, err = run(capsys, "index", "calibrate")
+    assert code == 1 and err == "error: no index built: run `faq index build`\n"

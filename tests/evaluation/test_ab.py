@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.match.arms import arm_split
 from evaluation.ab import paired_f1_difference
-from evaluation.metrics import QueryOutcome, ndcg_at_k, recall_at_k
+from evaluation.measures import QueryOutcome, ndcg_at_k, recall_at_k
 from evaluation.online import median_interval, needed_per_arm, online_report, two_proportion_test, wilson_interval
 from tests.helpers.kb import INDEX_TEST_FAQS
 

@@ -18,7 +18,7 @@ from evaluation.answer_selection import (
     write_report,
     zscore,
 )
-from evaluation.metrics import ndcg, precision_at_1, reciprocal_rank
+from evaluation.measures import ndcg, precision_at_1, reciprocal_rank
 from training.mmaicm import QaList, TrainError, average_precision, evaluable, load_split, read_trecqa, read_wikiqa
 from tests.helpers.answer_selection import write_trecqa, write_wikiqa
 

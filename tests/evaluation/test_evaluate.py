@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.metrics import (
+from evaluation.measures import (
     QueryOutcome,
     all_metrics,
     answer_metrics,
@@ -185,7 +185,7 @@ def test_a_shared_encoder_with_memo_encodes_each_text_once():
 
 
 def test_expected_calibration_error_of_the_top_match():
-    from evaluation.metrics import QueryOutcome, expected_calibration_error
+    from evaluation.measures import QueryOutcome, expected_calibration_error
 
     right = QueryOutcome("a", ("a",), 0.95, "a")
     wrong = QueryOutcome("a", ("b",), 0.95, "b")

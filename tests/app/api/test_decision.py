@@ -200,6 +200,6 @@ def test_an_ambiguous_question_gets_clarify_with_both_faqs_and_the_pick_is_feedb
         assert sum(o["score"] for o in body["options"]) >= 0.6 > body["options"][0]["score"]
         r = client.post("/feedback", json={"request_id": body["request_id"], "faq_id": "refund_voucher"})
         assert r.status_code == 200
-    from app.match.decider import feedback_labels
+    from app.release.labels import feedback_labels
 
     assert ("refund", "refund_voucher") in feedback_labels(store.read_query_log(with_feedback=True))
