@@ -7,7 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from app.match.decider import feedback_labels
+from app.release.labels import feedback_labels
 from tests.helpers.kb import INDEX_TEST_FAQS
 
 
