@@ -33,7 +33,7 @@ from kb.records import DEFAULT_KB, MAX_FAQ_ID_CHARS, MAX_KB_NAME_CHARS, MAX_QUES
 
 #: the Alembic revision these models describe (migrations/versions/); the store refuses to run on a
 #: database at another one, so an entry point that forgot `faq db upgrade` fails at start-up, not mid-request
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 
 # Deterministic constraint names, so that migrations can refer to (and drop) them on every backend.
@@ -167,8 +167,10 @@ class QueryLog(Base):
 
 
 class KbToken(Base):
-    """An access token of one KB (`faq kb token`): "admin" reaches that KB's /admin routes, "read" its
-    /match routes when FAQ_MATCH_REQUIRES_KEY is set. Only the token's SHA-256 is stored."""
+    """An access token of one KB (`faq kb token`), of a role (`kind`): "read" is the match-only key bots use
+    (its /match routes when FAQ_MATCH_REQUIRES_KEY is set); "viewer", "editor", "publisher" and "admin" are
+    people's, each allowed what the one before it is and more (app/api/roles.py). `label` is the token's
+    name, as the audit log records it. Only the token's SHA-256 is stored."""
 
     __tablename__ = "kb_tokens"
 
@@ -237,3 +239,48 @@ class ConsoleSession(Base):
     last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow, index=True)
     flash: Mapped[str | None] = mapped_column(Text)  # one message for the next page
     pending: Mapped[dict | None] = mapped_column(JSON)  # the import a dry run checked, waiting to be applied
+
+
+class Publication(Base):
+    """One publication of a KB: the draft's content as it was published (`content`: every FAQ with its
+    phrasings and their ids, answers in every language, metadata, tags, follow-ups, context-only flags, and
+    the KB's small-talk answers), who published it, when, the note, and what changed since the previous one
+    (`summary`). A rollback is a publication too (`kind` "rollback", `restored` the one served again). In a
+    KB whose publishing is `reviewed`, production answers from the latest one (app/release/publishing.py)."""
+
+    __tablename__ = "publications"
+    __table_args__ = (Index("ix_publications_kb_id", "kb", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
+                                    nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # publish | rollback
+    restored: Mapped[int | None] = mapped_column(Integer)  # a rollback's: the publication served again
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)  # the KB's (draft's) revision published
+    actor: Mapped[str | None] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict] = mapped_column(JSON, nullable=False)
+    content: Mapped[dict] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+class AuditEntry(Base):
+    """One change to a KB, appended and never updated (app/store/audit.py): who (a token's name and role, or
+    the deployment's admin), through what (`source`: api, cli, console, compat), the request, what was
+    done (`action`, on `subject`), and the state before and after. Not tied to the KB's row: a KB's
+    deletion is itself recorded and its history kept until a retention prune removes it."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_kb_created_at", "kb", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200), nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    source: Mapped[str] = mapped_column(String(16), nullable=False)  # api | cli | console | compat
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(32), nullable=False)
+    subject: Mapped[str | None] = mapped_column(String(MAX_FAQ_ID_CHARS))
+    before: Mapped[dict | list | None] = mapped_column(JSON)
+    after: Mapped[dict | list | None] = mapped_column(JSON)

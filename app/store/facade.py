@@ -8,7 +8,9 @@ catalogue of KBs and their tokens, the same for every scope, as is `store.consol
 `store.faqs` (app/store/faqs.py: FAQs, phrasings, revision, import/export), `store.builds`
 (app/store/builds.py: index build records), `store.query_log` (app/store/query_log.py: the log,
 feedback, retention) and `store.reviews` (app/store/reviews.py: what was dismissed from the review
-queues), `store.suggestions` (app/store/suggestions.py: phrasings imported as proposals) share one engine. The store's own methods are those parts' methods under the
+queues), `store.suggestions` (app/store/suggestions.py: phrasings imported as proposals), `store.publications`
+(app/store/publications.py: the published content) and `store.audit` (app/store/audit.py: one row per change)
+share one engine. The store's own methods are those parts' methods under the
 names callers have always used, so `store.snapshot()` is `store.faqs.snapshot()`.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 from app.db.models import SCHEMA_REVISION
 from app.db.session import make_engine
 from app.store.base import SchemaNotReady
+from app.store.audit import AuditStore
 from app.store.builds import BuildStore
 from app.store.faqs import FaqOut, ImportReport, KbRecord, KbSnapshot, KbStore
 from app.store.console_sessions import ConsoleSessionStore
@@ -32,6 +35,7 @@ from kb.records import DEFAULT_KB, kb_name_problem
 from app.store.query_log import PRUNE_CHUNK, PruneResult, QueryLogStore
 from app.store.reviews import ReviewStore
 from app.store.suggestions import SuggestionStore
+from app.store.publications import PublicationStore
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -56,6 +60,8 @@ class FaqStore:
         self.query_log = QueryLogStore(self.engine, kb)
         self.reviews = ReviewStore(self.engine, kb)
         self.suggestions = SuggestionStore(self.engine, kb)
+        self.publications = PublicationStore(self.engine, kb)
+        self.audit = AuditStore(self.engine, kb)
         self.catalog = KbCatalog(self.engine)
         self.console_sessions = ConsoleSessionStore(self.engine)
 

@@ -16,7 +16,7 @@ from app.db import Base, make_engine
 from migrations import runner
 
 TABLES = {"kbs", "kb_tokens", "faqs", "question_variants", "index_builds", "query_log", "review_dismissals",
-          "console_sessions", "suggested_phrasings"}
+          "console_sessions", "suggested_phrasings", "publications", "audit_log"}
 TABLES_0001 = {"faqs", "question_variants", "index_builds", "query_log", "kb_meta"}
 
 
@@ -36,7 +36,7 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_and_downgrade(any_url):
     assert runner.current(any_url) is None
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0007"
+    assert runner.current(any_url) == runner.head() == "0008"
     assert table_names(any_url) == TABLES
     engine = make_engine(any_url)
     try:
@@ -81,20 +81,20 @@ def test_cascade_and_unique_constraints_exist(any_url):
 
 def test_db_cli(faq_env, capsys):
     assert main(["db", "current"]) == 0
-    assert "empty, no migration applied (head is 0007)" in capsys.readouterr().out
+    assert "empty, no migration applied (head is 0008)" in capsys.readouterr().out
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().endswith(": at 0007 (head)")
+    assert capsys.readouterr().out.strip().endswith(": at 0008 (head)")
     assert main(["db", "downgrade", "base"]) == 0
     assert "empty" in capsys.readouterr().out
     assert table_names(faq_env.db_url) == set()
     assert main(["db", "upgrade", "0001"]) == 0
     assert main(["db", "current"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0007)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0001 (head is 0008)")
     assert table_names(faq_env.db_url) == TABLES_0001
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0007 (head)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0008 (head)")
     assert main(["db", "downgrade", "-1"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0006 (head is 0007)")
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("at 0007 (head is 0008)")
 
 
 def test_the_code_expects_the_latest_revision():
@@ -287,7 +287,7 @@ def test_0007_adds_answers_per_language_and_keeps_every_row(any_url):
     before = _counts_and_variants(any_url)
 
     runner.upgrade(any_url)
-    assert runner.current(any_url) == runner.head() == "0007" and _counts_and_variants(any_url) == before
+    assert runner.current(any_url) == runner.head() == "0008" and _counts_and_variants(any_url) == before
     with FaqStore(any_url) as store:
         faq = store.get_faq("refund")
         assert (faq.answer, faq.tags, faq.questions) == ("Refunds within 14 days.", ["billing", "refund"],
