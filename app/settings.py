@@ -22,6 +22,8 @@ RUNTIMES: tuple[str, ...] = get_args(Runtime)
 LexicalEngine = Literal["auto", "tantivy", "elasticsearch"]
 #: the shipped small-talk answers' voices (app/conversation/small_talk/answers.json)
 Persona = Literal["professional", "friendly", "witty"]
+#: how a KB's edits reach its users (app/release/publishing.py)
+Publishing = Literal["immediate", "reviewed"]
 #: a KB's own small-talk answers: at most this many per kind, each at most this long
 MAX_SMALL_TALK_ANSWERS, MAX_SMALL_TALK_CHARS = 20, 1000
 
@@ -216,6 +218,7 @@ class KbSettings(BaseModel):
     small_talk: bool | None = None
     small_talk_persona: Persona | None = None
     small_talk_answers: dict[str, list[str]] | None = None
+    publishing: Publishing | None = None
 
     # groups of terms a query may use for the KB's own (kb/synonyms.py), and the answer the QnA Maker and
     # Azure routes give when nothing matches (unset: each service's own)
@@ -323,6 +326,9 @@ class Settings(BaseSettings):
     small_talk: bool = True
     small_talk_persona: Persona = "professional"
     small_talk_answers: dict[str, list[str]] | None = None
+    # How edits reach users: "immediate" (every edit is live at once) or "reviewed" (edits go to the KB's
+    # draft, answered on the `test` deployment; production answers from the latest publication: `faq kb publish`)
+    publishing: Publishing = "immediate"
     # Synonyms: groups of terms that mean the same in this KB (JSON [["wifi", "wi-fi"], ...]); each query's
     # terms are replaced by the one the KB uses most before matching, on every arm (kb/synonyms.py)
     synonyms: list[list[str]] | None = None

@@ -44,6 +44,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "msem_ablation": ("msem_ablation*",),
     "multilingual": ("multilingual*",),
     "peer": (),
+    "publishing": ("publishing*",),
     "replicas": ("replicas-*",),
     "rerank_latency": ("rerank_latency*",),
     "responses": (),

@@ -1,5 +1,6 @@
 """`faq db ...`: schema migrations of the configured database (FAQ_DATABASE_URL or data_dir/faq.db), and
-query-log retention (`faq db prune [--days N] [--dry-run]`)."""
+query-log and audit-log retention (`faq db prune [--days N] [--audit-days N] [--dry-run]`). The audit log is
+kept forever unless --audit-days says otherwise: nothing else removes its rows."""
 from __future__ import annotations
 
 import argparse
@@ -39,18 +40,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--days", type=_days, default=None,
                    help="keep the last N days (>= 1; default: FAQ_QUERY_LOG_RETENTION_DAYS)")
+    p.add_argument("--audit-days", type=_audit_days, default=None, metavar="N",
+                   help="also delete audit-log rows older than N days (>= 1), of every KB, deleted ones included; "
+                        "without it the audit log is kept whole")
     p.add_argument("--dry-run", action="store_true", help="only count the rows that would be deleted")
     p.set_defaults(func=cmd_prune)
 
 
-def _days(value: str) -> int:
+def _days(value: str, option: str = "--days") -> int:
     try:
         days = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--days must be a whole number, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"{option} must be a whole number, got {value!r}") from None
     if days < 1:
-        raise argparse.ArgumentTypeError(f"--days must be >= 1, got {days}")
+        raise argparse.ArgumentTypeError(f"{option} must be >= 1, got {days}")
     return days
+
+
+def _audit_days(value: str) -> int:
+    return _days(value, "--audit-days")
 
 
 def _url() -> str:
@@ -87,10 +95,42 @@ def cmd_current(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open(settings, dry_run: bool):
+    """The store, or the error to print; a dry run checks the schema without migrating (it changes nothing)."""
+    from app.store import FaqStore, SchemaNotReady
+    from migrations.runner import migrated_store
+
+    if not dry_run:
+        return migrated_store(settings)
+    try:
+        return FaqStore.from_settings(settings)
+    except SchemaNotReady as exc:
+        return str(exc)
+
+
+def _prune_audit(settings, days: int, dry_run: bool) -> int:
+    from app.store.audit import prune_every_kb
+
+    store = _open(settings, dry_run)
+    if isinstance(store, str):
+        print(f"error: {store}", file=sys.stderr)
+        return 1
+    cutoff = datetime.now(timezone.utc) - timedelta(days=days)
+    what = f"audit-log rows older than {days} days (created before {cutoff:%Y-%m-%d %H:%M:%S} UTC)"
+    try:
+        count = prune_every_kb(store.engine, cutoff, dry_run=dry_run)
+    finally:
+        store.close()
+    print(f"dry run: {count} {what} would be deleted" if dry_run else f"deleted {count} {what}")
+    return 0
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
     from migrations.runner import migrated_store
 
     settings = get_settings()
+    if args.audit_days is not None and _prune_audit(settings, args.audit_days, args.dry_run):
+        return 1
     days = args.days if args.days is not None else int(getattr(settings, "query_log_retention_days", 90))
     if days <= 0:
         print("query-log retention is 0 (FAQ_QUERY_LOG_RETENTION_DAYS): logs are kept forever, nothing to prune; "

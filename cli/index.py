@@ -384,11 +384,12 @@ def expected_precision_text(manifest: dict, settings, traffic: list[float] | Non
 def cmd_activate(args: argparse.Namespace) -> int:
     from app.release import activate_version
 
-    registry = _registry(kb_settings(args))
-    try:
-        activate_version(registry, args.version)
-    except (UnknownVersion, IndexVerificationError) as exc:
-        return _error(str(exc))
+    with open_kb(args) as scope:  # the store, for the activation's audit row
+        registry = _registry(scope.settings)
+        try:
+            activate_version(registry, args.version, store=scope.store)
+        except (UnknownVersion, IndexVerificationError) as exc:
+            return _error(str(exc))
     print(f"current -> {args.version}")
     return 0
 

@@ -16,7 +16,9 @@ from kb.files import read_kb
 from app.settings import get_settings
 from app.curation.mining import mine_report, write_mined
 from app.store import KbNotFound
+from cli.kb_audit import register_audit
 from cli.kb_files import register_files
+from cli.kb_publish import register_publishing
 from cli.scope import add_kb_option, kb_settings, open_kb
 
 EXIT_OK = 0
@@ -31,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = kb.add_subparsers(dest="kb_command", metavar="COMMAND")
 
     register_files(sub)
+    register_audit(sub)
+    register_publishing(sub)
 
     p = sub.add_parser("stats", help="summarise the KB", description="Counts of FAQs, variants and tags, "
                                                                     "the KB revision and the last index build.")
@@ -291,7 +295,7 @@ MAX_TOKEN_LABEL_CHARS = 200
 
 def _register_kbs(sub: argparse._SubParsersAction) -> None:
     from app.settings import KbSettings
-    from app.store import TOKEN_KINDS
+    from app.store.catalog import READ_KIND, ROLES
 
     keys = ", ".join(KbSettings.model_fields)
     p = sub.add_parser("list", help="list the KBs: FAQs, phrasings, revision, current index version, settings",
@@ -332,13 +336,20 @@ def _register_kbs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "token", help="create, list or revoke a KB's access tokens",
         description="Create a token for one KB: the token alone goes to stdout (only its SHA-256 is stored, so it "
-                    "cannot be shown again). An admin token is for the KB's admin API, a read token for its /match "
-                    "and /feedback (required with FAQ_MATCH_REQUIRES_KEY). --list shows the KB's tokens (never the "
-                    "tokens themselves), --revoke ID ends one.")
+                    "cannot be shown again). A person's token has a role, each allowed what the one before it is "
+                    "and more (docs/roles.md): viewer (the console and the admin API's reads), editor (FAQs, "
+                    "imports, review), publisher (publish, builds), admin (tokens, settings). A read token "
+                    "(--kind read) is a bot's key for /match and /feedback only (required with "
+                    "FAQ_MATCH_REQUIRES_KEY). --list shows the KB's tokens (never the tokens themselves), "
+                    "--revoke ID ends one.")
     add_kb_option(p)
-    p.add_argument("--kind", choices=TOKEN_KINDS, default=None, help="admin (default) or read")
-    p.add_argument("--label", default=None, help=f"a note on what the token is for (at most "
-                   f"{MAX_TOKEN_LABEL_CHARS} characters)")
+    role = p.add_mutually_exclusive_group()
+    role.add_argument("--role", choices=ROLES, default=None, help="the person's role (default admin)")
+    role.add_argument("--kind", choices=("admin", READ_KIND), default=None,
+                      help="read: the match-only key for bots; admin: as --role admin")
+    p.add_argument("--name", default=None, help=f"who or what the token is for, as the audit log records it (at "
+                   f"most {MAX_TOKEN_LABEL_CHARS} characters)")
+    p.add_argument("--label", default=None, help="the same as --name")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--list", action="store_true", help="list the KB's tokens")
     what.add_argument("--revoke", type=int, default=None, metavar="ID", help="revoke the KB's token ID")
@@ -518,6 +529,13 @@ def cmd_settings(args: argparse.Namespace) -> int:
             if isinstance(new, str):
                 return _bad(new)
             scope.store.catalog.set_settings(scope.name, new)
+            if new.get("publishing") == "reviewed" and stored.get("publishing") != "reviewed":
+                from app.release.publishing import start_reviewing
+
+                first = start_reviewing(scope.store)  # production keeps answering what users get now
+                if first is not None and not args.json:
+                    print(f"KB {scope.name!r}: its content as served now is publication {first.id}; edits go to "
+                          f"the draft until `faq kb publish`")
             changes = [f"{k} {stored.get(k, 'unset')} -> {new.get(k, 'unset')}"
                        for k in KbSettings.model_fields if stored.get(k) != new.get(k)]
             stored = new
@@ -538,16 +556,20 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def cmd_token(args: argparse.Namespace) -> int:
     from kb.records import text_problem
 
-    if (args.list or args.revoke is not None) and (args.kind or args.label is not None):
-        return _bad("--kind and --label go with creating a token, not with --list or --revoke")
+    if (args.list or args.revoke is not None) and (args.role or args.kind or args.name is not None
+                                                     or args.label is not None):
+        return _bad("--role, --kind, --name and --label go with creating a token, not with --list or --revoke")
     if args.json and not args.list:
         return _bad("--json goes with --list (a new token is printed alone)")
-    if args.label is not None:
-        problem = text_problem(args.label) or (
-            f"at most {MAX_TOKEN_LABEL_CHARS} characters, got {len(args.label)}"
-            if len(args.label) > MAX_TOKEN_LABEL_CHARS else None)
+    if args.name is not None and args.label is not None:
+        return _bad("--name and --label are the same: give one of them")
+    flag, label = ("--label", args.label) if args.label is not None else ("--name", args.name)
+    if label is not None:
+        problem = text_problem(label) or (
+            f"at most {MAX_TOKEN_LABEL_CHARS} characters, got {len(label)}"
+            if len(label) > MAX_TOKEN_LABEL_CHARS else None)
         if problem:
-            return _bad(f"--label: {problem}")
+            return _bad(f"{flag}: {problem}")
     with open_kb(args) as scope:
         kbs, name = scope.store.catalog, scope.name
         if args.list:
@@ -557,24 +579,26 @@ def cmd_token(args: argparse.Namespace) -> int:
                 return _bad(f"KB {name!r} has no live token {args.revoke} (`faq kb token --kb {name} --list`)")
             print(f"revoked token {args.revoke} of KB {name!r}")
             return EXIT_OK
-        kind = args.kind or "admin"
-        token_id, token = kbs.issue_token(name, kind=kind, label=args.label)
+        kind = args.role or args.kind or "admin"
+        token_id, token = kbs.issue_token(name, kind=kind, label=label)
     print(token)
-    print(f"{kind} token {token_id} of KB {name!r}" + (f" ({args.label})" if args.label else "")
+    print(f"{kind} token {token_id} of KB {name!r}" + (f" ({label})" if label else "")
           + ": store it now, it cannot be shown again", file=sys.stderr)
     return EXIT_OK
 
 
 def _print_tokens(tokens: list, kb: str, as_json: bool) -> int:
     if as_json:
-        print(json.dumps([t.as_dict() for t in tokens], indent=2, ensure_ascii=False))
+        # kind and label as stored; role and name as `faq kb token` spells them
+        print(json.dumps([{**t.as_dict(), "role": t.kind, "name": t.label} for t in tokens], indent=2,
+                         ensure_ascii=False))
         return EXIT_OK
     if not tokens:
         print(f"KB {kb!r} has no tokens: `faq kb token --kb {kb}` creates one")
         return EXIT_OK
-    print(f"  {'ID':>4}  {'KIND':<5}  {'CREATED':<25}  {'REVOKED':<25}  LABEL")
+    print(f"  {'ID':>4}  {'ROLE':<9}  {'CREATED':<25}  {'REVOKED':<25}  NAME")
     for t in tokens:
         revoked = t.revoked_at.isoformat(timespec="seconds") if t.revoked_at else "-"
-        print(f"  {t.id:>4}  {t.kind:<5}  {t.created_at.isoformat(timespec='seconds'):<25}  {revoked:<25}  "
-              f"{t.label or ''}")
+        print(f"  {t.id:>4}  {t.kind:<9}  {t.created_at.isoformat(timespec='seconds'):<25}  {revoked:<25}  "
+              f"{t.label or '-'}")
     return EXIT_OK

@@ -13,8 +13,9 @@ import json
 import sys
 from typing import Any
 
-from app.curation.imports import export_contents, keep_beside, settings_problem
+from app.curation.imports import export_contents, file_sha256, keep_beside, settings_problem
 from app.store import ImportReport, KbNotFound
+from app.store.audit import importing
 from cli.scope import KbScope, add_kb_option, open_kb
 from kb.formats import EXPORT_FORMATS, FORMATS, Imported, read_any, write_any
 from kb.records import DEFAULT_KB, KbRecord, KbValidationError, follow_up_problems, group_records
@@ -98,7 +99,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         kb, created = scope.name, scope.created
         with scope:
             try:
-                report = scope.store.import_records(records, sync=args.sync, dry_run=args.dry_run)
+                digest = None if args.dry_run else file_sha256(args.file)
+                with importing(name, digest, format=imported.format):
+                    report = scope.store.import_records(records, sync=args.sync, dry_run=args.dry_run)
                 extras = keep_beside(scope.store, scope.name, imported, args.sync, args.dry_run)
             except BaseException as exc:
                 if created:

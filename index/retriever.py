@@ -188,13 +188,16 @@ class Retriever:
                 built = built_answers.get(f)
                 matrix[row] = built[1] if built is not None and built[0] == answer else cache[answer]
             answer_vectors = AnswerVectors([f for f, _ in answer_rows], matrix, [a for _, a in answer_rows])
-        return Retriever(
+        fresh = Retriever(
             self.build_dir, self.manifest, self._ann, self._ids, self._faq_ids, self._questions,
             item_of=self._item_of, tombstones=tombstones, delta_vecs=delta_vecs, delta_rows=delta_rows,
             answers=dict(snapshot.faqs), kb_revision=snapshot.revision, answer_vectors=answer_vectors,
             details=dict(getattr(snapshot, "details", None) or {}),
             exact=self._exact, backend=self._backend,
         )
+        if built_answers is not None:  # the build's own, not this snapshot's: what the next with_kb reuses
+            fresh.__dict__["_built_answer_map"] = built_answers
+        return fresh
 
     def _built_answers(self) -> dict[str, tuple[str, np.ndarray]] | None:
         """faq_id -> (answer text, vector) as the build encoded them; None when the build uses no answers."""

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "FAQ_POOL_VARIANTS": ("3", 3),
     "FAQ_SMALL_TALK": ("false", False),
     "FAQ_SMALL_TALK_PERSONA": ("witty", "witty"),
+    "FAQ_PUBLISHING": ("reviewed", "reviewed"),
     "FAQ_SMALL_TALK_ANSWERS": ('{"thanks": ["Any time!"]}', {"thanks": ["Any time!"]}),
     "FAQ_ANSWER_WEIGHT": ("0.3", 0.3),
     "FAQ_MAX_BODY_BYTES": ("1024", 1024),

@@ -39,6 +39,7 @@ from app.api.errors import body_problem, format_validation_errors, problem_of
 from app.api.schemas import MAX_SESSION_CHARS, MatchContext, MatchRequest, MatchResponse
 from app.api.state import KbState
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
+from app.store.catalog import TOKEN_KINDS
 from app.conversation.turns import Turn, plan_turn
 from kb.filters import CombinedFilter, FaqFilter
 from kb.formats.base import qna_ids
@@ -79,17 +80,18 @@ class Outcome:
 
     pairs: list[Pair]
     response: MatchResponse | None = None
+    deployment: str = "production"  # which one answered: production (published) or test (the draft)
 
     def extra(self) -> dict[str, Any]:
         """The extra field the official clients ignore: our decision, options and expected precision."""
         r = self.response
         if r is None:
             found = bool(self.pairs) and self.pairs[0].id != NO_MATCH_ID
-            return {"decision": "answer" if found else "abstain", "lookup": True}
+            return {"decision": "answer" if found else "abstain", "lookup": True, "deployment": self.deployment}
         return {"requestId": r.request_id, "decision": r.decision, "faqId": r.answer.faq_id if r.answer else None,
                 "options": [o.faq_id for o in r.options], "threshold": r.threshold,
                 "expectedPrecision": r.expected_precision, "context": r.context.applied,
-                "indexVersion": r.index_version}
+                "indexVersion": r.index_version, "deployment": r.deployment}
 
 
 class QnaIdMap:
@@ -116,11 +118,11 @@ def id_map(state: KbState) -> QnaIdMap:
     return state.__dict__.setdefault("_qna_ids", QnaIdMap())
 
 
-def faq_of(state: KbState, qna_id: int | None) -> str | None:
-    """The FAQ a QnA id names in the served snapshot, or None."""
+def faq_of(state: KbState, qna_id: int | None, deployment: str = "production") -> str | None:
+    """The FAQ a QnA id names in the deployment's snapshot, or None."""
     if qna_id is None:
         return None
-    _, faqs = id_map(state).of(state.require_retriever())
+    _, faqs = id_map(state).of(state.require_retriever(deployment))
     return faqs.get(qna_id)
 
 
@@ -149,11 +151,11 @@ def no_match(answer: str) -> Pair:
 
 
 def lookup(state: KbState, qna_id: int, *, flt: FaqFilter | CombinedFilter | None = None,
-           previous_qna_id: int | None = None) -> Outcome | None:
+           previous_qna_id: int | None = None, deployment: str = "production") -> Outcome | None:
     """The pair with this QnA id, score 1 (both services answer a qnaId without ranking); None if unknown,
     or if a question could not be answered with it either: the request's filters exclude it, or it is
     context-only and the previous pair does not prompt to it."""
-    retriever = state.require_retriever()
+    retriever = state.require_retriever(deployment)
     ids, faqs = id_map(state).of(retriever)
     faq_id = faqs.get(qna_id)
     if faq_id is None:
@@ -165,7 +167,7 @@ def lookup(state: KbState, qna_id: int, *, flt: FaqFilter | CombinedFilter | Non
         previous = faqs.get(previous_qna_id) if previous_qna_id is not None else None
         if faq_id not in plan_turn(Turn(previous_faq_id=previous), "", retriever).prompted:
             return None
-    return Outcome([pair(retriever, ids, faq_id, 1.0)])
+    return Outcome([pair(retriever, ids, faq_id, 1.0)], deployment=deployment)
 
 
 def session_of(user_id: str | None) -> str | None:
@@ -181,19 +183,21 @@ def session_of(user_id: str | None) -> str | None:
 
 async def ask(state: KbState, question: str, *, top: int, threshold: float, default_answer: str,
               flt: FaqFilter | CombinedFilter | None = None, previous_qna_id: int | None = None,
-              previous_query: str | None = None, user_id: str | None = None) -> Outcome:
+              previous_query: str | None = None, user_id: str | None = None,
+              deployment: str = "production") -> Outcome:
     """Match `question` as `/match` does and turn its decision into pairs (module docstring)."""
-    previous = faq_of(state, previous_qna_id) if previous_qna_id is not None else None
+    previous = faq_of(state, previous_qna_id, deployment) if previous_qna_id is not None else None
     context = None
     if previous is not None or previous_query:
         context = MatchContext(previous_faq_id=previous, previous_query=previous_query or None)
     # ranked as deep as /match ranks by default whatever `top` is: the decision (clarify needs rivals) is the same
     depth = max(top, state.settings.default_top_k)
-    item = MatchRequest(query=question, top_k=depth, session_id=session_of(user_id), context=context)
+    item = MatchRequest(query=question, top_k=depth, session_id=session_of(user_id), context=context,
+                        deployment=deployment)
     if flt is not None and not flt.is_empty:
         item._built_filter = flt
     response = (await service.match(state, [item]))[0]
-    retriever = state.require_retriever()
+    retriever = state.require_retriever(deployment)
     ids, _ = id_map(state).of(retriever)
     if response.decision == "chitchat" and response.chitchat is not None:
         return Outcome([small_talk_pair(response.chitchat.kind, response.chitchat.answer)], response)
@@ -213,16 +217,18 @@ async def ask(state: KbState, question: str, *, top: int, threshold: float, defa
 
 async def respond(state: KbState, *, qna_id: int | None, question: str, top: int, threshold: float,
                   default_answer: str, flt: FaqFilter | CombinedFilter | None, previous_qna_id: int | None,
-                  previous_query: str | None, user_id: str | None) -> Outcome | tuple[int, str, dict[str, str]]:
+                  previous_query: str | None, user_id: str | None,
+                  deployment: str = "production") -> Outcome | tuple[int, str, dict[str, str]]:
     """What both routes answer: the pair a qnaId names (the no-match answer when it names none), else the
     question matched (`ask`); or `service_error`'s (status, message, headers), which each route writes in
     its own service's error shape."""
     try:
         if qna_id is not None:
-            return (lookup(state, qna_id, flt=flt, previous_qna_id=previous_qna_id)
-                    or Outcome([no_match(default_answer)]))
+            return (lookup(state, qna_id, flt=flt, previous_qna_id=previous_qna_id, deployment=deployment)
+                    or Outcome([no_match(default_answer)], deployment=deployment))
         return await ask(state, question, top=top, threshold=threshold, default_answer=default_answer, flt=flt,
-                         previous_qna_id=previous_qna_id, previous_query=previous_query, user_id=user_id)
+                         previous_qna_id=previous_qna_id, previous_query=previous_query, user_id=user_id,
+                         deployment=deployment)
     except Exception as exc:  # noqa: BLE001 - only the service's own errors are answered here
         problem = service_error(exc)
         if problem is None:
@@ -241,11 +247,11 @@ async def state_for(request: Request, kb: str) -> KbState:
 
 async def check_key(request: Request, name: str, key: str) -> tuple[str | None, Refusal | None]:
     """(the KB `name` names, or None when no KB can have that name; why `key` may not read it, or None).
-    The key must be a read (or admin) token of the KB or FAQ_ADMIN_TOKEN, whatever FAQ_MATCH_REQUIRES_KEY
-    says (both services always need their key); with a name no KB can have, it is checked against the
-    default KB, so a refusal looks the same whether or not such a KB could exist."""
+    The key must be a token of the KB (its read key, or a person's of any role) or FAQ_ADMIN_TOKEN, whatever
+    FAQ_MATCH_REQUIRES_KEY says (both services always need their key); with a name no KB can have, it is checked
+    against the default KB, so a refusal looks the same whether or not such a KB could exist."""
     kb = name if re.fullmatch(KB_NAME_PATTERN, name) else None
-    refusal = await run_in_threadpool(key_refusal, request, kb or DEFAULT_KB, key, ("read", "admin"), "read")
+    refusal = await run_in_threadpool(key_refusal, request, kb or DEFAULT_KB, key, TOKEN_KINDS, "read")
     if refusal is not None and refusal.status == 403 and kb is None:
         refusal = Refusal(401, refusal.reason)  # another KB's token, on a name no KB has: no KB to belong to
     return kb, refusal

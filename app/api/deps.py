@@ -6,7 +6,8 @@ KB, loading a resident-less one first), and the token checks run before either r
 exists: a KB token used on another KB gets 403 whatever that KB is. `readiness_state` is readyz's: it
 loads a KB only for a caller with a token of it, so anonymous probes cannot churn the resident KBs.
 `require_metrics_reader` guards /metrics with FAQ_METRICS_TOKEN. A client address with too many wrong
-tokens for a KB gets 429 before its token is looked at (app/api/auth_throttle.py).
+tokens for a KB gets 429 before its token is looked at (app/api/auth_throttle.py). What a token's role may
+do on the admin API and the console is app/api/roles.py's `require_role`, which checks the token with `refuse`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from app.api.auth_throttle import LIMIT, WINDOW_S, AuthThrottle, client_address
 from app.api.state import KbState
 from app.api.resident_kbs import ResidentKbs, UnknownKb
 from app.settings import DEFAULT_KB, KB_NAME_PATTERN
+from app.store.catalog import TOKEN_KINDS
 
 # auto_error=False: we answer a missing token ourselves, with the same 401 as a wrong one
 _bearer = HTTPBearer(auto_error=False, description="FAQ_ADMIN_TOKEN, or a token of the KB (`faq kb token`)")
@@ -75,7 +77,7 @@ async def readiness_state(request: Request,
     for this caller.
 
     Bare /readyz: the default KB, always resident, no token needed (load balancers probe it). Under
-    /kbs/{kb}: a caller with FAQ_ADMIN_TOKEN or a read or admin token of the KB is answered as /match
+    /kbs/{kb}: a caller with FAQ_ADMIN_TOKEN or any token of the KB is answered as /match
     would be served (the KB loaded if need be, 404 for an unknown one); a token that is sent must be
     valid (401/403 as for /match). Without a token: with FAQ_MATCH_REQUIRES_KEY, the 401 of /match,
     whatever the KB, so the answer tells nothing about which KBs exist; without it, the KB's state if
@@ -87,10 +89,10 @@ async def readiness_state(request: Request,
     kb = _kb_of(request)
     token = credentials.credentials if credentials is not None else ""
     if token:
-        await run_in_threadpool(_refuse, request, token, ("read", "admin"), "read")
+        await run_in_threadpool(_refuse, request, token, TOKEN_KINDS, "read")
         return await get_state(request)
     if resident_kbs.settings.match_requires_key:
-        _refuse(request, "", ("read", "admin"), "read")  # no token: refused without any lookup
+        _refuse(request, "", TOKEN_KINDS, "read")  # no token: refused without any lookup
     state = resident_kbs.peek(kb, touch=False)
     if state is not None:
         return state
@@ -158,19 +160,31 @@ def _refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> 
     raise HTTPException(refusal.status, detail=refusal.reason, headers=headers)
 
 
-def require_admin(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """401 unless the bearer is FAQ_ADMIN_TOKEN (constant-time comparison) or an admin token of this KB;
-    403 for a token of another KB; 429 once the client's address has had too many 401s on this KB."""
-    _refuse(request, credentials.credentials if credentials is not None else "", ("admin",), "admin")
+#: the `Authorization: Bearer` scheme of the admin API, for the dependencies declared elsewhere (app/api/roles.py)
+BEARER = _bearer
+
+
+def refuse(request: Request, token: str, kinds: tuple[str, ...], what: str) -> None:
+    """Raise what a token that may not reach the request's KB as one of `kinds` is answered (422 for a malformed
+    KB name, 401, 403, 429); return when it may. app/api/roles.py checks the role after it."""
+    _refuse(request, token, kinds, what)
 
 
 async def require_reader(request: Request,
                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """With FAQ_MATCH_REQUIRES_KEY: /match, /match/batch and /feedback need FAQ_ADMIN_TOKEN or a read or
-    admin token of the KB. Without it, nothing is checked (and nothing is looked up)."""
+    """With FAQ_MATCH_REQUIRES_KEY: /match, /match/batch and /feedback need FAQ_ADMIN_TOKEN or a token of the
+    KB (its read key or a person's, of any role). Without it, nothing is checked (and nothing is looked up)."""
     resident_kbs: ResidentKbs = request.app.state.resident_kbs
     if not resident_kbs.settings.match_requires_key:
         return
     token = credentials.credentials if credentials is not None else ""
     _kb_of(request)
-    await run_in_threadpool(_refuse, request, token, ("read", "admin"), "read")
+    await run_in_threadpool(_refuse, request, token, TOKEN_KINDS, "read")
+
+
+async def require_any_key(request: Request) -> None:
+    """401 unless the request carries FAQ_ADMIN_TOKEN or any token of its KB (403: another KB's): what the `test`
+    deployment needs whatever FAQ_MATCH_REQUIRES_KEY says, as any key of an Azure project may ask for it."""
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    await run_in_threadpool(_refuse, request, token, TOKEN_KINDS, "KB")

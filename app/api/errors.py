@@ -37,6 +37,7 @@ from app.api.metrics import ServiceMetrics
 from app.settings import KbSettingsRefused
 from app.api.workers import DeadlineExceeded, Overloaded
 from app.match import NoIndexError, NoStagesError
+from app.release.publishing import PublishingError
 from index.elasticsearch.vectors import VectorStoreUnavailable
 from index.lexical import LexicalUnavailable
 from kb.files import huge_number_problem, nesting_problem
@@ -170,7 +171,8 @@ class Problem:
 
 #: the errors `problem_of` answers (each raised with its message by the code that knows why)
 SERVICE_ERRORS: tuple[type[Exception], ...] = (KbSettingsRefused, NoIndexError, NoStagesError, Overloaded,
-                                                 DeadlineExceeded, LexicalUnavailable, VectorStoreUnavailable)
+                                                 DeadlineExceeded, LexicalUnavailable, VectorStoreUnavailable,
+                                                 PublishingError)
 
 
 def problem_of(exc: BaseException) -> Problem | None:
@@ -190,6 +192,8 @@ def problem_of(exc: BaseException) -> Problem | None:
                             f"\"ann\")", {"Retry-After": "10"})
     if isinstance(exc, VectorStoreUnavailable):
         return Problem(503, f"the vector store is unavailable: {exc}", {"Retry-After": "10"})
+    if isinstance(exc, PublishingError):  # each kind carries its status: 404 unknown id, 409 conflict, 422 note
+        return Problem(exc.status, str(exc))
     return None
 
 

@@ -21,7 +21,7 @@ from app.api.housekeeping import Housekeeping
 from app.api.metrics import ServiceMetrics
 from app.api.middleware.metrics import MetricsMiddleware
 from app.api.middleware.request_guard import MATCH_PATHS, RequestGuardMiddleware
-from app.api.routes import admin, azure, health, match, qnamaker, review
+from app.api.routes import admin, azure, health, match, publishing, qnamaker, review
 from app.api.schemas import ErrorBody
 from app.api.resident_kbs import ResidentKbs
 from app.api.resources import ProcessResources
@@ -82,12 +82,14 @@ def create_app(settings: Settings | None = None, *, store: FaqStore | None = Non
     app.include_router(admin.router, **by_kb)
     app.include_router(review.router)
     app.include_router(review.router, **by_kb)
+    app.include_router(publishing.router)
+    app.include_router(publishing.router, **by_kb)
     # the QnA Maker and Azure question answering runtime APIs, for bots moving here (docs/migrate-from-azure.md)
     app.include_router(qnamaker.router)
     app.include_router(azure.router)
     mount_console(app)
     if not settings.admin_token:
-        log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API answers only KB admin tokens (`faq kb token`)")
+        log.warning("FAQ_ADMIN_TOKEN is not set: the /admin API answers only KB tokens (`faq kb token --role`)")
 
     # the last added middleware is the outermost: metrics also count the guard's 413/415 answers
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes,

@@ -95,6 +95,8 @@ class Housekeeping:
             return
         if state.retriever is not None and state.store.revision() != state.kb_revision:
             state.refresh_kb(reason="kb poll")
+        if state.reviewed or state.published is not None:  # a publication made elsewhere (`faq kb publish`)
+            state.refresh_published(reason="publication poll")
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.state.settings.kb_poll_seconds):
@@ -124,6 +126,9 @@ class Housekeeping:
             log.exception("could not read the query log's scores (next try in %.0f s)", self.TRAFFIC_EVERY_S)
             return None
         pipeline.decider.set_traffic(str(retriever.version), scores)
+        published = state.published_pipeline  # production's, in a reviewed KB: the logged traffic is its own
+        if published is not None and published is not pipeline:
+            published.decider.set_traffic(str(retriever.version), scores)
         return len(scores)
 
     # -- debris of killed builds, query-log retention ------------------------------------------

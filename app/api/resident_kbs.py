@@ -7,7 +7,7 @@
   are using (`in_flight`) is never unloaded: the budget is exceeded for that moment instead. Requests
   pin the retriever and pipeline they started with, so even an unload cannot change a running request.
 - Loading is once per KB: concurrent first requests wait for the one load.
-- Tokens: `faq kb token` gives a KB its own admin (and read) tokens. A token is looked up by its
+- Tokens: `faq kb token` gives a KB its own tokens, one role each (app/api/roles.py), and read keys. A token is looked up by its
   SHA-256 and the answer kept for TOKEN_CACHE_S, so a revoked token stops working within that time.
 """
 from __future__ import annotations
@@ -182,9 +182,14 @@ class ResidentKbs:
         KB; a KB token only its own KB."""
         if not token:
             return False
-        admin = self.default.settings.admin_token
-        # compare_digest on bytes: no early exit on the first differing character (timing side channel)
-        if admin and secrets.compare_digest(token.encode("utf-8", "surrogatepass"), admin.encode("utf-8")):
+        if self.is_admin_token(token):
             return True
         info = self.token_info(token)
         return info is not None and info.kb == kb and info.kind in kinds
+
+    def is_admin_token(self, token: str) -> bool:
+        """Is `token` FAQ_ADMIN_TOKEN (the deployment's admin, every KB)?"""
+        admin = self.default.settings.admin_token
+        # compare_digest on bytes: no early exit on the first differing character (timing side channel)
+        return bool(token and admin) and secrets.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                                                admin.encode("utf-8"))

@@ -20,6 +20,7 @@ from pydantic import (
 
 from app.match.arms import ARMS
 from app.settings import LANGUAGE_CODES
+from app.release.publishing import MAX_NOTE_CHARS
 from kb.filters import FaqFilter, parse_filter
 from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
 
@@ -59,6 +60,7 @@ FILTER_GRAMMAR = AfterValidator(_filter_grammar)
 CHECKS_ITS_TEXT = (FILTER_GRAMMAR,)
 Text = Annotated[str, STORABLE]
 OptionalText = Annotated[str | None, STORABLE]
+
 
 
 class _Strict(BaseModel):
@@ -126,6 +128,9 @@ class MatchRequest(_Strict):
     filter: Annotated[dict[str, Any] | None, FILTER_GRAMMAR] = Field(
         default=None, description='only FAQs that pass: {"all": [C...], "any": [C...], "none": [C...]}, a condition C '
         'being {"key": K, "value": V} (metadata), {"tag": T} or {"source": S}; docs/filters.md')
+    deployment: Literal["production", "test"] = Field(
+        default="production", description="production: the published KB; test: the draft, with edits not yet "
+                                          "published (any key of the KB; not logged)")
 
     _query_not_blank = field_validator("query")(_not_blank)
     # a filter the JSON grammar cannot say (the Azure route's metadata OR source), set by the server itself
@@ -146,6 +151,13 @@ class MatchRequest(_Strict):
 
 class BatchMatchRequest(_Strict):
     queries: list[MatchRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+    @field_validator("queries")
+    @classmethod
+    def _one_deployment(cls, value: list[MatchRequest]) -> list[MatchRequest]:
+        if len({q.deployment for q in value}) > 1:
+            raise ValueError("every query of a batch must ask the same deployment (production or test)")
+        return value
 
 
 class FollowUpOut(BaseModel):
@@ -211,6 +223,9 @@ class MatchResponse(BaseModel):
     reason: Literal["language"] | None = Field(
         default=None, description="why the decision was forced: language: the query is in none of the KB's "
                                   "`languages`, so it is not answered (abstain)")
+    deployment: Literal["production", "test"] = Field(
+        default="production", description="which deployment answered: production (the published KB) or test "
+                                          "(the draft)")
 
 
 class BatchMatchResponse(BaseModel):
@@ -487,3 +502,15 @@ class DismissalOut(BaseModel):
     reason: str | None
     dismissed_by: str | None
     created_at: datetime
+
+
+# -- /admin/publish, /admin/rollback ------------------------------------------------------------------
+class PublishRequest(_Strict):
+    note: OptionalText = Field(default=None, max_length=MAX_NOTE_CHARS,
+                              description="what this publication is")
+    force: bool = Field(default=False, description="publish even when the KB's labels say the draft matches worse")
+
+
+class RollbackRequest(_Strict):
+    to: int = Field(ge=1, description="the publication whose content production serves again")
+    note: OptionalText = Field(default=None, max_length=MAX_NOTE_CHARS)

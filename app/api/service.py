@@ -58,7 +58,11 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     for arm in arms:
         if uses_stages(arm) and not state.stages:
             raise NoStagesError(state.stage_problem, arm)
-    retriever = state.require_retriever()  # pinned: this request finishes on this index even if a swap happens
+    # one deployment per request (a batch's queries share it: schemas.py); pinned: this request finishes on this
+    # index even if a swap happens
+    deployment = items[0].deployment if items else "production"
+    retriever = state.require_retriever(deployment)
+    pipeline = state.pipeline_for(deployment)
     settings = state.settings
     rewrite = state.rewrites.for_retriever(settings.synonyms, retriever)
     # the client's own words are read for their language once, whatever the synonyms make of them: it routes the
@@ -79,19 +83,19 @@ async def match(state: KbState, items: list[MatchRequest], trace: MatchTrace | N
     assert state.batcher is not None
     state.in_flight += 1  # the KB is not unloaded under this request (app/api/resident_kbs.py)
     try:
-        results = await state.batcher.submit(queries, retriever, state.pipeline)
+        results = await state.batcher.submit(queries, retriever, pipeline)
     finally:
         state.in_flight -= 1
     if trace is not None:
         trace.retriever, trace.results = retriever, list(results)
     # the client's own words are echoed and logged, whatever the synonyms made of them
-    responses = [in_language(_response(arm, result, retriever, item.query, detection.language), settings.languages,
-                             detection)
+    responses = [in_language(_response(arm, result, retriever, item.query, detection.language, deployment),
+                             settings.languages, detection)
                  for item, arm, result, detection in zip(items, arms, results, detections)]
     for response in responses:
         state.metrics.observe_match(response.timings_ms.model_dump(), answered=response.answer is not None,
                                     cached=response.cached, kb=state.kb, decision=response.decision)
-    if settings.query_log:
+    if settings.query_log and deployment == "production":  # the draft's answers are the editors', not users'
         state.log_matches([_log_row(item, response) for item, response in zip(items, responses)])
     return responses
 
@@ -134,7 +138,7 @@ def _match_out(m: Any, retriever: Any, language: str | None = None) -> dict:
 
 
 def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str | None = None,
-              language: str | None = None) -> MatchResponse:
+              language: str | None = None, deployment: str = "production") -> MatchResponse:
     """`result` as the API answers it; each answer text in `language` (the query's) where the FAQ has one."""
     answer = result.answer
     return MatchResponse.model_validate(
@@ -155,6 +159,7 @@ def _response(arm: str, result: MatchResult, retriever: Any = None, asked: str |
             "cached": result.cached,
             "context": result.context,
             "chitchat": result.small_talk,
+            "deployment": deployment,
         }
     )
 

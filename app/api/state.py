@@ -6,6 +6,9 @@
   finish on the index they started with. What the pipeline computes from it (cached results, the
   decider's tables, the build's lexical index and stage vectors) lives on its `ServedBuild`
   (app/match/served.py), so the swap is the one invalidation.
+- A KB whose publishing is `reviewed` has two deployments (app/release/publishing.py): `retriever` is the draft's
+  (the `test` deployment), `published` the latest publication's content on the same build (production), each
+  swapped the same way; `retriever_for` / `pipeline_for` pick a request's. Other KBs serve `retriever` to both.
 - All replacements go through `_swap_lock`, so a slow KB refresh can never overwrite a newer build
   (each replacement reads "what is served now" and the store under the lock).
 - What the KBs of a process share (encoders, stages, batcher, query-log writer, metrics) is the
@@ -86,6 +89,12 @@ class KbState:
         self.query_encoder_setting = "FAQ_QUERY_ENCODER"
         self.query_encoder_problem: str | None = None  # why the query encoder did not load
         self.rewrites = QueryRewrites()  # the KB's synonyms, applied to each query before matching
+        # production of a `reviewed` KB: the latest publication's content on the served build, its id, the
+        # pipeline answering it (the published small-talk answers) and its delta's vectors
+        self.published: Retriever | None = None
+        self.published_id: int | None = None
+        self.published_pipeline: Pipeline | None = None
+        self._published_cache: dict = {}
 
     # -- the process's parts -----------------------------------------------------------------
     @property
@@ -163,9 +172,10 @@ class KbState:
             self.settings, self.applied_settings, self.pipeline = settings, dict(stored), pipeline
             if self.is_default and self.batcher is not None:
                 self.batcher.pipeline = pipeline
+            self.refresh_published(reason="settings", force=True)
         log.info("KB %s: serving with its new settings %s", self.kb, stored)
 
-    def _pipeline(self, settings: Settings, stages: list) -> Pipeline:
+    def _pipeline(self, settings: Settings, stages: list, deployment: str = "test") -> Pipeline:
         """This KB's pipeline, with the KB's open builds. It reaches back to the state through a weak reference:
         a state and its pipeline must not form a cycle, or an unloaded KB (app/api/resident_kbs.py) would hold
         its index in memory until a full garbage collection instead of freeing it when its last request ends."""
@@ -173,7 +183,9 @@ class KbState:
 
         def retriever() -> Retriever | None:
             alive = state()
-            return alive.retriever if alive is not None else None
+            if alive is None:
+                return None
+            return (alive.published or alive.retriever) if deployment == "production" else alive.retriever
 
         def lexical(retriever: Retriever) -> LexicalIndex:
             from index.lexical import LexicalUnavailable, open_lexical
@@ -226,11 +238,62 @@ class KbState:
     def ready(self) -> bool:
         return self.retriever is not None
 
-    def require_retriever(self) -> Retriever:
-        retriever = self.retriever  # read once: the request keeps this object
+    def require_retriever(self, deployment: str = "test") -> Retriever:
+        """The retriever a request is answered on (read once: the request keeps this object): the draft's, or
+        for `production` in a reviewed KB the latest publication's."""
+        retriever = self.retriever
         if retriever is None:
             raise NoIndexError(self.not_ready_reason or NO_INDEX)
+        if deployment == "production" and self.reviewed:
+            return self.published or retriever
         return retriever
+
+    def pipeline_for(self, deployment: str) -> Pipeline | None:
+        if deployment == "production" and self.reviewed and self.published_pipeline is not None:
+            return self.published_pipeline
+        return self.pipeline
+
+    # -- deployments -------------------------------------------------------------------------
+    @property
+    def reviewed(self) -> bool:
+        return self.settings.publishing == "reviewed"
+
+    def refresh_published(self, reason: str = "publication", force: bool = False) -> bool:
+        """Serve the KB's latest publication on production (a reviewed KB), on the served build: what it holds
+        of the content is reused, the rest encoded (the phrasings and answers it does not hold). True when
+        production changed. A KB that publishes immediately serves the draft to both."""
+        from app.store.publications import content_snapshot
+
+        with self._swap_lock:
+            base = self.retriever
+            if not self.reviewed or base is None or self.store is None:
+                changed = self.published is not None
+                self.published = self.published_pipeline = self.published_id = None
+                return changed
+            latest = self.store.publications.latest_id()
+            current = self.published
+            if latest is None:  # turned reviewed by FAQ_PUBLISHING: what users got until now stays theirs
+                from app.release.publishing import start_reviewing
+
+                start_reviewing(self.store)
+                latest = self.store.publications.latest_id()
+                log.info("KB %s: publishing is reviewed and nothing was published: its content is now publication "
+                         "%s", self.kb, latest)
+            if current is not None and latest == self.published_id and current.version == base.version \
+                    and not force:
+                return False
+            row = self.store.publications.get(latest)
+            published = base.with_kb(content_snapshot(row.content, row.revision), self.background_encoder(),
+                                     cache=self._published_cache)
+            # its own pipeline, even when it answers small talk as the draft's does: each keeps the build state
+            # and query cache of the retriever it serves, so alternating deployments costs neither anything
+            own = row.content.get("small_talk_answers")
+            pipeline = self._pipeline(self.settings.model_copy(update={"small_talk_answers": own}), self.stages,
+                                      deployment="production")
+            self.published, self.published_id, self.published_pipeline = published, latest, pipeline
+            self.metrics.swaps.labels(reason=reason).inc()
+            log.info("KB %s: production serves publication %s on index %s (%s)", self.kb, latest, base.version, reason)
+            return True
 
     # -- swapping ----------------------------------------------------------------------------
     def load_current_build(self, reason: str = "reload") -> tuple[str | None, str | None]:
@@ -264,6 +327,7 @@ class KbState:
             self.failed_version = None
             self._install(served, snapshot.revision, reason)
             log.info("serving index %s (was %s, %s)", served.version, prev_version, reason)
+            self.refresh_published(reason=reason)
             return prev_version, served.version
 
     def refresh_kb(self, reason: str = "kb") -> bool:

@@ -8,6 +8,8 @@ synonyms a KB cannot keep imports nothing; `keep_beside` stores them after the F
 """
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,6 +27,24 @@ def settings_problem(imported: Imported) -> str | None:
     except ValidationError as exc:
         return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
     return None
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """The SHA-256 of an imported file, for its audit row; of a folder (a Rasa project), over its files' relative
+    paths and bytes in path order; None for stdin ('-'), which cannot be read twice."""
+    if str(path) == "-":
+        return None
+    path = Path(path)
+    digest = hashlib.sha256()
+    if not path.is_dir():
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(path).as_posix().encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def distinct_groups(groups: list[list[str]]) -> list[list[str]]:

@@ -68,7 +68,7 @@ def accept_phrasing(store: FaqStore, key: str, since: datetime | None = None) ->
     if item is None:
         raise NotProposed("this phrasing is no longer proposed: it was added, dismissed, or its queries are gone "
                           "from the log")
-    faq, added = store.faqs.add_questions(item["faq_id"], [item["question"]])
+    faq, added = store.faqs.add_questions(item["faq_id"], [item["question"]], action="review.accept")
     return Accepted(faq, added)
 
 

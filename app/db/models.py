@@ -249,13 +249,14 @@ class Publication(Base):
     KB whose publishing is `reviewed`, production answers from the latest one (app/release/publishing.py)."""
 
     __tablename__ = "publications"
-    __table_args__ = (Index("ix_publications_kb_id", "kb", "id"),)
+    __table_args__ = (UniqueConstraint("kb", "number"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kb: Mapped[str] = mapped_column(String(MAX_KB_NAME_CHARS), ForeignKey("kbs.name", ondelete="CASCADE"),
                                     nullable=False)
+    number: Mapped[int] = mapped_column(Integer, nullable=False)  # the KB's own count: the id users see
     kind: Mapped[str] = mapped_column(String(16), nullable=False)  # publish | rollback
-    restored: Mapped[int | None] = mapped_column(Integer)  # a rollback's: the publication served again
+    restored: Mapped[int | None] = mapped_column(Integer)  # a rollback's: the number of the one served again
     revision: Mapped[int] = mapped_column(Integer, nullable=False)  # the KB's (draft's) revision published
     actor: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)

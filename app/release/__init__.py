@@ -7,6 +7,9 @@ console's rollback through `activate`; scratch KBs (evaluations, benchmarks, tes
 Pruning comes after the build as well as after the activation: the first prunes while the previous build is
 still current, and the current one is kept on top of the count, so with keep_versions 1 it would stay until
 the next build. The registry deletes what its stores hold of the pruned versions (index/artifacts.py).
+
+Each build made leaves one `index.build` audit row (app/store/audit.py), saying whether it became current (its own
+activation is part of it, not a row of its own); each `activate_version` given the KB's store one `index.activate`.
 """
 from __future__ import annotations
 
@@ -45,36 +48,62 @@ def release_build(store: Any, encoder: Any, registry: Any, settings: Any, *, lab
     `build_index` raises; then `current` is unchanged."""
     from index.build import build_index
 
+    previous = registry.current()
     manifest = build_index(store, encoder, registry, report=report, languages=settings.languages, **build)
     prune(registry, settings.keep_versions, report)
     result = Release(manifest)
-    if on_built is not None:
-        on_built(manifest)
-    if not activate:
-        return result
-    if registry.current() is not None:
-        try:
-            result.verdict = judge(settings, encoder, registry, result.version, labels(), min_labels, max_drop)
-        except LabelsUnusable as exc:
-            result.labels_problem = str(exc)
+    try:
+        if on_built is not None:
+            on_built(manifest)
+        if not activate:
             return result
-        except Exception as exc:  # noqa: BLE001 - e.g. a current build of another encoder: cannot compare
-            report(f"labels could not gate this build ({exc}); making it current")
-        if result.verdict is not None:
-            report(str(result.verdict))
-            if not result.verdict.passed and not force:
+        if registry.current() is not None:
+            try:
+                result.verdict = judge(settings, encoder, registry, result.version, labels(), min_labels, max_drop)
+            except LabelsUnusable as exc:
+                result.labels_problem = str(exc)
                 return result
-    result.pruned = activate_version(registry, result.version, keep_versions=settings.keep_versions, verify=False)
-    result.current = True
-    return result
+            except Exception as exc:  # noqa: BLE001 - e.g. a current build of another encoder: cannot compare
+                report(f"labels could not gate this build ({exc}); making it current")
+            if result.verdict is not None:
+                report(str(result.verdict))
+                if not result.verdict.passed and not force:
+                    return result
+        result.pruned = activate_version(registry, result.version, keep_versions=settings.keep_versions, verify=False)
+        result.current = True
+        return result
+    finally:  # the build exists whatever happened after it was made
+        record_build(store, manifest, previous, result.current, result)
 
 
-def activate_version(registry: Any, version: str, *, keep_versions: int | None = None, verify: bool = True) -> list[str]:
+def activate_version(registry: Any, version: str, *, keep_versions: int | None = None, verify: bool = True,
+                     store: Any = None) -> list[str]:
     """Make `version` current (`verify`: its files checked first; a build just verified need not be), then prune
     to `keep_versions` (None: keep all); returns the versions pruned. Raises what `registry.activate` raises
-    (an unknown or broken version), and then `current` is unchanged."""
+    (an unknown or broken version), and then `current` is unchanged. With the KB's `store`, the activation is
+    recorded (`index.activate`, the version current before and after)."""
+    previous = registry.current() if store is not None else None
     registry.activate(version, verify=verify)
+    if store is not None:
+        store.audit.record("index.activate", version, {"version": previous}, {"version": version})
     return registry.prune(keep_versions) if keep_versions is not None else []
+
+
+def record_build(store: Any, manifest: dict, previous: str | None, current: bool, release: Release | None = None) -> None:
+    """The `index.build` audit row of a build made: the version current before and after (the build's own when it
+    was made current), and what the build holds."""
+    version = manifest["version"]
+    after = {"current": version if current else previous, "version": version, "made_current": current,
+             "encoder_id": manifest.get("encoder_id"), "n_faqs": manifest.get("n_faqs"),
+             "n_variants": manifest.get("n_variants"), "kb_revision": manifest.get("kb_revision")}
+    if release is not None:
+        after["pruned"] = list(release.pruned)
+        if release.labels_problem is not None:
+            after["labels_problem"] = release.labels_problem
+        if release.verdict is not None:
+            after["labels"] = {"n": release.verdict.n_labels, "top1_before": release.verdict.before,
+                               "top1_after": release.verdict.after}
+    store.audit.record("index.build", version, {"current": previous}, after)
 
 
 def prune(registry: Any, keep_versions: int | None, report: Callable[[str], None] | None = None) -> list[str]:
@@ -91,7 +120,9 @@ def build_current(store: Any, encoder: Any, registry: Any, n_trees: int, *, keep
     `build_index(**build)`, then activated and pruned. Returns the manifest."""
     from index.build import build_index
 
+    previous = registry.current()
     manifest = build_index(store, encoder, registry, n_trees, report=report, **build)
     registry.activate(manifest["version"], verify=False)  # verified by the build
+    record_build(store, manifest, previous, True)
     prune(registry, keep_versions, report)
     return manifest

@@ -69,12 +69,17 @@ def feedback_labels_of(store: Any, since: Any = None) -> list[tuple[str, str | N
 
 
 def top1_on(settings: Any, encoder: Any, registry: Any, version: str, labels: Sequence[tuple[str, str | None]]) -> float:
+    from index.retriever import Retriever
+
+    return top1_of(settings, encoder, Retriever.load(registry.path(version)).as_built(), labels)
+
+
+def top1_of(settings: Any, encoder: Any, retriever: Any, labels: Sequence[tuple[str, str | None]]) -> float:
+    """Top-1 on `labels` of the KB `retriever` serves, scored as serving scores."""
     from app.match.assembly import build_pipeline, served_model_path
     from app.release.labels import label_scores, labelled_rows
     from index.decision import load_model
-    from index.retriever import Retriever
 
-    retriever = Retriever.load(registry.path(version)).as_built()
     first = build_pipeline(settings.model_copy(update={"scoring": "calibration"}), encoder, retriever, cache_size=0)
     rows, ref = labelled_rows(first, retriever, labels)
     model = load_model(served_model_path(settings))
@@ -93,3 +98,20 @@ def judge(settings: Any, encoder: Any, registry: Any, version: str, labels: Sequ
     before = top1_on(settings, encoder, registry, current, labels)
     after = top1_on(settings, encoder, registry, version, labels)
     return GateResult(len(labels), current, version, before, after, max_drop)
+
+
+def content_gate(settings: Any, encoder: Any, retriever: Any, labels: Sequence[tuple[str, str | None]],
+                 min_labels: int = MIN_LABELS, max_drop: float = MAX_DROP) -> Any:
+    """The label gate of a publication (app/release/publishing.py `publish`): `gate(before, after)` scores the
+    KB's labels on the served build with each content applied (what production answers now, and would after);
+    None when there is no earlier publication or too few labels naming an FAQ."""
+    from app.store.publications import content_snapshot
+
+    def gate(before: dict | None, after: dict) -> GateResult | None:
+        if before is None or sum(f is not None for _, f in labels) < min_labels:
+            return None
+        then = top1_of(settings, encoder, retriever.with_kb(content_snapshot(before, 0), encoder), labels)
+        now = top1_of(settings, encoder, retriever.with_kb(content_snapshot(after, 0), encoder), labels)
+        return GateResult(len(labels), "published", "draft", then, now, max_drop)
+
+    return gate

@@ -17,11 +17,16 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db.models import utcnow
+from app.store.audit import AuditStore
 from app.store.base import KbNotFound, builds_t, dismissals_t, faqs_t, kbs_t, qlog_t, tokens_t, utc, variants_t
 from kb.records import DEFAULT_KB, kb_name_problem
 
-TokenKind = Literal["admin", "read"]
-TOKEN_KINDS: tuple[str, ...] = ("admin", "read")
+#: people's roles, each allowed what the ones before it are and more (app/api/roles.py says what each may do)
+ROLES: tuple[str, ...] = ("viewer", "editor", "publisher", "admin")
+#: the match-only key bots send to /match and /feedback: no role at all
+READ_KIND = "read"
+TokenKind = Literal["viewer", "editor", "publisher", "admin", "read"]
+TOKEN_KINDS: tuple[str, ...] = (*ROLES, READ_KIND)
 #: what every token starts with, so that a leaked one is recognisable (secret scanners, logs)
 TOKEN_PREFIX = "faqkb_"
 
@@ -106,6 +111,8 @@ class KbCatalog:
                     raise KbExists(f"KB {name!r} already exists")
                 conn.execute(insert(kbs_t).values(name=name, revision=0, settings=dict(settings or {}),
                                                   created_at=now, updated_at=now))
+                AuditStore(self.engine, name).record("kb.create", name, None, {"settings": dict(settings or {})},
+                                                     conn=conn)
         except IntegrityError as exc:  # created concurrently
             raise KbExists(f"KB {name!r} already exists") from exc
 
@@ -132,13 +139,17 @@ class KbCatalog:
         with self.engine.connect() as conn:
             return {name: dict(settings or {}) for name, settings in conn.execute(select(kbs_t.c.name, kbs_t.c.settings))}
 
-    def set_settings(self, name: str, settings: dict[str, Any]) -> None:
-        """Replace the KB's stored settings (validated by the caller); raises KbNotFound."""
+    def set_settings(self, name: str, settings: dict[str, Any], action: str = "kb.settings") -> None:
+        """Replace the KB's stored settings (validated by the caller); raises KbNotFound. `action`: the audit
+        row's, when they differ (small_talk.update for the console's Small talk page)."""
         with self.engine.begin() as conn:
+            before = conn.execute(select(kbs_t.c.settings).where(kbs_t.c.name == name)).first()
             result = conn.execute(update(kbs_t).where(kbs_t.c.name == name)
                                   .values(settings=dict(settings), updated_at=utcnow()))
-            if result.rowcount == 0:
+            if result.rowcount == 0 or before is None:
                 raise KbNotFound(name)
+            if dict(before[0] or {}) != dict(settings):
+                AuditStore(self.engine, name).record(action, name, dict(before[0] or {}), dict(settings), conn=conn)
 
     def delete(self, name: str) -> dict[str, int]:
         """Delete the KB and everything stored of it; returns what was deleted. Raises KbNotFound, and
@@ -149,6 +160,7 @@ class KbCatalog:
         if kb_name_problem(name):
             raise KbNotFound(name)
         with self.engine.begin() as conn:
+            kb_row = conn.execute(select(kbs_t.c.revision, kbs_t.c.settings).where(kbs_t.c.name == name)).first()
             counts = {
                 "faqs": conn.execute(select(func.count()).select_from(faqs_t).where(faqs_t.c.kb == name)).scalar(),
                 "variants": conn.execute(select(func.count()).select_from(variants_t)
@@ -162,14 +174,20 @@ class KbCatalog:
             # phrasings, FAQs, builds and tokens go with the KB's row (ON DELETE CASCADE)
             conn.execute(delete(variants_t).where(variants_t.c.kb == name))
             conn.execute(delete(dismissals_t).where(dismissals_t.c.kb == name))
-            if conn.execute(delete(kbs_t).where(kbs_t.c.name == name)).rowcount == 0:
+            if kb_row is None or conn.execute(delete(kbs_t).where(kbs_t.c.name == name)).rowcount == 0:
                 conn.rollback()
                 raise KbNotFound(name)
-        return {k: int(v or 0) for k, v in counts.items()}
+            done = {k: int(v or 0) for k, v in counts.items()}
+            # audit_log has no key to kbs: this row, and the KB's history before it, outlive the KB
+            AuditStore(self.engine, name).record(
+                "kb.delete", name, {"revision": int(kb_row.revision), "settings": dict(kb_row.settings or {}), **done},
+                None, conn=conn)
+        return done
 
     # -- tokens ----------------------------------------------------------------------------------
     def issue_token(self, kb: str, kind: TokenKind = "admin", label: str | None = None) -> tuple[int, str]:
-        """A new token for `kb` alone: (its id, the token). The token is not stored and cannot be shown again."""
+        """A new token for `kb` alone, of role `kind` (or the read key) named `label`: (its id, the token). The
+        token is not stored and cannot be shown again."""
         if kind not in TOKEN_KINDS:
             raise ValueError(f"token kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -179,6 +197,9 @@ class KbCatalog:
             result = conn.execute(insert(tokens_t).values(kb=kb, kind=kind, token_sha256=token_digest(token),
                                                           label=label, created_at=utcnow()))
             token_id = int(result.inserted_primary_key[0])
+            # the token's id, role and name: never the token, nor its digest
+            AuditStore(self.engine, kb).record("token.create", str(token_id), None,
+                                               {"id": token_id, "role": kind, "name": label}, conn=conn)
         return token_id, token
 
     def verify_token(self, token: str) -> TokenInfo | None:
@@ -205,10 +226,16 @@ class KbCatalog:
 
     def revoke_token(self, kb: str, token_id: int) -> bool:
         """Revoke `kb`'s token `token_id`; False when the KB has no such live token."""
+        live = (tokens_t.c.kb == kb, tokens_t.c.id == int(token_id), tokens_t.c.revoked_at.is_(None))
         with self.engine.begin() as conn:
-            result = conn.execute(update(tokens_t).where(tokens_t.c.kb == kb, tokens_t.c.id == int(token_id),
-                                                         tokens_t.c.revoked_at.is_(None)).values(revoked_at=utcnow()))
-            return result.rowcount > 0
+            found = conn.execute(select(tokens_t.c.kind, tokens_t.c.label).where(*live)).first()
+            now = utcnow()
+            if found is None or conn.execute(update(tokens_t).where(*live).values(revoked_at=now)).rowcount == 0:
+                return False
+            state = {"id": int(token_id), "role": found.kind, "name": found.label}
+            AuditStore(self.engine, kb).record("token.revoke", str(token_id), {**state, "revoked_at": None},
+                                               {**state, "revoked_at": now}, conn=conn)
+            return True
 
 
 def _token_info(row: Any) -> TokenInfo:

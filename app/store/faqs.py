@@ -2,7 +2,8 @@
 bulk import/export of KB records, the admin API's CRUD and the snapshot a served index applies.
 
 Every KB mutation runs in one serialised write transaction that bumps the revision with the change
-(app/store/base.py). Text that no database can hold (kb.records.text_problem) never reaches a
+(app/store/base.py) and appends its audit row (app/store/audit.py): one per FAQ created, changed or deleted,
+one per import (its counts, not its FAQs). Text that no database can hold (kb.records.text_problem) never reaches a
 statement: writes reject it (KbValidationError) and lookups by such a key find nothing.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from app.db.models import utcnow
+from app.store.audit import AuditStore, faq_state, import_details
 from app.store.base import (
     StorePart, builds_t, bump_revision, chunks, faqs_t, read_revision, storable, utc, variants_t,
 )
@@ -114,6 +116,10 @@ def _like_pattern(text: str) -> str:
 
 
 class KbStore(StorePart):
+    @property
+    def _audit(self) -> AuditStore:
+        return AuditStore(self.engine, self.kb)
+
     # ------------------------------------------------------------ import / export
 
     @staticmethod
@@ -206,6 +212,11 @@ class KbStore(StorePart):
                 report.revision = bump_revision(conn, kb)
             if dry_run:
                 conn.rollback()
+            else:  # even when nothing changed: that someone imported this file is worth knowing
+                source = import_details()
+                counts = {k: v for k, v in report.as_dict().items() if k not in ("dry_run", "revision_before")}
+                self._audit.record("kb.import", source["file"], before={"revision": report.revision_before},
+                                   after={**source, **counts}, conn=conn)
         return report
 
     @staticmethod
@@ -391,7 +402,9 @@ class KbStore(StorePart):
                 {"kb": kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in questions
             ])
             bump_revision(conn, kb)
-            return self._get(conn, faq_id)
+            created = self._get(conn, faq_id)
+            self._audit.record("faq.create", faq_id, None, faq_state(created), conn=conn)
+            return created
 
     def update_faq(self, faq_id: str, answer: str | None = None, questions: Iterable[str] | None = None,
                    tags: Iterable[str] | None = None, *, metadata: dict[str, str] | None = None, source: Any = KEEP,
@@ -414,6 +427,7 @@ class KbStore(StorePart):
             if row is None:
                 raise FaqNotFound(f"FAQ {faq_id!r} does not exist")
             self._check_targets(conn, checked.follow_ups)
+            before = self._faq_outs(conn, [row])[0]
             changes: dict[str, Any] = {}
             if answer is not None and answer != row.answer:
                 changes["answer"] = answer
@@ -443,16 +457,20 @@ class KbStore(StorePart):
                         {"kb": kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added
                     ])
                 variants_changed = bool(removed or added)
-            if changes or variants_changed:
-                conn.execute(update(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)
-                             .values(updated_at=now, **changes))
-                bump_revision(conn, kb)
-            return self._get(conn, faq_id)
+            if not (changes or variants_changed):
+                return before  # nothing changed: no revision, no audit row
+            conn.execute(update(faqs_t).where(_faqs_of(kb), faqs_t.c.faq_id == faq_id)
+                         .values(updated_at=now, **changes))
+            bump_revision(conn, kb)
+            after = self._get(conn, faq_id)
+            self._audit.record("faq.update", faq_id, faq_state(before), faq_state(after), conn=conn)
+            return after
 
-    def add_questions(self, faq_id: str, questions: Iterable[str]) -> tuple[FaqOut, int]:
+    def add_questions(self, faq_id: str, questions: Iterable[str], action: str = "faq.update") -> tuple[FaqOut, int]:
         """Add phrasings to an FAQ, keeping its answer, tags and other phrasings: (the FAQ, how many were
         new). Atomic against other writers, so it never undoes an edit made meanwhile (a whole-FAQ
-        update built from an earlier read would). Raises FaqNotFound / KbValidationError."""
+        update built from an earlier read would). Raises FaqNotFound / KbValidationError. `action`: the audit
+        row's (review.accept for an accepted proposal); none when every phrasing was there."""
         with self.locked_write() as conn:
             faq = self._get(conn, faq_id) if storable(faq_id) else None
             if faq is None:
@@ -468,7 +486,9 @@ class KbStore(StorePart):
                 {"kb": self.kb, "faq_id": faq_id, "question": q, "created_at": now, "updated_at": now} for q in added])
             conn.execute(update(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id).values(updated_at=now))
             bump_revision(conn, self.kb)
-            return self._get(conn, faq_id), len(added)
+            after = self._get(conn, faq_id)
+            self._audit.record(action, faq_id, faq_state(faq), faq_state(after), conn=conn)
+            return after, len(added)
 
     def faq_exists(self, faq_id: str) -> bool:
         if not storable(faq_id):
@@ -483,15 +503,21 @@ class KbStore(StorePart):
         if not storable(faq_id):
             return False
         with self.locked_write() as conn:
+            before = self._get(conn, faq_id)
             deleted = conn.execute(delete(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == faq_id)).rowcount > 0
             if deleted:
                 now = utcnow()
+                prompting = []
                 for other, d in self._load_details(conn).items():
                     kept = [f for f in d.follow_ups if f["faq_id"] != faq_id]
                     if len(kept) != len(d.follow_ups):
+                        prompting.append(other)
                         conn.execute(update(faqs_t).where(_faqs_of(self.kb), faqs_t.c.faq_id == other)
                                      .values(follow_ups=kept, updated_at=now))
                 bump_revision(conn, self.kb)
+                # one row for the deletion: the FAQs it took the follow-up out of are named in it
+                state = {**faq_state(before), **({"follow_up_of": sorted(prompting)} if prompting else {})}
+                self._audit.record("faq.delete", faq_id, state, None, conn=conn)
             return deleted
 
     def prompting_to(self, faq_id: str) -> list[str]:

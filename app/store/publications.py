@@ -49,7 +49,7 @@ def content_snapshot(content: dict[str, Any], revision: int) -> KbSnapshot:
 
 @dataclass(frozen=True)
 class PublicationRow:
-    id: int
+    id: int  # the KB's own number: 1, 2, ... in each KB
     kb: str
     kind: str
     restored: int | None
@@ -67,12 +67,12 @@ class PublicationRow:
 
 
 def _row(r: Any, with_content: bool) -> PublicationRow:
-    return PublicationRow(r.id, r.kb, r.kind, r.restored, r.revision, r.actor, r.note, r.summary,
+    return PublicationRow(r.number, r.kb, r.kind, r.restored, r.revision, r.actor, r.note, r.summary,
                           utc(r.created_at), r.content if with_content else None)
 
 
 class PublicationStore(StorePart):
-    _listed = (publications_t.c.id, publications_t.c.kb, publications_t.c.kind, publications_t.c.restored,
+    _listed = (publications_t.c.number, publications_t.c.kb, publications_t.c.kind, publications_t.c.restored,
                publications_t.c.revision, publications_t.c.actor, publications_t.c.note, publications_t.c.summary,
                publications_t.c.created_at)
 
@@ -83,16 +83,16 @@ class PublicationStore(StorePart):
         compared against: two publishes at once, the later one loses). `on_added(conn, row)` runs in the same
         transaction (the audit row)."""
         with self.locked_write() as conn:
-            latest = conn.execute(select(func.max(publications_t.c.id))
+            latest = conn.execute(select(func.max(publications_t.c.number))
                                   .where(publications_t.c.kb == self.kb)).scalar()
             if latest != expected_latest:
                 conn.rollback()
                 return None
-            created = utcnow()
-            new_id = conn.execute(insert(publications_t).values(
-                kb=self.kb, kind=kind, restored=restored, revision=revision, actor=actor, note=note, summary=summary,
-                content=content, created_at=created)).inserted_primary_key[0]
-            row = PublicationRow(int(new_id), self.kb, kind, restored, revision, actor, note, summary, created, content)
+            created, number = utcnow(), (latest or 0) + 1
+            conn.execute(insert(publications_t).values(
+                kb=self.kb, number=number, kind=kind, restored=restored, revision=revision, actor=actor, note=note,
+                summary=summary, content=content, created_at=created))
+            row = PublicationRow(number, self.kb, kind, restored, revision, actor, note, summary, created, content)
             if on_added is not None:
                 on_added(conn, row)
         return row
@@ -101,22 +101,23 @@ class PublicationStore(StorePart):
         """Newest first, without their content."""
         with self.engine.connect() as conn:
             rows = conn.execute(select(*self._listed).where(publications_t.c.kb == self.kb)
-                                .order_by(publications_t.c.id.desc()).limit(limit)).all()
+                                .order_by(publications_t.c.number.desc()).limit(limit)).all()
         return [_row(r, False) for r in rows]
 
     def get(self, publication_id: int) -> PublicationRow | None:
         """This KB's publication `publication_id` with its content, else None (another KB's is not found)."""
         with self.engine.connect() as conn:
             r = conn.execute(select(publications_t).where(publications_t.c.kb == self.kb,
-                                                          publications_t.c.id == publication_id)).first()
+                                                          publications_t.c.number == publication_id)).first()
         return None if r is None else _row(r, True)
 
     def latest(self) -> PublicationRow | None:
         with self.engine.connect() as conn:
             r = conn.execute(select(publications_t).where(publications_t.c.kb == self.kb)
-                             .order_by(publications_t.c.id.desc()).limit(1)).first()
+                             .order_by(publications_t.c.number.desc()).limit(1)).first()
         return None if r is None else _row(r, True)
 
     def latest_id(self) -> int | None:
         with self.engine.connect() as conn:
-            return conn.execute(select(func.max(publications_t.c.id)).where(publications_t.c.kb == self.kb)).scalar()
+            return conn.execute(select(func.max(publications_t.c.number))
+                                .where(publications_t.c.kb == self.kb)).scalar()

@@ -12,6 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from app.db.models import utcnow
+from app.store.audit import AuditStore
 from app.store.base import StorePart, dismissals_t, storable, utc
 from kb.mining import phrasing_form
 
@@ -62,20 +63,28 @@ class ReviewStore(StorePart):
             raise ValueError("a dismissal needs a key of 1-64 characters and storable text")
         if reason is not None and len(reason) > MAX_REASON_CHARS:
             raise ValueError(f"reason must be at most {MAX_REASON_CHARS} characters")
+        row = {"queue": queue, "key": key, "subject": subject, "reason": reason or None,
+               "dismissed_by": by[:200] if by else None}
         try:
             with self.locked_write() as conn:
-                conn.execute(dismissals_t.insert().values(
-                    kb=self.kb, queue=queue, key=key, subject=subject, reason=reason or None,
-                    dismissed_by=by[:200] if by else None, created_at=utcnow()))
+                conn.execute(dismissals_t.insert().values(kb=self.kb, created_at=utcnow(), **row))
+                # the key is what the API and the console name a dismissal by (and restore it with)
+                AuditStore(self.engine, self.kb).record("review.dismiss", key, None, row, conn=conn)
         except IntegrityError:
             return False
         return True
 
     def restore(self, queue: str, key: str) -> bool:
         """Take a dismissal back (the item is proposed again); False when there was none."""
+        which = (dismissals_t.c.kb == self.kb, dismissals_t.c.queue == queue, dismissals_t.c.key == key)
         with self.locked_write() as conn:
-            return conn.execute(delete(dismissals_t).where(
-                dismissals_t.c.kb == self.kb, dismissals_t.c.queue == queue, dismissals_t.c.key == key)).rowcount > 0
+            found = conn.execute(select(dismissals_t).where(*which)).first()
+            if found is None or conn.execute(delete(dismissals_t).where(*which)).rowcount == 0:
+                return False
+            before = {"queue": found.queue, "key": found.key, "subject": found.subject, "reason": found.reason,
+                      "dismissed_by": found.dismissed_by, "dismissed_at": utc(found.created_at)}
+            AuditStore(self.engine, self.kb).record("review.restore", key, before, None, conn=conn)
+            return True
 
     def dismissed(self, queue: str | None = None) -> list[Dismissal]:
         """This KB's dismissals (of one queue, or all), newest first."""

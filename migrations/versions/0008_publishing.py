@@ -27,6 +27,7 @@ def upgrade() -> None:
         "publications",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("kb", sa.String(64), nullable=False),
+        sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("restored", sa.Integer(), nullable=True),
         sa.Column("revision", sa.Integer(), nullable=False),
@@ -37,8 +38,8 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["kb"], ["kbs.name"], name="fk_publications_kb_kbs", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name="pk_publications"),
+        sa.UniqueConstraint("kb", "number", name="uq_publications_kb_number"),
     )
-    op.create_index("ix_publications_kb_id", "publications", ["kb", "id"])
     op.create_table(
         "audit_log",
         sa.Column("id", BigId, autoincrement=True, nullable=False),
@@ -60,5 +61,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_audit_log_kb_created_at", table_name="audit_log")
     op.drop_table("audit_log")
-    op.drop_index("ix_publications_kb_id", table_name="publications")
     op.drop_table("publications")

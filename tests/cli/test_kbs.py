@@ -231,13 +231,57 @@ def test_kb_tokens_create_list_revoke(two_kbs, capsys):
     for argv, message in [
         (["--revoke", "1"], "KB 'sales' has no live token 1"),
         (["--revoke", "2", "--kb", "default"], "KB 'default' has no live token 2"),  # another KB's token
-        (["--list", "--kind", "read"], "--kind and --label go with creating a token"),
+        (["--list", "--kind", "read"], "--role, --kind, --name and --label go with creating a token"),
         (["--label", "x" * 201], "--label: at most 200 characters, got 201"),
         (["--json"], "--json goes with --list"),
     ]:
         argv = argv if "--kb" in argv else [*argv, "--kb", "sales"]
         code, _, err = run(capsys, "kb", "token", *argv)
         assert code == 2 and err.startswith(f"error: {message}"), (argv, err)
+
+
+def test_kb_tokens_have_a_role_and_a_name(two_kbs, capsys):
+    made = {}
+    for argv in (["--role", "viewer", "--name", "Ana (support)"], ["--role", "editor", "--name", "Ben"],
+                 ["--role", "publisher", "--label", "Cy"], ["--kind", "admin", "--label", "old admin"],
+                 ["--role", "admin"], ["--kind", "read", "--name", "chat widget"]):
+        code, out, err = run(capsys, "kb", "token", "--kb", "sales", *argv)
+        assert code == 0 and out.strip().startswith("faqkb_"), err
+        made[tuple(argv)] = out.strip()
+    with _store(two_kbs) as store:
+        found = [(i.kind, i.label) for i in map(store.catalog.verify_token, made.values())]
+    assert found == [("viewer", "Ana (support)"), ("editor", "Ben"), ("publisher", "Cy"), ("admin", "old admin"),
+                     ("admin", None), ("read", "chat widget")]
+
+    code, out, _ = run(capsys, "kb", "token", "--kb", "sales", "--list")
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split() == ["ID", "ROLE", "CREATED", "REVOKED", "NAME"]
+    assert [r.split()[:2] for r in rows] == [["1", "viewer"], ["2", "editor"], ["3", "publisher"], ["4", "admin"],
+                                             ["5", "admin"], ["6", "read"]]
+    assert rows[0].endswith("Ana (support)") and rows[2].endswith("Cy") and rows[4].endswith("-")
+    listed = json.loads(run(capsys, "kb", "token", "--kb", "sales", "--list", "--json")[1])
+    assert [(t["role"], t["name"]) for t in listed] == found
+    assert all(token not in out for token in made.values())
+
+    for argv, message in [  # argparse's own refusals
+        (["--role", "read"], "argument --role: invalid choice: 'read'"),
+        (["--kind", "viewer"], "argument --kind: invalid choice: 'viewer'"),
+        (["--role", "editor", "--kind", "read"], "argument --kind: not allowed with argument --role"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["kb", "token", "--kb", "sales", *argv])
+        assert exited.value.code == 2 and message in capsys.readouterr().err, argv
+    for argv, message in [
+        (["--name", "a", "--label", "b"], "--name and --label are the same"),
+        (["--name", "x" * 201], "--name: at most 200 characters, got 201"),
+        (["--name", "a\x00b"], "--name: "),
+        (["--list", "--role", "viewer"], "--role, --kind, --name and --label go with creating a token"),
+        (["--revoke", "1", "--name", "x"], "--role, --kind, --name and --label go with creating a token"),
+    ]:
+        code, _, err = run(capsys, "kb", "token", "--kb", "sales", *argv)
+        assert code == 2 and err.startswith(f"error: {message}"), (argv, err)
+    with _store(two_kbs) as store:
+        assert len(store.catalog.tokens("sales")) == 6, "no refused command made a token"
 
 
 def _with_folder(settings, kb: str):

@@ -117,6 +117,27 @@ def test_retriever_keeps_answers_live_through_kb_edits(built, minilm_encoder):
     assert live.faq_variants("invoice") == []
 
 
+def test_an_edited_answer_put_back_gets_the_builds_vector_again(built, minilm_encoder):
+    """A refresh of a refreshed retriever (a KB poll, production on a publication) compares with the build's own
+    answers: an answer edited and then put back (a rollback) is the build's vector again, not encoded anew."""
+    store, registry, _ = built
+    base = Retriever.load(registry.current_dir())
+    original = store.get_faq("refund").answer
+    store.update_faq("refund", answer="We never give refunds, sorry.")
+    edited = base.with_kb(store.snapshot(), minilm_encoder)
+    store.update_faq("refund", answer=original)
+
+    class Refuses:
+        id = minilm_encoder.id
+
+        def encode(self, texts, **kwargs):
+            raise AssertionError(f"encoded again: {texts}")
+
+    restored = edited.with_kb(store.snapshot(), Refuses())
+    av, built_av = restored.answer_vectors, base.answer_vectors
+    assert np.array_equal(av.vectors[av.row_of["refund"]], built_av.vectors[built_av.row_of["refund"]])
+
+
 def test_answer_recall_adds_faqs_the_phrasings_missed_scored_exactly(built, minilm_encoder):
     store, registry, _ = built
     retriever = Retriever.load(registry.current_dir()).with_kb(store.snapshot(), minilm_encoder)

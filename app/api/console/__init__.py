@@ -11,9 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from app.api.console import builds, faqs, imports, review, signin, small_talk, traffic, try_page
+from app.api.console import builds, faqs, history, imports, review, signin, small_talk, traffic, try_page
 from app.api.console.builds import BuildJobs
-from app.api.console.pages import PREFIX, EarlyResponse, error_page
+from app.api.console.pages import PREFIX, EarlyResponse, console_principal, error_page
 from app.api.console.review import LintJobs
 from app.api.console.sessions import Sessions
 from app.api.errors import add_error_page
@@ -22,13 +22,14 @@ from app.api.middleware.security_headers import SECURITY_HEADERS, SecurityHeader
 __all__ = ["PREFIX", "SECURITY_HEADERS", "mount_console"]
 
 #: in the order their routes are matched
-PAGES = (signin, try_page, faqs, builds, imports, review, traffic, small_talk)
+PAGES = (signin, try_page, faqs, builds, imports, review, traffic, small_talk, history)
 
 
 def mount_console(app: FastAPI) -> None:
     app.state.console_sessions = Sessions(lambda: app.state.service.store.console_sessions)
     app.state.console_builds = BuildJobs()
     app.state.console_lints = LintJobs()
+    app.state.console_principal = console_principal  # app/api/roles.py require_role's check of a console page
     for page in PAGES:
         app.include_router(page.router)
     app.mount(PREFIX + "/static", StaticFiles(directory=Path(__file__).parent / "static"), name="console-static")

@@ -9,6 +9,7 @@ app/release/, with the label gate's defaults; `--dev` files are the CLI's), then
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.api.roles import needs
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.state import KbState
@@ -74,7 +76,10 @@ class BuildJobs:
             if running is not None and running.state == "running":
                 return None
             job = self._latest[kb] = BuildJob(kb)
-        threading.Thread(target=run_build, args=(job, state), name=f"console-build-{kb}", daemon=True).start()
+        # in the request's context: the build's audit row names who pressed Build now
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(run_build, job, state), name=f"console-build-{kb}",
+                         daemon=True).start()
         return job
 
 
@@ -163,7 +168,7 @@ def _listing(state: KbState) -> tuple[list[dict], dict | None]:
     return list(reversed(manifests)), next((m for m in manifests if m["current"]), None)
 
 
-@router.get("/kbs/{kb}/builds")
+@router.get("/kbs/{kb}/builds", dependencies=needs("viewer"))
 async def builds_page(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -191,7 +196,7 @@ async def _page(request: Request, session: Any, kb: str, state: KbState, status:
                   job=job, elsewhere=elsewhere, error=error)
 
 
-@router.get("/kbs/{kb}/builds/curve")
+@router.get("/kbs/{kb}/builds/curve", dependencies=needs("viewer"))
 async def curve(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -205,7 +210,7 @@ async def curve(request: Request, kb: str) -> Response:
     return FileResponse(path, media_type="image/png")
 
 
-@router.post("/kbs/{kb}/builds/activate")
+@router.post("/kbs/{kb}/builds/activate", dependencies=needs("publisher"))
 async def activate(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -221,15 +226,15 @@ async def activate(request: Request, kb: str) -> Response:
         if version not in registry.versions():
             return f"version: no finished build {version!r} in this KB"
         try:
-            activate_version(registry, version)
+            activate_version(registry, version, store=state.store)
         except (UnknownVersion, IndexVerificationError) as exc:
             return str(exc)
         try:
             state.load_current_build(reason="console activate")
         except Exception as exc:  # noqa: BLE001 - EncoderMismatch or a broken build: serve the old one again
             log.exception("could not serve %s", version)
-            if before is not None:
-                activate_version(registry, before, verify=False)
+            if before is not None:  # recorded too: other replicas may have served `version` meanwhile
+                activate_version(registry, before, verify=False, store=state.store)
             return f"{version} could not be served ({exc}): {before or 'nothing'} stays current"
         return None
 
@@ -240,7 +245,7 @@ async def activate(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, "/builds"))
 
 
-@router.post("/kbs/{kb}/builds/new")
+@router.post("/kbs/{kb}/builds/new", dependencies=needs("publisher"))
 async def build_now(request: Request, kb: str) -> Response:
     session, _ = await checked_post(request)
     state = await kb_state(request, session, kb)

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
+from app.api.roles import needs
 from app.api.console.pages import (NEW_ANSWER, NEW_ANSWER_LANGUAGE, EarlyResponse, answers_shown, checked_post,
                                    current, flash, form_answers, form_values, kb_state, kb_url, page_router,
                                    problem_page, pydantic_problems, redirect, render, store_problems)
@@ -36,7 +37,7 @@ _write_lock = threading.Lock()
 router = page_router()
 
 
-@router.get("/kbs/{kb}/faqs")
+@router.get("/kbs/{kb}/faqs", dependencies=needs("viewer"))
 async def faqs(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -123,7 +124,7 @@ def _extra(body: Any) -> dict[str, Any]:
             "context_only": body.context_only, "answers": body.answers}
 
 
-@router.get("/kbs/{kb}/faqs/new")
+@router.get("/kbs/{kb}/faqs/new", dependencies=needs("viewer"))
 async def new_faq_page(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)
@@ -131,7 +132,7 @@ async def new_faq_page(request: Request, kb: str) -> Response:
                   errors={})
 
 
-@router.post("/kbs/{kb}/faqs/new")
+@router.post("/kbs/{kb}/faqs/new", dependencies=needs("editor"))
 async def create_faq(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -170,7 +171,7 @@ def _version(faq: Any) -> str:
     return faq.updated_at.isoformat() if faq.updated_at is not None else ""
 
 
-@router.get("/kbs/{kb}/faqs/edit")
+@router.get("/kbs/{kb}/faqs/edit", dependencies=needs("viewer"))
 async def edit_faq_page(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -186,7 +187,7 @@ async def edit_faq_page(request: Request, kb: str) -> Response:
     return render(request, "faq_form.html", session=session, kb=kb, creating=False, values=values, errors={})
 
 
-@router.post("/kbs/{kb}/faqs/edit")
+@router.post("/kbs/{kb}/faqs/edit", dependencies=needs("editor"))
 async def save_faq(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -231,7 +232,7 @@ async def save_faq(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, "/faqs"))
 
 
-@router.post("/kbs/{kb}/faqs/delete")
+@router.post("/kbs/{kb}/faqs/delete", dependencies=needs("editor"))
 async def delete_faq(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)

@@ -14,6 +14,7 @@ past it before it costs memory, so a bomb of a few KB is a 422 naming the limit 
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import secrets
@@ -29,10 +30,12 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api import service
+from app.api.roles import needs
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, kb_state, kb_url, page_router,
                                    problem_page, redirect, render)
 from app.api.console.sessions import ConsoleSession
 from app.curation.imports import export_contents, keep_beside, settings_problem
+from app.store.audit import importing
 from kb.formats import Imported, read_any, write_any
 from kb.records import KbRecord, KbValidationError, field_problem
 from kb.files import write_records
@@ -62,6 +65,8 @@ class PendingImport:
     synonyms: list[list[str]] | None = None
     suggestions: list[tuple[str, str]] | None = None
     default_answer: str | None = None
+    #: the upload's SHA-256, for the import's audit row
+    sha256: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """What the session row keeps (records as [faq_id, question, answer, tags, metadata, source,
@@ -70,7 +75,8 @@ class PendingImport:
                 "records": [[r.faq_id, r.question, r.answer, r.tags, r.metadata, r.source, r.follow_ups,
                              r.context_only, r.answers] for r in self.records],
                 "format": self.format, "synonyms": self.synonyms or [],
-                "suggestions": [list(s) for s in self.suggestions or []], "default_answer": self.default_answer}
+                "suggestions": [list(s) for s in self.suggestions or []], "default_answer": self.default_answer,
+                "sha256": self.sha256}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> PendingImport | None:
@@ -78,7 +84,7 @@ class PendingImport:
             return None
         return cls(data["id"], data["kb"], data["name"], [KbRecord(*r) for r in data["records"]], data["sync"],
                    data["revision"], data.get("format", "jsonl"), data.get("synonyms") or [],
-                   [tuple(s) for s in data.get("suggestions") or []], data.get("default_answer"))
+                   [tuple(s) for s in data.get("suggestions") or []], data.get("default_answer"), data.get("sha256"))
 
     def imported(self) -> Imported:
         return Imported(self.format, self.records, list(self.synonyms or []), list(self.suggestions or []),
@@ -152,14 +158,14 @@ def _import_page(request: Request, session: ConsoleSession, kb: str | None, stat
                   **context)
 
 
-@router.get("/kbs/{kb}/import")
+@router.get("/kbs/{kb}/import", dependencies=needs("viewer"))
 async def import_page(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)
     return _import_page(request, session, kb, limit=request.app.state.service.settings.max_upload_bytes)
 
 
-@router.post("/kbs/{kb}/import")
+@router.post("/kbs/{kb}/import", dependencies=needs("editor"))
 async def dry_run(request: Request, kb: str) -> Response:
     session = await current(request)
     body = await request.body()
@@ -185,13 +191,14 @@ async def dry_run(request: Request, kb: str) -> Response:
         return _import_page(request, session, kb, 422, filename=name, problems=exc.errors[:MAX_ERRORS_SHOWN],
                             n_problems=len(exc.errors), limit=limit)
     pending = PendingImport(secrets.token_urlsafe(16), kb, name, records, sync == "on", report.revision_before,
-                            imported.format, imported.synonyms, imported.suggestions, imported.default_answer)
+                            imported.format, imported.synonyms, imported.suggestions, imported.default_answer,
+                            hashlib.sha256(data).hexdigest())
     await run_in_threadpool(setattr, session, "pending_import", pending.as_json())
     return _import_page(request, session, kb, filename=name, report=report, rows=len(records), pending=pending,
                         limit=limit, notes=imported.notes)
 
 
-@router.post("/kbs/{kb}/import/apply")
+@router.post("/kbs/{kb}/import/apply", dependencies=needs("editor"))
 async def apply(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -205,7 +212,8 @@ async def apply(request: Request, kb: str) -> Response:
     def write() -> Any:
         if state.store.revision() != pending.revision:
             return None
-        report = state.store.import_records(pending.records, sync=pending.sync)
+        with importing(pending.name, pending.sha256, format=pending.format):
+            report = state.store.import_records(pending.records, sync=pending.sync)
         beside = keep_beside(state.store, kb, pending.imported(), pending.sync, dry_run=False)
         if beside["settings_changed"]:
             state.apply_settings(state.stored_settings())
@@ -228,7 +236,7 @@ async def apply(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, "/faqs"))
 
 
-@router.get("/kbs/{kb}/export")
+@router.get("/kbs/{kb}/export", dependencies=needs("viewer"))
 async def export(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)

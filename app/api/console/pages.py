@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.api.console.sessions import ConsoleSession, Sessions
+from app.api.roles import Principal, principal_of, refusal
 from app.api.middleware.security_headers import SECURITY_HEADERS
 from app.api.state import KbState
 from app.api.resident_kbs import ResidentKbs, UnknownKb
@@ -49,9 +50,11 @@ class EarlyResponse(Exception):
 # -- rendering -----------------------------------------------------------------------------------
 def render(request: Request, name: str, status: int = 200, session: ConsoleSession | None = None,
            **context: Any) -> HTMLResponse:
+    # who is signed in, for the header, and what the page offers them: a control their role may not use is left out
+    principal = principal_of(request) if session is not None else None
     html = templates.get_template(name).render(
         session=session, csrf=session.csrf if session else "", flash=session.shown_flash if session else None,
-        **context)
+        principal=principal, may=lambda role: principal is not None and principal.may(role), **context)
     return HTMLResponse(html, status_code=status)
 
 
@@ -199,7 +202,8 @@ async def signed_in(request: Request, show_flash: bool = True) -> ConsoleSession
         session = sessions.get(request.cookies.get(COOKIE))
         if session is None:
             return None
-        if not sessions.allowed(session, request.app.state.resident_kbs):
+        session.principal = sessions.principal(session, request.app.state.resident_kbs)
+        if session.principal is None:
             sessions.close(session.id)
             return None
         if show_flash:
@@ -211,14 +215,37 @@ async def signed_in(request: Request, show_flash: bool = True) -> ConsoleSession
 
 async def current(request: Request) -> ConsoleSession:
     """The request's checked session (`signed_in`), else a redirect to the sign-in page. Every page but
-    the sign-in form starts here."""
+    the sign-in form starts here (its `require_role` first: the page's own call finds the session it loaded)."""
+    session = getattr(request.state, "console_session", None)
+    if session is not None:
+        return session
     session = await signed_in(request)
+    request.state.console_session = session
     if session is None:
         response = redirect("/console/login")
         if COOKIE in request.cookies:
             response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
         raise EarlyResponse(response)
     return session
+
+
+async def console_principal(request: Request, role: str) -> Principal:
+    """Who is signed in, when they may reach the page's KB and their role includes `role` (app/api/roles.py
+    `require_role` asks this for the console's pages): a redirect to sign-in without a live session, else the
+    403 page for another KB's token or one naming the role it lacks."""
+    session = await current(request)
+    principal = session.principal  # set by `signed_in`, which keeps no session without one
+    request.state.principal = principal
+    kb = request.path_params.get("kb")
+    # before the page reads its form, as the API checks a token before its body; a malformed name is
+    # `kb_state`'s 422
+    if (session.kb is not None and kb is not None and kb != session.kb and len(kb) <= 64
+            and re.fullmatch(KB_NAME_PATTERN, kb)):
+        raise EarlyResponse(problem_page(request, 403, f"this token belongs to another KB: it cannot reach KB {kb!r}",
+                                         session=session))
+    if not principal.may(role):
+        raise EarlyResponse(problem_page(request, 403, refusal(principal, role), session=session))
+    return principal
 
 
 async def flash(session: ConsoleSession, message: str) -> None:

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.curation import review
 from app.api import service
+from app.api.roles import needs
 from app.api.console.pages import (EarlyResponse, checked_post, current, flash, form_values, kb_state, kb_url,
                                    page_router, problem_page, redirect, render)
 from app.api.state import KbState
@@ -119,7 +120,7 @@ def _findings(store: Any, report: Any) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("/kbs/{kb}/review")
+@router.get("/kbs/{kb}/review", dependencies=needs("viewer"))
 async def review_page(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -148,7 +149,7 @@ def _key_field(fields: dict[str, str]) -> str | None:
     return key if re.fullmatch(r"[0-9a-f]{64}", key) else None
 
 
-@router.post("/kbs/{kb}/review/accept")
+@router.post("/kbs/{kb}/review/accept", dependencies=needs("editor"))
 async def accept(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -170,7 +171,7 @@ async def accept(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
-@router.post("/kbs/{kb}/review/dismiss")
+@router.post("/kbs/{kb}/review/dismiss", dependencies=needs("editor"))
 async def dismiss(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -209,7 +210,7 @@ async def dismiss(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, f"/review?window={request.query_params.get('window', DEFAULT_WINDOW)}"))
 
 
-@router.post("/kbs/{kb}/review/restore")
+@router.post("/kbs/{kb}/review/restore", dependencies=needs("editor"))
 async def restore(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -222,7 +223,7 @@ async def restore(request: Request, kb: str) -> Response:
     return redirect(kb_url(kb, "/review"))
 
 
-@router.get("/kbs/{kb}/review/draft")
+@router.get("/kbs/{kb}/review/draft", dependencies=needs("viewer"))
 async def draft(request: Request, kb: str) -> Response:
     """A new-FAQ form filled from an unanswered cluster: its queries as phrasings, an id to change."""
     session = await current(request)

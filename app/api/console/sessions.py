@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+from app.api.roles import DEPLOYMENT_ADMIN, Principal, principal_of_info
+from app.store.catalog import ROLES
 from app.store.console_sessions import ConsoleSessionStore, session_digest
 
 #: a session unused for this long ends
@@ -51,6 +53,8 @@ class ConsoleSession:
     store: ConsoleSessionStore = field(repr=False)
     #: the message left for the page this request shows (taken when the session was loaded)
     shown_flash: str | None = None
+    #: who is signed in, as checked when the session was loaded (`Sessions.principal`)
+    principal: Principal | None = None
 
     @property
     def digest(self) -> str:
@@ -114,12 +118,20 @@ class Sessions:
 
     def allowed(self, session: ConsoleSession, resident_kbs: Any) -> bool:
         """Does what the session was opened with still reach its KBs? (ResidentKbs: app/api/resident_kbs.py)"""
+        return self.principal(session, resident_kbs) is not None
+
+    @staticmethod
+    def principal(session: ConsoleSession, resident_kbs: Any) -> Principal | None:
+        """Who the session is signed in as while what it was opened with still reaches its KBs, else None."""
         if session.token_id is None:
             admin = resident_kbs.settings.admin_token
-            return bool(admin) and session.admin_sha256 is not None and secrets.compare_digest(
+            still = bool(admin) and session.admin_sha256 is not None and secrets.compare_digest(
                 session.admin_sha256.encode(), admin_digest(admin).encode())
+            return DEPLOYMENT_ADMIN if still else None
         info = resident_kbs.token_live(session.token_id)
-        return info is not None and info.kb == session.kb and info.kind == "admin"
+        if info is None or info.kb != session.kb or info.kind not in ROLES:
+            return None
+        return principal_of_info(info)
 
     def close(self, session_id: str | None) -> None:
         if session_id:

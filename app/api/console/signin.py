@@ -12,9 +12,11 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth_throttle import CONSOLE, LIMIT, WINDOW_S, AuthThrottle, client_address
+from app.api.roles import needs
 from app.api.console.pages import (COOKIE, LOGIN_COOKIE, checked_post, current, form, kb_state, kb_url, page_router,
                                    problem_page, redirect, render, sessions_of, set_cookie, signed_in)
 from app.api.resident_kbs import ResidentKbs
+from app.store.catalog import ROLES
 from kb.records import field_problem
 
 MAX_TOKEN_CHARS = 512
@@ -65,10 +67,13 @@ async def login(request: Request) -> Response:
         target = "/console/kbs"
     else:
         info = await run_in_threadpool(resident_kbs.token_info, token)
-        if info is None or info.kind != "admin":
-            if info is None:  # a read token is a real token, not a guess
-                throttle.failed(address, CONSOLE)
-            return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a KB admin token (`faq kb token`)")
+        if info is None:
+            throttle.failed(address, CONSOLE)
+            return _login_form(request, 401, "token: not FAQ_ADMIN_TOKEN nor a token of a KB (`faq kb token`)")
+        if info.kind not in ROLES:  # a real token, not a guess: not counted
+            return _login_form(request, 403, f"token: this is the read key of KB {info.kb!r}, for /match only; the "
+                                             f"console takes a person's token (`faq kb token --kb {info.kb} --role "
+                                             f"viewer`)")
         session = await run_in_threadpool(sessions_of(request).open, info.kb, info.id)
         target = kb_url(info.kb, "/faqs")
     response = redirect(target)
@@ -77,7 +82,7 @@ async def login(request: Request) -> Response:
     return response
 
 
-@router.post("/logout")
+@router.post("/logout", dependencies=needs("viewer"))
 async def logout(request: Request) -> Response:
     session, _ = await checked_post(request)
     await run_in_threadpool(sessions_of(request).close, session.id)
@@ -87,14 +92,14 @@ async def logout(request: Request) -> Response:
 
 
 # -- KBs -------------------------------------------------------------------------------------------
-@router.get("")
-@router.get("/")
+@router.get("", dependencies=needs("viewer"))
+@router.get("/", dependencies=needs("viewer"))
 async def home(request: Request) -> Response:
     session = await current(request)
     return redirect("/console/kbs" if session.kb is None else kb_url(session.kb, "/faqs"))
 
 
-@router.get("/kbs")
+@router.get("/kbs", dependencies=needs("viewer"))
 async def kbs(request: Request) -> Response:
     session = await current(request)
     if session.kb is not None:
@@ -103,7 +108,7 @@ async def kbs(request: Request) -> Response:
     return render(request, "kbs.html", session=session, kbs=names)
 
 
-@router.get("/kbs/{kb}")
+@router.get("/kbs/{kb}", dependencies=needs("viewer"))
 async def kb_home(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from app.api.roles import needs
 from app.api.console.pages import (checked_post, current, flash, kb_state, kb_url, page_router, pydantic_problems,
                                    redirect, render)
 from app.conversation.small_talk.answers import KINDS, load_answers
@@ -24,7 +25,7 @@ def _page(request: Request, session, kb: str, values: dict, errors: dict, status
                   kinds=KINDS, personas=PERSONAS, shipped=load_answers()["personas"])
 
 
-@router.get("/kbs/{kb}/smalltalk")
+@router.get("/kbs/{kb}/smalltalk", dependencies=needs("viewer"))
 async def small_talk_page(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)
@@ -34,7 +35,7 @@ async def small_talk_page(request: Request, kb: str) -> Response:
     return _page(request, session, kb, values, {})
 
 
-@router.post("/kbs/{kb}/smalltalk")
+@router.post("/kbs/{kb}/smalltalk", dependencies=needs("editor"))
 async def save_small_talk(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -52,7 +53,7 @@ async def save_small_talk(request: Request, kb: str) -> Response:
         checked = KbSettings.model_validate(stored).model_dump(exclude_none=True)
     except ValidationError as exc:
         return _page(request, session, kb, values, pydantic_problems(exc), 422)
-    await run_in_threadpool(state.store.catalog.set_settings, kb, checked)
+    await run_in_threadpool(state.store.catalog.set_settings, kb, checked, "small_talk.update")
     await run_in_threadpool(state.apply_settings, checked)
     await flash(session, "Small talk saved: it applies from the next question on.")
     return redirect(kb_url(kb, "/smalltalk"))

@@ -9,13 +9,14 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from app.api.roles import needs
 from app.api.console.pages import current, kb_state, page_router, problem_page, render
 from app.traffic import DEFAULT_WINDOW, WINDOWS, Traffic, charts, summarize, window_bounds
 
 router = page_router()
 
 
-@router.get("/kbs/{kb}/traffic")
+@router.get("/kbs/{kb}/traffic", dependencies=needs("viewer"))
 async def traffic_page(request: Request, kb: str) -> Response:
     session = await current(request)
     state = await kb_state(request, session, kb)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from app.api import service
 from app.api.console.explain import explain
 from app.api.errors import SERVICE_ERRORS, problem_of
+from app.api.roles import needs
 from app.api.console.pages import (checked_post, current, flash, kb_state, kb_url, page_router, problem_page,
                                    pydantic_problems, redirect, render)
 from app.api.schemas import MAX_ID_CHARS, MatchRequest
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 router = page_router()
 
 
-@router.get("/kbs/{kb}/try")
+@router.get("/kbs/{kb}/try", dependencies=needs("viewer"))
 async def try_page(request: Request, kb: str) -> Response:
     session = await current(request)
     await kb_state(request, session, kb)
@@ -36,7 +37,7 @@ async def try_page(request: Request, kb: str) -> Response:
                   errors={}, result=None)
 
 
-@router.post("/kbs/{kb}/try")
+@router.post("/kbs/{kb}/try", dependencies=needs("viewer"))
 async def try_question(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)
@@ -83,7 +84,7 @@ async def try_question(request: Request, kb: str) -> Response:
                   **page)
 
 
-@router.post("/kbs/{kb}/feedback")
+@router.post("/kbs/{kb}/feedback", dependencies=needs("viewer"))
 async def feedback(request: Request, kb: str) -> Response:
     session, fields = await checked_post(request)
     state = await kb_state(request, session, kb)

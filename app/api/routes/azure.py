@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from app.api import compat
 from app.settings import KbSettingsRefused
+from app.api.roles import acting_for_key
 from app.api.schemas import OptionalText
 from kb.filters import CombinedFilter, FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS, MAX_SOURCE_CHARS
@@ -108,6 +109,9 @@ def answer_json(p: compat.Pair) -> dict[str, Any]:
 
 
 @router.post("/language/:query-knowledgebases", summary="Azure question answering's get answers, from KB projectName",
+             dependencies=[Depends(acting_for_key(
+                 lambda request: (request.headers.get("ocp-apim-subscription-key") or "").strip(),
+                 lambda request: (request.query_params.get("projectName") or "").strip().lower()))],
              openapi_extra=compat.body_schema(AnswersOptions),
              responses={200: {"description": "answers, best first; the default answer (id -1) when none fits"},
                         400: {"description": "InvalidArgument"}, 401: {"description": "a wrong or missing key"},
@@ -116,7 +120,9 @@ def answer_json(p: compat.Pair) -> dict[str, Any]:
 async def query_knowledgebases(
     request: Request,
     project_name: str | None = Query(None, alias="projectName", description="the KB's name"),
-    deployment_name: str | None = Query(None, alias="deploymentName", description="any name: the KB's current build"),
+    deployment_name: str | None = Query(None, alias="deploymentName",
+                                        description="test: the KB's draft (edits not yet published); any other "
+                                                    "name: the published KB"),
     api_version: str | None = Query(None, alias="api-version", description=" or ".join(API_VERSIONS)),
     key: str | None = Header(None, alias="Ocp-Apim-Subscription-Key", description="the KB's read token"),
 ) -> JSONResponse:
@@ -166,7 +172,8 @@ async def query_knowledgebases(
         state, qna_id=body.qnaId, question=body.question or "", top=body.top,
         threshold=body.confidenceScoreThreshold, default_answer=state.settings.default_answer or DEFAULT_ANSWER,
         flt=_filter(body.filters), previous_qna_id=ctx.previousQnaId if ctx else None,
-        previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId)
+        previous_query=ctx.previousUserQuery if ctx else None, user_id=body.userId,
+        deployment="test" if deployment.lower() == "test" else "production")
     if not isinstance(outcome, compat.Outcome):
         status, message, headers = outcome
         return error(status, "TooManyRequests" if status == 429 else "ServiceUnavailable", message, version,

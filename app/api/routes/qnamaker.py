@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator
 
 from app.api import compat
 from app.settings import KbSettingsRefused
+from app.api.roles import acting_for_key
 from app.api.schemas import OptionalText
 from kb.filters import FaqFilter, fold
 from kb.records import MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS
@@ -48,7 +49,7 @@ class GenerateAnswer(compat.Loose):
     strictFiltersCompoundOperationType: Literal["AND", "OR", "and", "or", "And", "Or"] | None = None
     context: QnaContext | None = None
     qnaId: int | None = None
-    isTest: bool = False
+    isTest: bool = False  # true: the KB's draft (edits not yet published), as QnA Maker's test index
     rankerType: OptionalText = Field(default=None, max_length=50)
     userId: OptionalText = Field(default=None, max_length=200)
 
@@ -102,6 +103,7 @@ def _key(request: Request) -> str:
 
 
 @router.post("/qnamaker/knowledgebases/{kb}/generateAnswer", summary="QnA Maker's generateAnswer, from KB `kb`",
+             dependencies=[Depends(acting_for_key(_key, lambda request: request.path_params.get("kb")))],
              openapi_extra={**compat.body_schema(GenerateAnswer),
                  "parameters": [{"name": "Authorization", "in": "header", "required": False,
                                  "schema": {"type": "string"}, "description": "EndpointKey <the KB's read token>"}]},
@@ -139,7 +141,7 @@ async def generate_answer(request: Request, kb: str) -> JSONResponse:
         state, qna_id=body.qnaId, question=body.question or "", top=body.top, threshold=body.scoreThreshold / 100.0,
         default_answer=state.settings.default_answer or DEFAULT_ANSWER, flt=_filter(body),
         previous_qna_id=ctx.previousQnAId if ctx else None, previous_query=ctx.previousUserQuery if ctx else None,
-        user_id=body.userId)
+        user_id=body.userId, deployment="test" if body.isTest else "production")
     if not isinstance(outcome, compat.Outcome):
         status, message, headers = outcome
         return error(status, "QuotaExceeded" if status == 429 else "ServiceError", message, headers=headers)

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, st
 
 from app.curation import review
 from app.api import service
-from app.api.deps import get_state, require_admin
+from app.api.deps import get_state
+from app.api.roles import needs
 from app.api.schemas import (BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody,
                              ReviewKey, ReviewQueues)
 from app.api.state import KbState
@@ -19,15 +20,14 @@ from app.store.reviews import lint_key
 router = APIRouter(
     prefix="/admin/review",
     tags=["review"],
-    dependencies=[Depends(require_admin)],
-    responses={401: {"model": ErrorBody, "description": "missing or wrong admin token"},
-               403: {"model": ErrorBody, "description": "an admin token of another KB"},
+    responses={401: {"model": ErrorBody, "description": "missing or wrong token"},
+               403: {"model": ErrorBody, "description": "a token of another KB, or of a role that may not do this"},
                429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
 )
 _GONE = {409: {"model": ErrorBody, "description": "the item is not (or no longer) proposed"}}
 
 
-@router.get("", response_model=ReviewQueues, responses=BAD_INPUT_RESPONSES,
+@router.get("", dependencies=needs("viewer"), response_model=ReviewQueues, responses=BAD_INPUT_RESPONSES,
             summary="Mined phrasings and unanswered clusters waiting for review (dismissed ones left out)")
 def queues(since: Annotated[datetime | None, Query(description="only queries logged from then on (ISO 8601)")] = None,
            state: KbState = Depends(get_state)) -> ReviewQueues:
@@ -37,7 +37,7 @@ def queues(since: Annotated[datetime | None, Query(description="only queries log
                         dismissed_clusters=report["stats"]["dismissed_clusters"])
 
 
-@router.post("/phrasings/{key}/accept", response_model=AcceptResult,
+@router.post("/phrasings/{key}/accept", dependencies=needs("editor"), response_model=AcceptResult,
              responses={**_GONE, 404: {"model": ErrorBody, "description": "the FAQ was deleted"}, **BAD_INPUT_RESPONSES},
              summary="Add a mined phrasing to its FAQ")
 def accept(key: Annotated[ReviewKey, Path()], since: datetime | None = None,
@@ -56,7 +56,7 @@ def accept(key: Annotated[ReviewKey, Path()], since: datetime | None = None,
     return AcceptResult(faq=service.faq_out(accepted.faq), added=accepted.added)
 
 
-@router.post("/dismissals", status_code=status.HTTP_201_CREATED, response_model=DismissalOut,
+@router.post("/dismissals", dependencies=needs("editor"), status_code=status.HTTP_201_CREATED, response_model=DismissalOut,
              responses={**_GONE, 404: {"model": ErrorBody, "description": "no such FAQ (lint)"}, **BAD_INPUT_RESPONSES},
              summary="Dismiss a proposed phrasing, an unanswered cluster or a lint finding")
 def dismiss(body: DismissRequest, response: Response, since: datetime | None = None,
@@ -83,12 +83,12 @@ def dismiss(body: DismissRequest, response: Response, since: datetime | None = N
     return DismissalOut(**vars(found))
 
 
-@router.get("/dismissals", response_model=list[DismissalOut], summary="What was dismissed, newest first")
+@router.get("/dismissals", dependencies=needs("viewer"), response_model=list[DismissalOut], summary="What was dismissed, newest first")
 def dismissals(state: KbState = Depends(get_state)) -> list[DismissalOut]:
     return [DismissalOut(**vars(d)) for d in state.store.reviews.dismissed()]
 
 
-@router.delete("/dismissals/{queue}/{key}", status_code=status.HTTP_204_NO_CONTENT,
+@router.delete("/dismissals/{queue}/{key}", dependencies=needs("editor"), status_code=status.HTTP_204_NO_CONTENT,
                responses={404: {"model": ErrorBody, "description": "nothing dismissed under that key"}},
                summary="Take a dismissal back: the item is proposed again where it still applies")
 def restore(queue: Annotated[str, Path(pattern="^(phrasing|cluster|lint)$")], key: Annotated[ReviewKey, Path()],

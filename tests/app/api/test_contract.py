@@ -45,7 +45,8 @@ def test_match_fields_grouping_and_calibrated_scores(service, encoder):
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"request_id", "query", "arm", "index_version", "answer", "matches", "timings_ms", "cached",
-                         "decision", "options", "threshold", "expected_precision", "context", "chitchat", "language", "reason"}
+                         "decision", "options", "threshold", "expected_precision", "context", "chitchat", "language", "reason",
+                         "deployment"}
     assert body["query"] == "I forgot my password, how can I reset it?" and body["context"] == {"applied": "none", "note": None}
     assert body["language"] == "en" and body["reason"] is None
     assert body["chitchat"] is None

@@ -86,6 +86,11 @@ def admin_calls(kb_prefix: str, faq_id: str) -> list[tuple[str, str, dict | None
         ("POST", f"{base}/review/dismissals", {"queue": "lint", "faq_id": faq_id, "reason": "planted"}),
         ("GET", f"{base}/review/dismissals", None),
         ("DELETE", f"{base}/review/dismissals/lint/{REVIEW_KEY}", None),
+        ("GET", f"{base}/audit", None),
+        ("POST", f"{base}/publish", {"note": "planted"}),
+        ("GET", f"{base}/published", None),
+        ("POST", f"{base}/rollback", {"to": 1}),
+        ("GET", f"{base}/diff", None),
     ]
 
 
@@ -106,7 +111,7 @@ def test_admin_calls_cover_every_admin_operation(kbs, encoder):  # noqa: F811
 def snapshot(store) -> dict:
     """Everything an admin route could change, per KB."""
     return {kb: (sorted(map(repr, store.for_kb(kb).export_records())), store.for_kb(kb).revision(),
-                 store.for_kb(kb).reviews.dismissed())
+                 store.for_kb(kb).reviews.dismissed(), store.for_kb(kb).publications.latest_id())
             for kb in ("default", "shop")}
 
 
@@ -125,10 +130,10 @@ def test_a_kb_token_never_reads_or_changes_another_kb(kbs, encoder):  # noqa: F8
                 r = client.request(method, path, json=body, headers=bearer(token))
                 assert r.status_code == 403, (method, path, r.status_code, r.text)
                 assert "another KB" in r.json()["error"] and faq_id not in r.text
-        # read keys are not admin tokens, not even on their own KB
+        # read keys hold no role, not even on their own KB
         for kb, prefix, faq_id in [("shop", "/kbs/shop", "parking"), ("default", "", "refund")]:
             for method, path, body in admin_calls(prefix, faq_id):
-                assert client.request(method, path, json=body, headers=bearer(tokens[kb, "read"])).status_code == 401
+                assert client.request(method, path, json=body, headers=bearer(tokens[kb, "read"])).status_code == 403
         assert snapshot(store) == before, "nothing changed"
         assert {p: client.post(p, json={"query": "x"}).json()["index_version"] for p in served} == served
         # and each token does reach its own KB

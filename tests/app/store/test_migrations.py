@@ -1,6 +1,6 @@
 """Alembic migrations up and down on SQLite and PostgreSQL, models == migrations, `faq db` commands, and
 0002 (knowledge bases), 0005 (FAQ fields) and 0007 (answers per language) carrying databases with rows up and
-back down without losing one."""
+back down without losing one, and 0008 keeping the tokens made before roles, each working with its role."""
 from __future__ import annotations
 
 import json
@@ -312,3 +312,45 @@ def test_0007_adds_answers_per_language_and_keeps_every_row(any_url):
     with FaqStore(any_url) as store:
         faq = store.get_faq("refund")
         assert faq.questions == ["Can I get a refund?", "money back please"] and faq.answers == {}
+
+
+# ---------------------------------------------------------------- 0008 on a database with tokens
+
+def test_0008_keeps_the_tokens_and_each_works_with_its_role(any_url):
+    """Tokens made before roles existed: an admin token is the admin role under its old label, a read token
+    the match-only key; no row changes."""
+    from app.api.roles import may, principal_of_info
+    from app.store import FaqStore
+    from app.store.catalog import token_digest
+
+    runner.upgrade(any_url, "0007")
+    made = {"faqkb_old-admin-token": ("admin", "ops laptop"), "faqkb_old-read-token": ("read", "chat widget"),
+            "faqkb_old-unnamed-admin": ("admin", None)}
+    engine = make_engine(any_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO kbs (name, revision, settings, created_at, updated_at) VALUES "
+                              "('shop', 0, '{}', '2026-11-01 10:00:00', '2026-11-01 10:00:00')"))
+            for token, (kind, label) in made.items():
+                conn.execute(text("INSERT INTO kb_tokens (kb, kind, token_sha256, label, created_at) "
+                                  "VALUES ('shop', :k, :d, :l, '2026-11-01 10:00:00')"),
+                             {"k": kind, "d": token_digest(token), "l": label})
+            before = conn.execute(text("SELECT * FROM kb_tokens ORDER BY id")).all()
+    finally:
+        engine.dispose()
+
+    runner.upgrade(any_url)
+    assert runner.current(any_url) == "0008"
+    engine = make_engine(any_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT * FROM kb_tokens ORDER BY id")).all() == before
+    finally:
+        engine.dispose()
+    with FaqStore(any_url, kb="shop") as store:
+        admin, read, unnamed = (principal_of_info(store.catalog.verify_token(t)) for t in made)
+        assert (admin.kb, admin.role, admin.name) == ("shop", "admin", "ops laptop")
+        assert all(admin.may(role) for role in ("viewer", "editor", "publisher", "admin"))
+        assert (read.role, read.name) == ("read", "chat widget") and not may(read.role, "viewer")
+        assert (unnamed.role, unnamed.name) == ("admin", f"token {unnamed.token_id}")
+        assert [(t.kind, t.label) for t in store.catalog.tokens("shop")] == list(made.values())

@@ -1,0 +1,114 @@
+"""Draft, publish, roll back through the service: a `reviewed` KB's edits are answered on the `test` deployment
+only, until a publish; a rollback serves an earlier publication again and keeps the draft; the QnA Maker
+(`isTest`) and Azure (`deploymentName=test`) routes reach the draft too; diffs, conflicts and bad input."""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.api import bearer, kb_records, serving
+
+ADMIN = "publishing-admin-token-0123456789abcdef"
+GIFT = {"faq_id": "gift_cards", "answer": "Gift cards are sold at every till.",
+        "questions": ["Do you sell gift cards?", "Can I buy a gift voucher?"]}
+
+
+@pytest.fixture
+def reviewed(tmp_path, minilm_encoder):
+    with serving(tmp_path, minilm_encoder, kb_records(), admin_token=ADMIN, publishing="reviewed") as served:
+        yield served
+
+
+def ask(client, query, deployment=None, token=ADMIN):
+    body = {"query": query} if deployment is None else {"query": query, "deployment": deployment}
+    response = client.post("/match", json=body, headers=bearer(token) if token else {})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def answered(result) -> str | None:
+    return result["answer"]["faq_id"] if result["answer"] else None
+
+
+def test_a_reviewed_kb_answers_edits_on_test_only_until_they_are_published(reviewed):
+    client, store, _ = reviewed
+    # the content served when the KB turned reviewed is its first publication
+    listed = client.get("/admin/published", headers=bearer(ADMIN)).json()
+    assert [p["id"] for p in listed["publications"]] == [1] and listed["serving"] == 1
+    assert client.post("/admin/faqs", json=GIFT, headers=bearer(ADMIN)).status_code == 201
+    production = ask(client, "do you sell gift cards", token=None)
+    assert production["deployment"] == "production" and answered(production) != "gift_cards"
+    test = ask(client, "do you sell gift cards", "test")
+    assert test["deployment"] == "test" and answered(test) == "gift_cards"
+    assert client.post("/match", json={"query": "gift cards", "deployment": "test"}).status_code == 401
+
+    diff = client.get("/admin/diff", headers=bearer(ADMIN)).json()
+    assert [f["faq_id"] for f in diff["added"]] == ["gift_cards"] and diff["removed"] == diff["changed"] == []
+
+    done = client.post("/admin/publish", json={"note": "gift cards"}, headers=bearer(ADMIN)).json()
+    assert done["published"] is True and done["publication"]["id"] == 2 and done["serving"] == 2
+    assert done["publication"]["summary"]["added"] == 1 and done["publication"]["note"] == "gift cards"
+    assert answered(ask(client, "do you sell gift cards", token=None)) == "gift_cards"
+    again = client.post("/admin/publish", json={}, headers=bearer(ADMIN))
+    assert again.status_code == 200 and again.json()["published"] is False
+    assert "nothing changed since publication 2" in again.json()["message"]
+
+    rows = store.audit.read()
+    assert [r.action for r in rows if r.action in ("publish", "rollback")] == ["publish", "publish"]
+
+
+def test_rollback_serves_an_earlier_publication_and_keeps_the_draft(reviewed):
+    client, store, _ = reviewed
+    client.post("/admin/faqs", json=GIFT, headers=bearer(ADMIN))
+    client.post("/admin/publish", json={"note": "gift cards"}, headers=bearer(ADMIN))
+    assert answered(ask(client, "can I buy a gift voucher", token=None)) == "gift_cards"
+
+    done = client.post("/admin/rollback", json={"to": 1, "note": "too early"}, headers=bearer(ADMIN)).json()
+    assert done["published"] is True and done["publication"]["kind"] == "rollback"
+    assert done["publication"]["restored"] == 1 and done["serving"] == 3
+    assert answered(ask(client, "can I buy a gift voucher", token=None)) != "gift_cards"
+    assert answered(ask(client, "can I buy a gift voucher", "test")) == "gift_cards"  # the draft is kept
+    diff = client.get("/admin/diff", params={"from": "3", "to": "draft"}, headers=bearer(ADMIN)).json()
+    assert [f["faq_id"] for f in diff["added"]] == ["gift_cards"]
+
+    missing = client.post("/admin/rollback", json={"to": 99}, headers=bearer(ADMIN))
+    assert missing.status_code == 404 and "no publication 99" in missing.json()["error"]
+    assert client.get("/admin/diff", params={"from": "77"}, headers=bearer(ADMIN)).status_code == 404
+    long_note = client.post("/admin/publish", json={"note": "x" * 1001}, headers=bearer(ADMIN))
+    assert long_note.status_code == 422 and "note" in long_note.text
+    assert [p["id"] for p in client.get("/admin/published", headers=bearer(ADMIN)).json()["publications"]] == [3, 2, 1]
+
+
+def test_the_compat_routes_read_the_draft_on_their_test_deployment(reviewed):
+    client, _, _ = reviewed
+    client.post("/admin/faqs", json=GIFT, headers=bearer(ADMIN))
+
+    def qna(is_test):
+        r = client.post("/qnamaker/knowledgebases/default/generateAnswer",
+                        json={"question": "do you sell gift cards", "isTest": is_test},
+                        headers={"Authorization": f"EndpointKey {ADMIN}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def azure(deployment):
+        r = client.post("/language/:query-knowledgebases",
+                        params={"projectName": "default", "deploymentName": deployment, "api-version": "2021-10-01"},
+                        json={"question": "do you sell gift cards"}, headers={"Ocp-Apim-Subscription-Key": ADMIN})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    test, production = qna(True), qna(False)
+    assert test["faqMatch"]["deployment"] == "test" and "Gift cards" in test["answers"][0]["answer"]
+    assert production["faqMatch"]["deployment"] == "production"
+    assert "Gift cards" not in production["answers"][0]["answer"]
+    assert "Gift cards" in azure("test")["answers"][0]["answer"]
+    assert "Gift cards" not in azure("production")["answers"][0]["answer"]
+
+
+def test_an_immediate_kb_serves_its_edits_everywhere_and_refuses_a_rollback(tmp_path, minilm_encoder):
+    with serving(tmp_path, minilm_encoder, kb_records(), admin_token=ADMIN) as (client, _, _):
+        client.post("/admin/faqs", json=GIFT, headers=bearer(ADMIN))
+        assert answered(ask(client, "do you sell gift cards", token=None)) == "gift_cards"
+        done = client.post("/admin/publish", json={}, headers=bearer(ADMIN)).json()
+        assert done["published"] is True and done["publication"]["id"] == 1
+        refused = client.post("/admin/rollback", json={"to": 1}, headers=bearer(ADMIN))
+        assert refused.status_code == 409 and "publishing=reviewed" in refused.json()["error"]
