@@ -11,7 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from app.api.console import builds, faqs, history, imports, review, signin, small_talk, traffic, try_page
+from app.api.console import (
+    builds, faqs, history, imports, publishing, review, signin, small_talk, traffic, try_page,
+)
 from app.api.console.builds import BuildJobs
 from app.api.console.pages import PREFIX, EarlyResponse, console_principal, error_page
 from app.api.console.review import LintJobs
@@ -22,7 +24,7 @@ from app.api.middleware.security_headers import SECURITY_HEADERS, SecurityHeader
 __all__ = ["PREFIX", "SECURITY_HEADERS", "mount_console"]
 
 #: in the order their routes are matched
-PAGES = (signin, try_page, faqs, builds, imports, review, traffic, small_talk, history)
+PAGES = (signin, try_page, faqs, builds, imports, review, traffic, small_talk, history, publishing)
 
 
 def mount_console(app: FastAPI) -> None:

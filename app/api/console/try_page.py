@@ -26,15 +26,21 @@ from kb.records import field_problem
 
 log = logging.getLogger(__name__)
 
+#: the deployments a question can be tried on: what users get, and the draft
+DEPLOYMENTS = ("production", "test")
+
 router = page_router()
 
 
 @router.get("/kbs/{kb}/try", dependencies=needs("viewer"))
 async def try_page(request: Request, kb: str) -> Response:
     session = await current(request)
-    await kb_state(request, session, kb)
+    state = await kb_state(request, session, kb)
+    # an editor of a reviewed KB tries the draft first: what users get is one click away
+    asked = request.query_params.get("deployment")
+    deployment = asked if asked in DEPLOYMENTS else "test" if state.reviewed else "production"
     return render(request, "try.html", session=session, kb=kb, query="", top_k="", filter="", previous_faq_id="",
-                  errors={}, result=None)
+                  deployment=deployment, reviewed=state.reviewed, errors={}, result=None)
 
 
 @router.post("/kbs/{kb}/try", dependencies=needs("viewer"))
@@ -43,9 +49,10 @@ async def try_question(request: Request, kb: str) -> Response:
     state = await kb_state(request, session, kb)
     query, top_k = fields.get("query", ""), fields.get("top_k", "").strip()
     flt, previous = fields.get("filter", "").strip(), fields.get("previous_faq_id", "").strip()
+    deployment = fields.get("deployment") or "production"
     page = {"session": session, "kb": kb, "query": query, "top_k": top_k, "filter": flt, "previous_faq_id": previous,
-            "result": None}
-    values: dict[str, Any] = {"query": query}
+            "deployment": deployment, "reviewed": state.reviewed, "result": None}
+    values: dict[str, Any] = {"query": query, "deployment": deployment}
     if previous:  # the next turn of a conversation: a follow-up button, or a question asked after an answer
         values["context"] = {"previous_faq_id": previous}
     if flt:
@@ -72,16 +79,18 @@ async def try_question(request: Request, kb: str) -> Response:
         return render(request, "try.html", problem.status, errors={"form": problem.message}, **page)
     page["result"] = result
     why, why_problem = None, None
-    if trace.results and state.pipeline is not None:
+    pipeline = state.pipeline_for(deployment)
+    if trace.results and pipeline is not None:
         try:
             # the word weights' encoder call runs here, off the batcher: the console is low traffic, and
             # the answer above is already logged and counted as /match would have it
-            why = await run_in_threadpool(explain, state.pipeline, trace.retriever, result.query, trace.results[0])
+            why = await run_in_threadpool(explain, pipeline, trace.retriever, result.query, trace.results[0])
         except Exception as exc:  # noqa: BLE001 - the answer is shown whatever befalls its explanation
             log.exception("could not explain the console question")
             why_problem = f"the explanation could not be worked out: {type(exc).__name__}"
-    return render(request, "try.html", errors={}, logged=state.settings.query_log, why=why, why_problem=why_problem,
-                  **page)
+    # the draft's answers are not logged (app/api/service.py): nothing to give feedback on
+    return render(request, "try.html", errors={}, logged=state.settings.query_log and deployment == "production",
+                  why=why, why_problem=why_problem, **page)
 
 
 @router.post("/kbs/{kb}/feedback", dependencies=needs("viewer"))

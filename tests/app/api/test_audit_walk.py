@@ -338,6 +338,14 @@ def _console_case(path: str) -> ConsoleCase | None:
         older = next(v for v in reversed(registry.versions()) if v != registry.current())
         return lambda: _post(w, path.format(kb=kb), {"version": older}, csrf), "index.activate"
 
+    def publish_draft(w: Walk, csrf: str):
+        w.store.update_faq(faq, answer=w.unique("To be published from the console"))
+        return lambda: _post(w, path.format(kb=kb), {"note": "console walk"}, csrf), "publish"
+
+    def roll_back(w: Walk, csrf: str):
+        _, body, _ = _rollback(w, kb)
+        return lambda: _post(w, path.format(kb=kb), {"to": str(body["json"]["to"])}, csrf), "rollback"
+
     def try_question(w: Walk, csrf: str):
         return lambda: _post(w, path.format(kb=kb), {"query": "How do I get a refund?"}, csrf), None
 
@@ -352,7 +360,8 @@ def _console_case(path: str) -> ConsoleCase | None:
         "/console/kbs/{kb}/review/dismiss": dismiss, "/console/kbs/{kb}/review/restore": restore,
         "/console/kbs/{kb}/smalltalk": small_talk, "/console/kbs/{kb}/builds/new": build_now,
         "/console/kbs/{kb}/builds/activate": activate, "/console/kbs/{kb}/try": try_question,
-        "/console/kbs/{kb}/feedback": feedback,
+        "/console/kbs/{kb}/feedback": feedback, "/console/kbs/{kb}/publish": publish_draft,
+        "/console/kbs/{kb}/rollback": roll_back,
     }.get(path)
 
 

@@ -54,6 +54,8 @@ NEEDS = {
     ("POST", "/console/kbs/{kb}/smalltalk"): "editor",
     ("POST", "/console/kbs/{kb}/builds/new"): "publisher",
     ("POST", "/console/kbs/{kb}/builds/activate"): "publisher",
+    ("POST", "/console/kbs/{kb}/publish"): "publisher",
+    ("POST", "/console/kbs/{kb}/rollback"): "publisher",
 }
 KEY = "ab" * 32
 
