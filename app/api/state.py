@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: publications whose delta vectors a KB keeps (app/release/publishing.py): the served one and those before it
+KEPT_DELTAS = 4
+
 
 class QueryLogDisabled(RuntimeError):
     """Feedback needs the query log, which `FAQ_QUERY_LOG=false` turned off."""
@@ -94,7 +97,9 @@ class KbState:
         self.published: Retriever | None = None
         self.published_id: int | None = None
         self.published_pipeline: Pipeline | None = None
-        self._published_cache: dict = {}
+        # the delta vectors of the publications served last (number -> text -> vector): a rollback to one of them,
+        # or back again, encodes nothing
+        self._published_deltas: dict[int, dict] = {}
 
     # -- the process's parts -----------------------------------------------------------------
     @property
@@ -285,8 +290,12 @@ class KbState:
                     and not force:
                 return False
             row = self.store.publications.get(latest)
+            cache = {text: vec for delta in self._published_deltas.values() for text, vec in delta.items()}
             published = base.with_kb(content_snapshot(row.content, row.revision), self.background_encoder(),
-                                     cache=self._published_cache)
+                                     cache=cache)  # trimmed by with_kb to this publication's delta
+            self._published_deltas = {n: d for n, d in self._published_deltas.items()
+                                      if n in sorted(self._published_deltas)[-(KEPT_DELTAS - 1):]}
+            self._published_deltas[latest] = cache
             # its own pipeline, even when it answers small talk as the draft's does: each keeps the build state
             # and query cache of the retriever it serves, so alternating deployments costs neither anything
             own = row.content.get("small_talk_answers")

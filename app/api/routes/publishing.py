@@ -61,7 +61,8 @@ def publish_draft(body: PublishRequest | None = None, state: KbState = Depends(g
     return _outcome(state, done, None)
 
 
-@router.get("/published", dependencies=needs("viewer"), summary="The KB's publications, newest first")
+@router.get("/published", dependencies=needs("viewer"), responses=BAD_INPUT_RESPONSES,
+            summary="The KB's publications, newest first")
 def published(state: KbState = Depends(get_state),
               limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
     return {"publications": [p.as_dict() for p in state.store.publications.list(limit)],
@@ -79,7 +80,8 @@ def roll_back(body: RollbackRequest, state: KbState = Depends(get_state)) -> dic
     return _outcome(state, done, None)
 
 
-@router.get("/diff", dependencies=needs("viewer"), responses={404: {"model": ErrorBody, "description": "no such publication in this KB"}},
+@router.get("/diff", dependencies=needs("viewer"),
+            responses={404: {"model": ErrorBody, "description": "no such publication in this KB"}, **BAD_INPUT_RESPONSES},
             summary="What changed between two publications, or a publication and the draft")
 def diff(state: KbState = Depends(get_state),
          start: Annotated[str | None, Query(alias="from", max_length=20, description="a publication id; unset: the "

@@ -89,7 +89,8 @@ def dismissals(state: KbState = Depends(get_state)) -> list[DismissalOut]:
 
 
 @router.delete("/dismissals/{queue}/{key}", dependencies=needs("editor"), status_code=status.HTTP_204_NO_CONTENT,
-               responses={404: {"model": ErrorBody, "description": "nothing dismissed under that key"}},
+               responses={404: {"model": ErrorBody, "description": "nothing dismissed under that key"},
+                          **BAD_INPUT_RESPONSES},
                summary="Take a dismissal back: the item is proposed again where it still applies")
 def restore(queue: Annotated[str, Path(pattern="^(phrasing|cluster|lint)$")], key: Annotated[ReviewKey, Path()],
             state: KbState = Depends(get_state)) -> Response:

@@ -112,3 +112,24 @@ def test_an_immediate_kb_serves_its_edits_everywhere_and_refuses_a_rollback(tmp_
         assert done["published"] is True and done["publication"]["id"] == 1
         refused = client.post("/admin/rollback", json={"to": 1}, headers=bearer(ADMIN))
         assert refused.status_code == 409 and "publishing=reviewed" in refused.json()["error"]
+
+
+def test_two_publishes_at_once_one_wins_and_the_other_is_told(tmp_path, minilm_encoder, monkeypatch):
+    """A publish that finds another one made while it prepared its snapshot loses with 409, and nothing of
+    it is stored."""
+    import app.release.publishing as publishing
+
+    with serving(tmp_path, minilm_encoder, kb_records(), admin_token=ADMIN, publishing="reviewed") as (client, store, _):
+        client.post("/admin/faqs", json=GIFT, headers=bearer(ADMIN))
+        prepare = publishing.draft_content
+
+        def racing(scoped):
+            found = prepare(scoped)
+            publishing.draft_content = prepare  # the rival's publish runs once, between our read and our write
+            assert publishing.publish(scoped, "the rival").publication.id == 2
+            return found
+
+        monkeypatch.setattr(publishing, "draft_content", racing)
+        lost = client.post("/admin/publish", json={"note": "the loser"}, headers=bearer(ADMIN))
+        assert lost.status_code == 409 and "another publish or rollback of this KB finished first" in lost.json()["error"]
+        assert [(p.id, p.note) for p in store.publications.list()] == [(2, "the rival"), (1, "publishing set to reviewed")]
