@@ -20,7 +20,7 @@ from pydantic import (
 
 from app.match.arms import ARMS
 from app.settings import LANGUAGE_CODES
-from app.release.publishing import MAX_NOTE_CHARS
+from app.release.publishing import MAX_NOTE_CHARS, MAX_NUMBER_DIGITS
 from kb.filters import FaqFilter, parse_filter
 from kb.records import MAX_FOLLOW_UPS, MAX_METADATA_KEYS, text_problem
 
@@ -312,6 +312,13 @@ class ErrorBody(BaseModel):
 
 # What any route that reads input may answer instead (the app's handlers and RequestGuardMiddleware
 # write ErrorBody for all of them), so OpenAPI documents our error shape, not FastAPI's default one.
+#: how every /admin route refuses a caller (app/api/roles.py)
+ADMIN_REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "missing or wrong token"},
+    403: {"model": ErrorBody, "description": "a token of another KB, or of a role that may not do this"},
+    429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"},
+}
+
 BAD_INPUT_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "invalid JSON"},
     413: {"model": ErrorBody, "description": "body larger than FAQ_MAX_BODY_BYTES"},
@@ -512,5 +519,5 @@ class PublishRequest(_Strict):
 
 
 class RollbackRequest(_Strict):
-    to: int = Field(ge=1, description="the publication whose content production serves again")
+    to: int = Field(ge=1, lt=10**MAX_NUMBER_DIGITS, description="the publication whose content production serves again")
     note: OptionalText = Field(default=None, max_length=MAX_NOTE_CHARS)

@@ -24,6 +24,8 @@ from kb.records import text_problem
 
 #: a publication's note, at most
 MAX_NOTE_CHARS = 1000
+#: a publication's number, at most this many digits (a KB publishing every second would need 30 years)
+MAX_NUMBER_DIGITS = 9
 #: the fields of an FAQ a diff compares one by one (phrasings and the answer have their own views)
 FIELDS = ("tags", "metadata", "source", "follow_ups", "context_only", "answers")
 DRAFT = "draft"
@@ -58,7 +60,9 @@ class PublicationNotFound(PublishingError):
     status = 404
 
     def __init__(self, kb: str, publication_id: Any):
-        super().__init__(f"KB {kb!r} has no publication {publication_id} (`faq kb published --kb {kb}` lists them)")
+        shown = publication_id if str(publication_id).isascii() and str(publication_id).isprintable() \
+            else repr(publication_id)
+        super().__init__(f"KB {kb!r} has no publication {shown} (`faq kb published --kb {kb}` lists them)")
         self.publication_id = publication_id
 
 
@@ -169,14 +173,19 @@ def content_of(store: Any, which: str | int | None) -> dict:
     if which is None:
         latest = store.publications.latest()
         return latest.content if latest is not None else {"faqs": {}, "small_talk_answers": None}
-    try:
-        number = int(which)
-    except (TypeError, ValueError):
-        raise PublicationNotFound(store.kb_name, which) from None
-    row = store.publications.get(number)
+    return publication(store, which).content
+
+
+def publication(store: Any, which: Any) -> PublicationRow:
+    """The KB's publication `which` names: its number in ASCII digits (int('٣') would be 3, and '²' no number
+    at all: neither names one). Raises PublicationNotFound."""
+    text = str(which).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_NUMBER_DIGITS):
+        raise PublicationNotFound(store.kb_name, which)
+    row = store.publications.get(int(text))
     if row is None:
         raise PublicationNotFound(store.kb_name, which)
-    return row.content
+    return row
 
 
 def diff_of(store: Any, start: str | int | None = None, end: str | int | None = DRAFT) -> dict:
@@ -217,13 +226,7 @@ def rollback(store: Any, to: Any, note: str | None = None, *, reviewed: bool) ->
     note = check_note(note)
     if not reviewed:
         raise NotReviewed(store.kb_name)
-    try:
-        number = int(to)
-    except (TypeError, ValueError):
-        raise PublicationNotFound(store.kb_name, to) from None
-    target = store.publications.get(number)
-    if target is None:
-        raise PublicationNotFound(store.kb_name, to)
+    target = publication(store, to)
     latest = store.publications.latest()
     if latest is not None and latest.content == target.content:
         raise NothingToPublish(latest.id)

@@ -68,3 +68,20 @@ def test_an_immediate_kb_records_a_publication_but_has_nothing_to_roll_back_to(s
     assert code == 0 and "publishing is immediate: edits were live already" in out
     code, _, err = run(capsys, "kb", "rollback", "1", "--kb", "shop")
     assert code == 1 and "publishing=reviewed" in err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (("kb", "rollback", "٣"), "has no publication '٣'"),
+    (("kb", "rollback", "²"), "has no publication '²'"),
+    (("kb", "rollback", "9" * 100_000), "has no publication 999"),
+    (("kb", "diff", "--from", "1\udc80"), "has no publication '1\\udc80'"),
+    (("kb", "publish", "--note", "a\x00b"), "note: "),
+])
+def test_hostile_ids_and_notes_exit_2_naming_them(shop, capsys, argv, says):
+    from app.store import FaqStore
+
+    assert run(capsys, "kb", "settings", "--kb", "shop", "--set", "publishing=reviewed")[0] == 0
+    code, _, err = run(capsys, *argv, "--kb", "shop")
+    assert code == 2 and says in err
+    with FaqStore(shop.db_url, kb="shop") as store:
+        assert store.publications.latest_id() == 1

@@ -20,6 +20,7 @@ from app.api import service
 from app.api.deps import get_state
 from app.api.roles import needs
 from app.api.schemas import (
+    ADMIN_REFUSALS,
     BAD_INPUT_RESPONSES,
     MAX_ID_CHARS,
     MAX_PAGE_OFFSET,
@@ -41,9 +42,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(
     prefix="/admin",
     tags=["admin"],
-    responses={401: {"model": ErrorBody, "description": "missing or wrong token"},
-               403: {"model": ErrorBody, "description": "a token of another KB, or of a role that may not do this"},
-               429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
+    responses=ADMIN_REFUSALS,
 )
 _BAD_ID = {422: {"model": ErrorBody, "description": "the faq_id in the path is too long or not storable text"}}
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "no FAQ with that id"}, **_BAD_ID}

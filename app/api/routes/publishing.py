@@ -13,7 +13,9 @@ from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import get_state
 from app.api.roles import needs
-from app.api.schemas import BAD_INPUT_RESPONSES, STORABLE, ErrorBody, PublishRequest, RollbackRequest
+from app.api.schemas import (
+    ADMIN_REFUSALS, BAD_INPUT_RESPONSES, STORABLE, ErrorBody, PublishRequest, RollbackRequest,
+)
 from app.api.state import KbState
 from app.release.gate import content_gate, feedback_labels_of
 from app.release.publishing import (
@@ -25,9 +27,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(
     prefix="/admin",
     tags=["publishing"],
-    responses={401: {"model": ErrorBody, "description": "missing or wrong token"},
-               403: {"model": ErrorBody, "description": "a token of another KB, or of a role that may not do this"},
-               429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
+    responses=ADMIN_REFUSALS,
 )
 _CONFLICT = {409: {"model": ErrorBody, "description": "another publish finished first, the labels refused the "
                                                       "draft, or (rollback) the KB publishes immediately"}}

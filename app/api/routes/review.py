@@ -12,17 +12,16 @@ from app.curation import review
 from app.api import service
 from app.api.deps import get_state
 from app.api.roles import needs
-from app.api.schemas import (BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody,
-                             ReviewKey, ReviewQueues)
+from app.api.schemas import (
+    ADMIN_REFUSALS, BAD_INPUT_RESPONSES, AcceptResult, DismissalOut, DismissRequest, ErrorBody, ReviewKey, ReviewQueues,
+)
 from app.api.state import KbState
 from app.store.reviews import lint_key
 
 router = APIRouter(
     prefix="/admin/review",
     tags=["review"],
-    responses={401: {"model": ErrorBody, "description": "missing or wrong token"},
-               403: {"model": ErrorBody, "description": "a token of another KB, or of a role that may not do this"},
-               429: {"model": ErrorBody, "description": "too many wrong tokens from this address (Retry-After)"}},
+    responses=ADMIN_REFUSALS,
 )
 _GONE = {409: {"model": ErrorBody, "description": "the item is not (or no longer) proposed"}}
 

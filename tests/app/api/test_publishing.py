@@ -133,3 +133,53 @@ def test_two_publishes_at_once_one_wins_and_the_other_is_told(tmp_path, minilm_e
         lost = client.post("/admin/publish", json={"note": "the loser"}, headers=bearer(ADMIN))
         assert lost.status_code == 409 and "another publish or rollback of this KB finished first" in lost.json()["error"]
         assert [(p.id, p.note) for p in store.publications.list()] == [(2, "the rival"), (1, "publishing set to reviewed")]
+
+
+@pytest.mark.parametrize("method,path,body,status,says", [
+    ("post", "/admin/rollback", {"to": 10**30}, 422, "to"),
+    ("post", "/admin/rollback", {"to": "٣"}, 422, "to"),
+    ("post", "/admin/rollback", {"to": 0}, 422, "to"),
+    ("post", "/admin/publish", {"note": "a\u0000b"}, 422, "note"),
+    ("post", "/admin/publish", {"note": "x" * 100_000}, 413, "FAQ_MAX_BODY_BYTES"),
+    ("post", "/admin/publish", {"note": "x" * 1001}, 422, "note"),
+    ("post", "/admin/publish", '{"note": "\\ud800"}', 422, "note"),
+    ("post", "/admin/publish", "[" * 1000 + "]" * 1000, 400, "JSON"),
+    ("post", "/admin/publish", "", 200, "nothing changed"),
+    ("get", "/admin/diff?from=%D9%A3", None, 404, "no publication '٣'"),
+    ("get", "/admin/diff?to=%C2%B2", None, 404, "no publication '²'"),
+    ("get", "/admin/diff?from=%00", None, 422, "from"),
+    ("get", "/admin/diff?from=" + "9" * 10_000, None, 422, "from"),
+    ("get", "/admin/published?limit=0", None, 422, "limit"),
+    ("post", "/match", {"query": "refund", "deployment": "staging"}, 422, "deployment"),
+    ("post", "/match/batch", {"queries": [{"query": "a"}, {"query": "b", "deployment": "test"}]}, 422, "deployment"),
+])
+def test_hostile_input_gets_a_clear_4xx_and_changes_nothing(reviewed, method, path, body, status, says):
+    client, store, _ = reviewed
+    before = (store.publications.latest_id(), store.revision())
+    kwargs = {"headers": {**bearer(ADMIN), "content-type": "application/json"}}
+    if isinstance(body, str):
+        kwargs["content"] = body.encode("utf-8", "surrogatepass")
+    elif body is not None:
+        kwargs["json"] = body
+    response = getattr(client, method)(path, **kwargs)
+    assert response.status_code == status, response.text
+    assert says in response.text
+    assert (store.publications.latest_id(), store.revision()) == before
+
+
+def test_the_console_pages_refuse_hostile_ids_and_notes_with_a_page(reviewed):
+    from tests.helpers.console import csrf_of
+
+    client, store, _ = reviewed
+    page = client.get("/console/login")
+    client.post("/console/login", data={"csrf": csrf_of(page.text), "token": ADMIN})
+    changes = client.get("/console/kbs/default/changes")
+    assert changes.status_code == 200
+    csrf = csrf_of(changes.text)
+    for query, status in (("?from=%D9%A3", 404), ("?to=%C2%B2", 404), ("?from=" + "9" * 10_000, 422)):
+        assert client.get("/console/kbs/default/changes" + query).status_code == status
+    for path, data, status in (("rollback", {"to": "²"}, 404), ("rollback", {"to": "9" * 10_000}, 404),
+                               ("publish", {"note": "x" * 1001}, 422), ("publish", {"note": "a\x00b"}, 422)):
+        r = client.post(f"/console/kbs/default/{path}", data={"csrf": csrf, **data})
+        assert r.status_code == status, (path, data, r.text[:300])
+    assert store.publications.latest_id() == 1

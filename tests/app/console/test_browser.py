@@ -6,25 +6,16 @@ catches inline script or style that the Content-Security-Policy blocks.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
 
 from tests.helpers.api import KB, two_built_kbs
+from tests.helpers.browser import Watched, sign_in
 from tests.helpers.server import LiveServer
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium; scripts/bootstrap.sh does it as root)",
-                allow_module_level=True)
-
 ROOT = "browser-root-token-of-32-characters"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PROBES = {
     "xss_script": "<script>window.__pwned = 'script'</script>",
     "xss_img": "<img src=x onerror=\"window.__pwned = 'onerror'; alert(1)\">",
@@ -44,48 +35,6 @@ def live(tmp_path_factory, encoder):  # noqa: F811
         yield server, app, store, shop_token
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
-
-
-class Watched:
-    """Opens pages in one browser context and records their JavaScript errors, console errors and dialogs."""
-
-    def __init__(self, browser, base_url: str):
-        self.context = browser.new_context(base_url=base_url)
-        self.problems: list[str] = []
-        self.dialogs: list[str] = []
-        self.expected_statuses: set[int] = set()
-
-    def page(self):
-        page = self.context.new_page()
-        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        page.on("console", self._console)
-
-        def on_dialog(dialog) -> None:
-            self.dialogs.append(dialog.message)
-            dialog.dismiss()
-
-        page.on("dialog", on_dialog)
-        return page
-
-    def _console(self, message) -> None:
-        if message.type != "error":
-            return
-        text = message.text
-        # chromium logs a document answered with an error status; a test that asks for one says so
-        if any(f"status of {status}" in text for status in self.expected_statuses):
-            return
-        self.problems.append(f"console error: {text}")
-
-    def close(self) -> None:
-        self.context.close()
-
-
 @pytest.fixture
 def watched(browser, live):
     opened: list[Watched] = []
@@ -100,15 +49,6 @@ def watched(browser, live):
         w.close()
     assert [p for w in opened for p in w.problems] == []
     assert [d for w in opened for d in w.dialogs] == []
-
-
-def sign_in(w: Watched, token: str):
-    page = w.page()
-    page.goto("/console/login")
-    page.fill("#token", token)
-    with page.expect_navigation():
-        page.click("button[type=submit]")
-    return page
 
 
 def top_match(live, query: str, kb: str = "") -> list[str]:

@@ -9,11 +9,9 @@ import os
 import httpx
 import pytest
 
-from tests.app.console.test_browser import CHROMIUM, CHROMIUM_ARGS, Watched, sign_in
+from tests.helpers.browser import Watched, sign_in
 from tests.helpers.api import bearer, build, kb_records, make_settings, make_store
 from tests.helpers.server import LiveServer
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
 
 ROOT = "publishing-browser-root-token-of-32c"
 SCREENSHOTS = os.environ.get("FAQ_TEST_SCREENSHOTS")  # a folder: the pages are saved there to look at
@@ -28,14 +26,6 @@ def live(tmp_path_factory, encoder):
     build(store, encoder, settings)
     with LiveServer(create_app(settings, store=store, encoder=encoder)) as server:
         yield server, store
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
 
 
 def production_answer(url: str, query: str) -> str | None:
